@@ -1,0 +1,30 @@
+"""graphserve's exporter: trace a model into a versioned, parity-verified SavedModel.
+
+    from exporter import ExportSpec, export_model
+    result = export_model(ExportSpec(source="examples:mlp", name="mlp", base_path=Path("models")))
+
+Importing this package does not import TensorFlow; `export_model` does, when called.
+"""
+
+from exporter.api import ExportResult, ExportSpec, export_model
+from exporter.errors import (
+    ExportError,
+    ParityError,
+    SignatureError,
+    SourceError,
+    VersionExistsError,
+)
+from exporter.signature import TensorSpec, parse_input_spec
+
+__all__ = [
+    "ExportError",
+    "ExportResult",
+    "ExportSpec",
+    "ParityError",
+    "SignatureError",
+    "SourceError",
+    "TensorSpec",
+    "VersionExistsError",
+    "export_model",
+    "parse_input_spec",
+]

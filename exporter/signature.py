@@ -1,0 +1,159 @@
+"""Input signature specs: parsing `NAME:DTYPE:SHAPE`, and sample inputs that fit a spec.
+
+Pure numpy on purpose: the CLI, the load test and the codec use these without importing
+TensorFlow. Conversion to `tf.TensorSpec` lives in `exporter.trace`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from exporter.errors import SignatureError
+
+__all__ = [
+    "DTYPES",
+    "TensorSpec",
+    "parse_input_spec",
+    "parse_shape",
+    "sample_inputs",
+]
+
+# The dtypes a signature may declare, by the name users write (TensorFlow's names).
+DTYPES: dict[str, np.dtype] = {
+    "float16": np.dtype(np.float16),
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "int8": np.dtype(np.int8),
+    "int16": np.dtype(np.int16),
+    "int32": np.dtype(np.int32),
+    "int64": np.dtype(np.int64),
+    "uint8": np.dtype(np.uint8),
+    "uint16": np.dtype(np.uint16),
+    "bool": np.dtype(np.bool_),
+    "string": np.dtype(object),
+}
+
+# Signature input names become SavedModel signature keys and JSON keys: keep them plain.
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
+
+# Unknown non-batch dimensions get this size in generated samples.
+_UNKNOWN_DIM_SAMPLE = 8
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named tensor of a signature (an input or an output): dtype name (see `DTYPES`) and shape (None = any)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | None, ...]
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise SignatureError(
+                f"tensor name {self.name!r} is not valid: expected letters, digits, '_', '.', "
+                "'-' or '/', starting with a letter or '_'"
+            )
+        if self.dtype not in DTYPES:
+            raise SignatureError(
+                f"tensor {self.name!r}: unknown dtype {self.dtype!r}, expected one of "
+                f"{', '.join(DTYPES)}"
+            )
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return DTYPES[self.dtype]
+
+    def shape_text(self) -> str:
+        """The shape as users write it: `[-1, 784]`."""
+        return "[" + ", ".join("-1" if d is None else str(d) for d in self.shape) + "]"
+
+    def describe(self) -> str:
+        return f"{self.dtype} of shape {self.shape_text()}"
+
+    def to_json(self) -> dict[str, object]:
+        return {"dtype": self.dtype, "shape": [-1 if d is None else d for d in self.shape]}
+
+
+def parse_shape(text: str) -> tuple[int | None, ...]:
+    """Parse `-1,784` (or `[-1, 784]`, or `` for a scalar) into a shape; -1 or ? means any."""
+    body = text.strip().strip("[]()").strip()
+    if not body:
+        return ()
+    dims: list[int | None] = []
+    for part in body.split(","):
+        token = part.strip()
+        if token in ("-1", "?", "None"):
+            dims.append(None)
+            continue
+        try:
+            value = int(token)
+        except ValueError:
+            raise SignatureError(
+                f"shape {text!r}: dimension {token!r} is not an integer (use -1 for any size)"
+            ) from None
+        if value < 0:
+            raise SignatureError(f"shape {text!r}: dimension {value} is negative (use -1 for any)")
+        dims.append(value)
+    return tuple(dims)
+
+
+def parse_input_spec(text: str) -> TensorSpec:
+    """Parse `NAME:DTYPE:SHAPE`, e.g. `images:float32:-1,784`."""
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise SignatureError(
+            f"--input {text!r}: expected NAME:DTYPE:SHAPE, e.g. images:float32:-1,784"
+        )
+    name, dtype, shape = (p.strip() for p in parts)
+    return TensorSpec(name=name, dtype=dtype.lower(), shape=parse_shape(shape))
+
+
+def check_unique(specs: Sequence[TensorSpec]) -> None:
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise SignatureError(f"input name {spec.name!r} is given more than once")
+        seen.add(spec.name)
+
+
+def sample_shape(spec: TensorSpec, batch_size: int) -> tuple[int, ...]:
+    """A concrete shape for `spec`: the first unknown dimension is the batch."""
+    dims = []
+    for i, d in enumerate(spec.shape):
+        if d is None:
+            dims.append(batch_size if i == 0 else _UNKNOWN_DIM_SAMPLE)
+        else:
+            dims.append(d)
+    return tuple(dims)
+
+
+def sample_inputs(
+    specs: Iterable[TensorSpec], batch_size: int = 4, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Random inputs that fit `specs`, reproducible from `seed`."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        shape = sample_shape(spec, batch_size)
+        dt = spec.np_dtype
+        if spec.dtype == "string":
+            flat = [f"s{int(v)}".encode() for v in rng.integers(0, 1000, size=int(np.prod(shape)))]
+            out[spec.name] = np.array(flat, dtype=object).reshape(shape)
+        elif spec.dtype == "bool":
+            out[spec.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(dt, np.integer):
+            hi = min(int(np.iinfo(dt).max), 100)
+            lo = 0 if np.issubdtype(dt, np.unsignedinteger) else -hi
+            out[spec.name] = rng.integers(lo, hi, size=shape, endpoint=True).astype(dt)
+        else:
+            out[spec.name] = rng.standard_normal(size=shape).astype(dt)
+    return out
+
+
+def specs_by_name(specs: Iterable[TensorSpec]) -> Mapping[str, TensorSpec]:
+    return {s.name: s for s in specs}

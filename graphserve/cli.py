@@ -1,0 +1,36 @@
+"""The `graphserve` command: mounts each package's CLI. Nothing here imports TensorFlow."""
+
+from __future__ import annotations
+
+import typer
+
+from exporter.cli import export
+from graphserve import __version__
+from loadtest.cli import app as loadtest_app
+from serving.cli import app as serve_app
+
+app = typer.Typer(
+    name="graphserve",
+    help="Export TensorFlow models as SavedModels, serve them (graph and eager) over the "
+    "TensorFlow Serving APIs, and load-test both side by side.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("export")(export)
+app.add_typer(serve_app, name="serve")
+app.add_typer(loadtest_app, name="loadtest")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"graphserve {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """graphserve: graph vs eager, measured."""

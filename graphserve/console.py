@@ -1,0 +1,22 @@
+"""Shared CLI plumbing: a stderr console, quiet TensorFlow logs, and exit codes.
+
+Exit codes, for every command: 0 ok, 1 the job failed (export refused, verification failed, a
+server could not start, a load test arm failed), 2 usage error (typer's own).
+"""
+
+from __future__ import annotations
+
+import os
+
+from rich.console import Console
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+stderr = Console(stderr=True, highlight=False)
+
+
+def quiet_tensorflow() -> None:
+    """Silence TensorFlow's C++ start-up chatter unless the user asked for it."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -1,0 +1,104 @@
+"""`graphserve serve graph|eager`: start a TF Serving-compatible server in the foreground.
+
+Both run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests and exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from graphserve.console import EXIT_FAILED, EXIT_USAGE, quiet_tensorflow, stderr
+
+app = typer.Typer(
+    help="Serve a model over the TensorFlow Serving gRPC and REST APIs.", no_args_is_help=True
+)
+
+Host = Annotated[
+    str, typer.Option("--host", help="Address to bind; loopback unless you mean otherwise.")
+]
+ModelName = Annotated[str, typer.Option("--model-name", help="Name clients use in requests.")]
+
+
+def _run(load: Any, model_name: str, host: str, grpc_port: int, rest_port: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    quiet_tensorflow()
+    from serving.registry import ModelLoadError, ModelRegistry
+    from serving.server import ModelServer, ServerOptions
+
+    registry = ModelRegistry()
+    try:
+        servable = load(registry)
+    except ModelLoadError as exc:
+        stderr.print(f"[red]cannot load model {model_name!r}:[/] {exc}")
+        raise typer.Exit(EXIT_FAILED) from None
+    server = ModelServer(registry, ServerOptions(host=host, grpc_port=grpc_port, rest_port=rest_port))
+    try:
+        server.start()
+    except (OSError, RuntimeError) as exc:
+        stderr.print(f"[red]cannot start the server:[/] {exc}")
+        raise typer.Exit(EXIT_FAILED) from None
+
+    def shutdown(signum: int, _frame: object) -> None:
+        stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+        server.stop()
+
+    signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGTERM, shutdown)
+    stderr.print(
+        f"[green]{servable.runner.kind} server[/] {model_name} version {servable.version}: "
+        f"gRPC {host}:{server.grpc_port}, REST http://{host}:{server.rest_port} (Ctrl-C stops)"
+    )
+    server.wait()
+
+
+@app.command("graph")
+def graph(
+    model_base_path: Annotated[
+        Path, typer.Option("--model-base-path", help="BASE/NAME holding numeric versions.")
+    ],
+    model_name: ModelName,
+    host: Host = "127.0.0.1",
+    grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 8500,
+    rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 8501,
+) -> None:
+    """Serve the newest SavedModel version under --model-base-path (the graph runner)."""
+    _run(
+        lambda registry: registry.load_graph(model_name, model_base_path),
+        model_name, host, grpc_port, rest_port,
+    )
+
+
+@app.command("eager")
+def eager(
+    source: Annotated[
+        str, typer.Argument(help="package.module:factory, a .keras file, or examples:NAME.")
+    ],
+    model_name: ModelName,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option("--input", help="Input spec NAME:DTYPE:SHAPE, as for export."),
+    ] = None,
+    host: Host = "127.0.0.1",
+    grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 9500,
+    rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 9501,
+) -> None:
+    """Serve SOURCE run eagerly, op by op from Python (the baseline)."""
+    from exporter.errors import ExportError
+    from exporter.signature import parse_input_spec
+
+    try:
+        specs = [parse_input_spec(text) for text in inputs or []]
+    except ExportError as exc:
+        stderr.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    _run(
+        lambda registry: registry.load_eager(model_name, source, specs),
+        model_name, host, grpc_port, rest_port,
+    )

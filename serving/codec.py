@@ -1,0 +1,362 @@
+"""The tensor codec: numpy ⇄ TensorProto (gRPC) and numpy ⇄ TF Serving JSON (REST).
+
+One codec for the servers and the load test alike. It never calls TensorFlow's Python tensor
+utilities (`tf.make_ndarray`, `tf.make_tensor_proto`): numeric tensors travel as raw bytes in
+`tensor_content` and are decoded with `np.frombuffer`, typed `*_val` fields are read when a client
+sends those instead.
+
+JSON follows TF Serving's REST API (g3doc/api_rest.md): the row format (`instances`) and the
+columnar format (`inputs`), `{"b64": "..."}` for binary strings, and responses as `predictions`
+or `outputs`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+from exporter.signature import DTYPES, TensorSpec
+from serving.errors import InvalidInput
+
+__all__ = [
+    "DTYPE_TO_ENUM",
+    "ENUM_TO_DTYPE",
+    "array_from_proto",
+    "array_to_proto",
+    "decode_json_request",
+    "encode_json_response",
+    "parse_json_body",
+    "validate_inputs",
+]
+
+DTYPE_TO_ENUM: dict[str, int] = {
+    "float16": types_pb2.DT_HALF,
+    "float32": types_pb2.DT_FLOAT,
+    "float64": types_pb2.DT_DOUBLE,
+    "int8": types_pb2.DT_INT8,
+    "int16": types_pb2.DT_INT16,
+    "int32": types_pb2.DT_INT32,
+    "int64": types_pb2.DT_INT64,
+    "uint8": types_pb2.DT_UINT8,
+    "uint16": types_pb2.DT_UINT16,
+    "bool": types_pb2.DT_BOOL,
+    "string": types_pb2.DT_STRING,
+}
+ENUM_TO_DTYPE: dict[int, str] = {v: k for k, v in DTYPE_TO_ENUM.items()}
+
+# Which repeated field of TensorProto carries each dtype when `tensor_content` is not used.
+_VAL_FIELD: dict[str, str] = {
+    "float16": "half_val",
+    "float32": "float_val",
+    "float64": "double_val",
+    "int8": "int_val",
+    "int16": "int_val",
+    "int32": "int_val",
+    "uint8": "int_val",
+    "uint16": "int_val",
+    "int64": "int64_val",
+    "bool": "bool_val",
+    "string": "string_val",
+}
+
+
+def dtype_name(enum: int) -> str:
+    """Our dtype name for a DataType enum; `DT_<NAME>` text for ones we do not serve."""
+    return ENUM_TO_DTYPE.get(enum) or types_pb2.DataType.Name(enum).removeprefix("DT_").lower()
+
+
+def shape_proto(shape: tuple[int | None, ...]) -> tensor_shape_pb2.TensorShapeProto:
+    return tensor_shape_pb2.TensorShapeProto(
+        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=-1 if d is None else d) for d in shape]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorProto
+
+
+def array_to_proto(array: np.ndarray, dtype: str | None = None) -> tensor_pb2.TensorProto:
+    """Encode `array` as a TensorProto: raw `tensor_content` for numbers, `string_val` for bytes."""
+    name = dtype or _numpy_dtype_name(array)
+    proto = tensor_pb2.TensorProto(dtype=DTYPE_TO_ENUM[name], tensor_shape=shape_proto(array.shape))
+    if name == "string":
+        proto.string_val.extend(_as_bytes(v) for v in array.reshape(-1))
+    else:
+        proto.tensor_content = np.ascontiguousarray(array, dtype=DTYPES[name]).tobytes()
+    return proto
+
+
+def array_from_proto(proto: tensor_pb2.TensorProto, input_name: str = "") -> np.ndarray:
+    """Decode a TensorProto; raises InvalidInput when its content does not match its shape."""
+    what = f"input {input_name!r}" if input_name else "tensor"
+    if proto.dtype not in ENUM_TO_DTYPE:
+        raise InvalidInput(
+            f"{what} has dtype {types_pb2.DataType.Name(proto.dtype)}, which this server does "
+            f"not decode; supported: {', '.join(DTYPES)}"
+        )
+    name = ENUM_TO_DTYPE[proto.dtype]
+    shape = tuple(d.size for d in proto.tensor_shape.dim)
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"{what} has an unknown dimension in its shape {list(shape)}")
+    count = int(np.prod(shape, dtype=np.int64))
+    if proto.tensor_content:
+        dt = DTYPES[name]
+        if name == "string" or len(proto.tensor_content) != count * dt.itemsize:
+            raise InvalidInput(
+                f"{what}: tensor_content holds {len(proto.tensor_content)} bytes, expected "
+                f"{count * dt.itemsize} for {name} of shape {list(shape)}"
+            )
+        return np.frombuffer(proto.tensor_content, dtype=dt).reshape(shape)
+    values = getattr(proto, _VAL_FIELD[name])
+    if name == "string":
+        flat = np.empty(len(values), dtype=object)
+        flat[:] = list(values)
+    elif name == "float16":
+        flat = np.asarray(values, dtype=np.uint16).view(np.float16)
+    else:
+        flat = np.asarray(values, dtype=DTYPES[name])
+    if flat.size == count:
+        return flat.reshape(shape)
+    # TensorFlow fills a tensor from a single value (tf.make_tensor_proto does the same).
+    if flat.size == 1:
+        return np.full(shape, flat[0], dtype=flat.dtype)
+    raise InvalidInput(
+        f"{what}: {_VAL_FIELD[name]} holds {flat.size} values, expected {count} for shape "
+        f"{list(shape)}"
+    )
+
+
+def _numpy_dtype_name(array: np.ndarray) -> str:
+    if array.dtype.kind in "OSU":
+        return "string"
+    for name, dt in DTYPES.items():
+        if dt == array.dtype:
+            return name
+    raise TypeError(f"numpy dtype {array.dtype} has no TensorFlow Serving dtype")
+
+
+def _as_bytes(value: object) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation against a signature
+
+
+def validate_inputs(
+    inputs: Mapping[str, np.ndarray], specs: Mapping[str, TensorSpec]
+) -> dict[str, np.ndarray]:
+    """Check names, dtypes and shapes against the signature; returns the inputs in spec order."""
+    for name in inputs:
+        if name not in specs:
+            raise InvalidInput(
+                f"unknown input {name!r}: this signature takes {_names(specs)}"
+            )
+    checked: dict[str, np.ndarray] = {}
+    for name, spec in specs.items():
+        if name not in inputs:
+            raise InvalidInput(f"missing input {name!r}: expected {spec.describe()}")
+        array = inputs[name]
+        got = _numpy_dtype_name(array)
+        if got != spec.dtype or not _shape_fits(array.shape, spec.shape):
+            raise InvalidInput(
+                f"input {name!r} expects {spec.describe()}, got {got} of shape "
+                f"{list(array.shape)}"
+            )
+        checked[name] = array
+    return checked
+
+
+def _shape_fits(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
+    return len(shape) == len(expected) and all(e is None or e == s for s, e in zip(shape, expected))
+
+
+def _names(specs: Mapping[str, TensorSpec]) -> str:
+    return ", ".join(repr(n) for n in specs)
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON (REST)
+
+
+def parse_json_body(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object; raises InvalidInput saying what is wrong with it."""
+    if not body.strip():
+        raise InvalidInput(
+            "request body is empty: expected a JSON object with 'instances' or 'inputs'"
+        )
+    try:
+        request = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(request, dict):
+        raise InvalidInput("request body must be a JSON object with 'instances' or 'inputs'")
+    return request
+
+
+def decode_json_request(
+    request: Mapping[str, Any], specs: Mapping[str, TensorSpec]
+) -> tuple[dict[str, np.ndarray], str]:
+    """Arrays from a parsed TF Serving predict body, and its format: "row" (`instances`) or
+    "columnar" (`inputs`)."""
+    has_rows, has_cols = "instances" in request, "inputs" in request
+    if has_rows and has_cols:
+        raise InvalidInput("request has both 'instances' and 'inputs': use one format")
+    if has_rows:
+        return _decode_rows(request["instances"], specs), "row"
+    if has_cols:
+        return _decode_columns(request["inputs"], specs), "columnar"
+    raise InvalidInput("request must have 'instances' (row format) or 'inputs' (columnar format)")
+
+
+def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, np.ndarray]:
+    if not isinstance(instances, list) or not instances:
+        raise InvalidInput("'instances' must be a non-empty list")
+    named = all(isinstance(row, dict) and not _is_b64(row) for row in instances)
+    if not named:
+        if len(specs) != 1:
+            raise InvalidInput(
+                f"each instance must be an object keyed by input name: this signature takes "
+                f"{_names(specs)}"
+            )
+        (name,) = specs
+        return {name: _to_array(instances, specs[name])}
+    columns: dict[str, list[Any]] = {}
+    for i, row in enumerate(instances):
+        if set(row) != set(instances[0]):
+            raise InvalidInput(
+                f"instance {i} has inputs {sorted(row)}, instance 0 has {sorted(instances[0])}: "
+                "every instance must name the same inputs"
+            )
+        for key, value in row.items():
+            columns.setdefault(key, []).append(value)
+    return {key: _to_array(values, specs.get(key), key) for key, values in columns.items()}
+
+
+def _decode_columns(inputs: Any, specs: Mapping[str, TensorSpec]) -> dict[str, np.ndarray]:
+    if isinstance(inputs, dict) and not _is_b64(inputs):
+        return {key: _to_array(value, specs.get(key), key) for key, value in inputs.items()}
+    if len(specs) != 1:
+        raise InvalidInput(
+            f"'inputs' must be an object keyed by input name: this signature takes {_names(specs)}"
+        )
+    (name,) = specs
+    return {name: _to_array(inputs, specs[name])}
+
+
+def _is_b64(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"b64"}
+
+
+def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray:
+    if spec is None:
+        # Unknown names are reported by validate_inputs with the list of valid ones.
+        return np.asarray(0)
+    if spec.dtype == "string":
+        return _string_array(value, spec.name)
+    try:
+        array = np.asarray(value)
+    except ValueError:
+        raise InvalidInput(
+            f"input {spec.name!r} is ragged: every row must have the same shape, expected "
+            f"{spec.describe()}"
+        ) from None
+    if array.dtype.kind in "US":
+        raise InvalidInput(f"input {spec.name!r} expects {spec.describe()}, got strings")
+    return _cast(array, spec)
+
+
+def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    target = spec.np_dtype
+    kind = array.dtype.kind
+    if kind == "O":
+        raise InvalidInput(
+            f"input {spec.name!r} expects {spec.describe()}, got objects or mixed values"
+        )
+    if spec.dtype == "bool":
+        if kind != "b":
+            raise InvalidInput(f"input {spec.name!r} expects bool values (true/false)")
+        return array
+    if target.kind in "iu":
+        if kind == "f":
+            raise InvalidInput(
+                f"input {spec.name!r} expects {spec.describe()}, got floating-point values"
+            )
+        info = np.iinfo(target)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise InvalidInput(
+                f"input {spec.name!r}: values out of range for {spec.dtype} "
+                f"[{info.min}, {info.max}]"
+            )
+    return array.astype(target, copy=False)
+
+
+def _string_array(value: Any, name: str) -> np.ndarray:
+    def convert(v: Any) -> Any:
+        if isinstance(v, list):
+            return [convert(x) for x in v]
+        if _is_b64(v):
+            try:
+                return base64.b64decode(v["b64"], validate=True)
+            except (binascii.Error, TypeError):
+                raise InvalidInput(f"input {name!r}: 'b64' value is not valid base64") from None
+        if isinstance(v, str):
+            return v.encode()
+        raise InvalidInput(f"input {name!r} expects strings, got {type(v).__name__}")
+
+    converted = convert(value)
+    try:
+        array = np.array(converted, dtype=object)
+    except ValueError:
+        array = None
+    # numpy builds an array of lists from ragged input rather than failing.
+    if array is None or any(isinstance(v, list) for v in array.reshape(-1)):
+        raise InvalidInput(f"input {name!r} is ragged: every row must have the same shape")
+    return array
+
+
+def encode_json_response(outputs: Mapping[str, np.ndarray], row_format: bool) -> bytes:
+    """TF Serving's response: `predictions` (rows) or `outputs` (columns).
+
+    A single output is written bare; several become objects keyed by output name (per row in the
+    row format). Strings are UTF-8 text, or `{"b64": ...}` when the output name ends in `_bytes`
+    or the bytes are not UTF-8.
+    """
+    lists = {name: _to_json_value(name, array) for name, array in outputs.items()}
+    if not row_format:
+        body: Any = next(iter(lists.values())) if len(lists) == 1 else lists
+        return json.dumps({"outputs": body}).encode()
+    if len(lists) == 1:
+        return json.dumps({"predictions": next(iter(lists.values()))}).encode()
+    batch = {len(v) if isinstance(v, list) else -1 for v in lists.values()}
+    if len(batch) != 1 or -1 in batch:
+        raise InvalidInput(
+            "outputs do not share a batch dimension, so they cannot be returned as rows: "
+            "use the columnar format ('inputs')"
+        )
+    (rows,) = batch
+    predictions = [{name: value[i] for name, value in lists.items()} for i in range(rows)]
+    return json.dumps({"predictions": predictions}).encode()
+
+
+def _to_json_value(name: str, array: np.ndarray) -> Any:
+    if array.dtype.kind not in "OSU":
+        return array.tolist()
+    as_b64 = name.endswith("_bytes")
+
+    def text(v: Any) -> Any:
+        raw = _as_bytes(v)
+        if not as_b64:
+            try:
+                return raw.decode()
+            except UnicodeDecodeError:
+                pass
+        return {"b64": base64.b64encode(raw).decode()}
+
+    return np.frompyfunc(text, 1, 1)(array).tolist() if array.ndim else text(array.item())

@@ -1,0 +1,100 @@
+"""The transport-independent request handling both front ends (gRPC and REST) share.
+
+Resolving the model and signature, validating inputs, running the model, filtering outputs and
+building metadata and status responses all happen here, once; the front ends only translate
+bytes to these calls and errors to their status codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
+from tensorflow_serving.apis import status_pb2
+
+from serving.codec import validate_inputs
+from serving.errors import FailedPrecondition, InvalidInput
+from serving.registry import ModelRegistry, Servable
+from serving.signature import SERVING_DEFAULT, ServedSignature
+
+__all__ = ["DataPlane"]
+
+SIGNATURE_DEF_FIELD = "signature_def"
+
+
+class DataPlane:
+    def __init__(self, registry: ModelRegistry) -> None:
+        self.registry = registry
+
+    def servable(self, name: str, version: int | None = None) -> Servable:
+        return self.registry.get(name, version)
+
+    @staticmethod
+    def signature(servable: Servable, name: str) -> ServedSignature:
+        """`name` or serving_default; raises FailedPrecondition as TF Serving does."""
+        key = name or SERVING_DEFAULT
+        sig = servable.runner.signatures.get(key)
+        if sig is None:
+            known = ", ".join(repr(k) for k in servable.runner.signatures)
+            raise FailedPrecondition(
+                f'Serving signature key "{key}" not found: model {servable.name!r} version '
+                f"{servable.version} has {known}"
+            )
+        return sig
+
+    @staticmethod
+    def predict(
+        servable: Servable,
+        signature: ServedSignature,
+        inputs: dict[str, np.ndarray],
+        output_filter: Sequence[str] = (),
+    ) -> dict[str, np.ndarray]:
+        """Validate, run and filter. Raises InvalidInput for inputs or filters that do not fit."""
+        for alias in output_filter:
+            if alias not in signature.outputs:
+                raise InvalidInput(
+                    f"output tensor alias not found in signature: {alias!r}; outputs are "
+                    + ", ".join(repr(o) for o in signature.outputs)
+                )
+        checked = validate_inputs(inputs, signature.inputs)
+        outputs = servable.runner.run(signature.name, checked)
+        if output_filter:
+            return {alias: outputs[alias] for alias in output_filter}
+        return outputs
+
+    def metadata(
+        self, name: str, version: int | None, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)
+    ) -> get_model_metadata_pb2.GetModelMetadataResponse:
+        if list(fields) != [SIGNATURE_DEF_FIELD]:
+            raise InvalidInput(
+                f"metadata_field must be exactly ['{SIGNATURE_DEF_FIELD}'], got {list(fields)}"
+            )
+        servable = self.servable(name, version)
+        response = get_model_metadata_pb2.GetModelMetadataResponse()
+        response.model_spec.CopyFrom(model_spec(servable))
+        sigmap = get_model_metadata_pb2.SignatureDefMap()
+        for key, sig in servable.runner.signatures.items():
+            sigmap.signature_def[key].CopyFrom(sig.signature_def)
+        response.metadata[SIGNATURE_DEF_FIELD].Pack(sigmap)
+        return response
+
+    def status(
+        self, name: str, version: int | None
+    ) -> get_model_status_pb2.GetModelStatusResponse:
+        """Every version's state, or one version's when `version` is given."""
+        servables = [self.servable(name, version)] if version else self.registry.versions(name)
+        response = get_model_status_pb2.GetModelStatusResponse()
+        for servable in servables:
+            response.model_version_status.add(
+                version=servable.version,
+                state=get_model_status_pb2.ModelVersionStatus.State.Value(servable.state),
+                status=status_pb2.StatusProto(error_code=0, error_message=""),
+            )
+        return response
+
+
+def model_spec(servable: Servable, signature_name: str = "") -> model_pb2.ModelSpec:
+    spec = model_pb2.ModelSpec(name=servable.name, signature_name=signature_name)
+    spec.version.value = servable.version
+    return spec

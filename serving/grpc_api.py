@@ -1,0 +1,108 @@
+"""The gRPC front end: TF Serving's PredictionService and ModelService, plus gRPC health.
+
+Servicers come from tensorflow-serving-api's generated stubs, so the wire format is TF Serving's
+own. Every ServingError is mapped to its status code in one place, `_abort`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import grpc
+from tensorflow_serving.apis import (
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from serving.codec import array_from_proto, array_to_proto
+from serving.dataplane import DataPlane, model_spec
+from serving.errors import ServingError, Unimplemented
+
+__all__ = ["add_services"]
+
+log = logging.getLogger("graphserve.grpc")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _abort(context: grpc.ServicerContext, exc: Exception) -> None:
+    if isinstance(exc, ServingError):
+        context.abort(exc.grpc_code, exc.message)
+    log.exception("unexpected error while serving a gRPC request")
+    context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+
+def _mapped(method: F) -> F:
+    @wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            _abort(context, exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(spec: Any) -> int | None:
+    if spec.version_label:
+        raise Unimplemented("version labels are not supported by this server yet")
+    return spec.version.value if spec.HasField("version") else None
+
+
+class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    @_mapped
+    def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
+        servable = self.plane.servable(request.model_spec.name, _version(request.model_spec))
+        signature = self.plane.signature(servable, request.model_spec.signature_name)
+        inputs = {name: array_from_proto(t, name) for name, t in request.inputs.items()}
+        outputs = self.plane.predict(servable, signature, inputs, list(request.output_filter))
+        response = predict_pb2.PredictResponse()
+        response.model_spec.CopyFrom(model_spec(servable, signature.name))
+        for name, array in outputs.items():
+            response.outputs[name].CopyFrom(array_to_proto(array, signature.outputs[name].dtype))
+        return response
+
+    @_mapped
+    def GetModelMetadata(self, request: Any, context: Any) -> Any:
+        return self.plane.metadata(
+            request.model_spec.name, _version(request.model_spec), list(request.metadata_field)
+        )
+
+    @_mapped
+    def Classify(self, request: Any, context: Any) -> Any:
+        raise Unimplemented("Classify is not supported by this server yet; use Predict")
+
+    @_mapped
+    def Regress(self, request: Any, context: Any) -> Any:
+        raise Unimplemented("Regress is not supported by this server yet; use Predict")
+
+    @_mapped
+    def MultiInference(self, request: Any, context: Any) -> Any:
+        raise Unimplemented("MultiInference is not supported by this server; use Predict")
+
+
+class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
+
+    @_mapped
+    def GetModelStatus(self, request: Any, context: Any) -> Any:
+        return self.plane.status(request.model_spec.name, _version(request.model_spec))
+
+    @_mapped
+    def HandleReloadConfigRequest(self, request: Any, context: Any) -> Any:
+        raise Unimplemented("reloading the model config is not supported by this server yet")
+
+
+def add_services(server: grpc.Server, plane: DataPlane) -> None:
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(plane), server
+    )
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(plane), server)

@@ -1,0 +1,135 @@
+"""The REST front end: TF Serving's `/v1/models/...` API over HTTP/1.1 with keep-alive.
+
+    GET  /v1/models/NAME[/versions/V]            model status (GetModelStatusResponse as JSON)
+    GET  /v1/models/NAME[/versions/V]/metadata   model metadata (signature_def as JSON)
+    POST /v1/models/NAME[/versions/V]:predict    row (`instances`) or columnar (`inputs`) format
+
+Errors are `{"error": "..."}` with the HTTP status of the ServingError (see serving.errors).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from tensorflow_serving.apis import get_model_metadata_pb2
+
+from serving.codec import decode_json_request, encode_json_response, parse_json_body
+from serving.dataplane import SIGNATURE_DEF_FIELD, DataPlane
+from serving.errors import InvalidInput, ServingError, Unimplemented
+
+__all__ = ["RestServer"]
+
+log = logging.getLogger("graphserve.rest")
+
+_ROUTE = re.compile(
+    r"^/v1/models/(?P<name>[^/:]+)"
+    r"(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
+    r"(?:/(?P<metadata>metadata)|:(?P<verb>predict|classify|regress))?$"
+)
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def _proto_json(message: Message) -> Any:
+    return json_format.MessageToDict(
+        message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
+    )
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: load generators reuse connections
+    server: RestServer
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def _handle(self, method: str) -> None:
+        try:
+            body = self._read_body() if method == "POST" else b""
+            status, payload = self._dispatch(method, body)
+        except ServingError as exc:
+            status, payload = exc.http_status, json.dumps({"error": exc.message}).encode()
+        except Exception as exc:  # the server must survive anything a request does
+            log.exception("unexpected error while serving %s %s", method, self.path)
+            status = HTTPStatus.INTERNAL_SERVER_ERROR
+            payload = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > self.server.max_body_bytes:
+            self.close_connection = True  # the unread body must not be taken as a request
+            raise InvalidInput(
+                f"request body of {length} bytes exceeds the limit of "
+                f"{self.server.max_body_bytes} bytes"
+            )
+        return self.rfile.read(length)
+
+    def _dispatch(self, method: str, body: bytes) -> tuple[int, bytes]:
+        path = self.path.split("?", 1)[0]
+        match = _ROUTE.match(path)
+        verb = match and match["verb"]
+        if not match or (method == "GET") == bool(verb):
+            raise InvalidInput(f"Malformed request: {method} {path}")
+        if match["label"]:
+            raise Unimplemented("version labels are not supported by this server yet")
+        plane = self.server.plane
+        name, version = match["name"], int(match["version"]) if match["version"] else None
+        if method == "GET" and match["metadata"]:
+            return HTTPStatus.OK, self._metadata_json(plane, name, version)
+        if method == "GET":
+            return HTTPStatus.OK, json.dumps(_proto_json(plane.status(name, version))).encode()
+        if verb != "predict":
+            raise Unimplemented(f":{verb} is not supported by this server yet; use :predict")
+        return HTTPStatus.OK, self._predict(plane, name, version, body)
+
+    @staticmethod
+    def _metadata_json(plane: DataPlane, name: str, version: int | None) -> bytes:
+        response = plane.metadata(name, version)
+        sigmap = get_model_metadata_pb2.SignatureDefMap()
+        response.metadata[SIGNATURE_DEF_FIELD].Unpack(sigmap)
+        return json.dumps(
+            {
+                "model_spec": _proto_json(response.model_spec),
+                "metadata": {SIGNATURE_DEF_FIELD: _proto_json(sigmap)},
+            }
+        ).encode()
+
+    @staticmethod
+    def _predict(plane: DataPlane, name: str, version: int | None, body: bytes) -> bytes:
+        servable = plane.servable(name, version)
+        # The signature name sits inside the body, so the body is parsed once, up front.
+        request = parse_json_body(body)
+        signature = plane.signature(servable, str(request.get("signature_name") or ""))
+        inputs, fmt = decode_json_request(request, signature.inputs)
+        outputs = plane.predict(servable, signature, inputs)
+        return encode_json_response(outputs, row_format=fmt == "row")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+
+class RestServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self, address: tuple[str, int], plane: DataPlane, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    ) -> None:
+        self.plane = plane
+        self.max_body_bytes = max_body_bytes
+        super().__init__(address, _Handler)

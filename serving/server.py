@@ -1,0 +1,102 @@
+"""ModelServer: one server, two front ends (gRPC and REST) over one DataPlane and registry.
+
+The graph server and the eager server are this same class; only the registry's runners differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from serving.dataplane import DataPlane
+from serving.grpc_api import add_services
+from serving.registry import ModelRegistry
+from serving.rest_api import DEFAULT_MAX_BODY_BYTES, RestServer
+
+__all__ = ["ModelServer", "ServerOptions"]
+
+log = logging.getLogger("graphserve.server")
+
+PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
+MODEL_SERVICE = "tensorflow.serving.ModelService"
+
+
+@dataclass
+class ServerOptions:
+    """Where to listen and how big requests may be. Port 0 picks a free port."""
+
+    host: str = "127.0.0.1"
+    grpc_port: int = 8500
+    rest_port: int = 8501
+    grpc_workers: int = max(4, 2 * (os.cpu_count() or 1))
+    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+class ModelServer:
+    def __init__(self, registry: ModelRegistry, options: ServerOptions | None = None) -> None:
+        self.registry = registry
+        self.options = options or ServerOptions()
+        self.plane = DataPlane(registry)
+        self.grpc_port = 0
+        self.rest_port = 0
+        self._grpc: grpc.Server | None = None
+        self._rest: RestServer | None = None
+        self._rest_thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    def start(self) -> ModelServer:
+        """Bind both ports and start serving; raises OSError if a port is taken."""
+        opts = self.options
+        limits = [
+            ("grpc.max_receive_message_length", opts.max_message_bytes),
+            ("grpc.max_send_message_length", opts.max_message_bytes),
+        ]
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=opts.grpc_workers, thread_name_prefix="grpc"),
+            options=limits,
+        )
+        add_services(self._grpc, self.plane)
+        health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
+        address = f"[{opts.host}]" if ":" in opts.host else opts.host
+        self.grpc_port = self._grpc.add_insecure_port(f"{address}:{opts.grpc_port}")
+        if self.grpc_port == 0:
+            raise OSError(f"cannot bind gRPC port {opts.host}:{opts.grpc_port}")
+        self._rest = RestServer((opts.host, opts.rest_port), self.plane, opts.max_message_bytes)
+        self.rest_port = self._rest.server_address[1]
+        self._grpc.start()
+        self._rest_thread = threading.Thread(
+            target=self._rest.serve_forever, name="rest", daemon=True
+        )
+        self._rest_thread.start()
+        for service in ("", PREDICTION_SERVICE, MODEL_SERVICE):
+            health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "serving %s: gRPC at %s:%d, REST at http://%s:%d",
+            ", ".join(self.registry.names()), opts.host, self.grpc_port, opts.host, self.rest_port,
+        )
+        return self
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting requests, let in-flight ones finish (up to `grace` s), then close."""
+        if self._rest is not None:
+            self._rest.shutdown()
+            self._rest.server_close()
+        if self._grpc is not None:
+            self._grpc.stop(grace).wait()
+        self._stopped.set()
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(grace=1.0)

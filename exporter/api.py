@@ -6,13 +6,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporter.errors import SignatureError
 from exporter.signature import TensorSpec
 from exporter.sources import load_source, resolve_signature
-from exporter.verify import ParityReport
 from exporter.versions import atomic_version_dir, existing_versions, next_version
+
+if TYPE_CHECKING:  # verify imports TensorFlow; export_model imports it when called
+    from exporter.verify import ParityReport
 
 __all__ = ["ExportResult", "ExportSpec", "export_model"]
 

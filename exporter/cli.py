@@ -54,8 +54,13 @@ def export(
     from exporter.api import ExportSpec, export_model
 
     spec = ExportSpec(
-        source=source, name=name, base_path=base_path, version=version, inputs=specs,
-        atol=atol, rtol=rtol,
+        source=source,
+        name=name,
+        base_path=base_path,
+        version=version,
+        inputs=specs,
+        atol=atol,
+        rtol=rtol,
     )
     try:
         result = export_model(spec, log=lambda msg: stderr.print(f"[dim]{msg}[/]"))

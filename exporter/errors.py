@@ -1,10 +1,10 @@
 """Errors raised by the exporter, one tree, mapped to exit codes once in `exporter.cli`.
 
-    ExportError                 something the user can fix; exit code 1 unless noted
-    ├── SourceError             SOURCE cannot be loaded (bad module path, missing file, bad factory)
-    ├── SignatureError          the input signature is missing, malformed or does not fit the model
-    ├── VersionExistsError      BASE/NAME/VERSION exists already
-    └── ParityError             the reloaded SavedModel disagrees with the eager model
+ExportError                 something the user can fix; exit code 1 unless noted
+├── SourceError             SOURCE cannot be loaded (bad module path, missing file, bad factory)
+├── SignatureError          the input signature is missing, malformed or does not fit the model
+├── VersionExistsError      BASE/NAME/VERSION exists already
+└── ParityError             the reloaded SavedModel disagrees with the eager model
 """
 
 from __future__ import annotations

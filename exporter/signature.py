@@ -46,7 +46,10 @@ _UNKNOWN_DIM_SAMPLE = 8
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """One named tensor of a signature (an input or an output): dtype name (see `DTYPES`) and shape (None = any)."""
+    """One named tensor of a signature (an input or an output).
+
+    `dtype` is a name from `DTYPES`; `shape` has None for a dimension of any size.
+    """
 
     name: str
     dtype: str

@@ -61,7 +61,9 @@ def load_source(text: str) -> ModelSource:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SourceError(f"cannot import module {module_name!r} of source {text!r}: {exc}") from exc
+        raise SourceError(
+            f"cannot import module {module_name!r} of source {text!r}: {exc}"
+        ) from exc
     return _from_factory(text, "factory", module, attr)
 
 

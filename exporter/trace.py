@@ -15,7 +15,15 @@ import tensorflow as tf
 from exporter.errors import SignatureError
 from exporter.signature import TensorSpec
 
-__all__ = ["Traced", "call_model", "normalize_outputs", "saveable", "spec_of", "to_tf_spec", "trace"]
+__all__ = [
+    "Traced",
+    "call_model",
+    "normalize_outputs",
+    "saveable",
+    "spec_of",
+    "to_tf_spec",
+    "trace",
+]
 
 SERVING_DEFAULT = "serving_default"
 
@@ -41,7 +49,9 @@ def call_model(model: Any, inputs: Mapping[str, Any], specs: Sequence[TensorSpec
 
     Keras models run with `training=False` (dropout off, batch-norm statistics frozen).
     """
-    args: Any = inputs[specs[0].name] if len(specs) == 1 else {s.name: inputs[s.name] for s in specs}
+    args: Any = (
+        inputs[specs[0].name] if len(specs) == 1 else {s.name: inputs[s.name] for s in specs}
+    )
     result = model(args, training=False) if _is_keras(model) else model(args)
     return normalize_outputs(result)
 
@@ -83,7 +93,9 @@ def trace(model: Any, specs: Sequence[TensorSpec], jit_compile: bool = False) ->
         concrete = function.get_concrete_function()
     except (TypeError, ValueError, tf.errors.InvalidArgumentError) as exc:
         signature = ", ".join(f"{s.name}: {s.describe()}" for s in specs)
-        raise SignatureError(f"the model cannot be traced with inputs ({signature}): {exc}") from exc
+        raise SignatureError(
+            f"the model cannot be traced with inputs ({signature}): {exc}"
+        ) from exc
     return Traced(function, concrete, traces)
 
 

@@ -6,6 +6,7 @@ import typer
 
 from exporter.cli import export
 from graphserve import __version__
+from graphserve.demo import demo
 from loadtest.cli import app as loadtest_app
 from serving.cli import app as serve_app
 
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command("export")(export)
 app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
+app.command("demo")(demo)
 
 
 def _version(value: bool) -> None:

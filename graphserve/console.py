@@ -14,7 +14,8 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-stderr = Console(stderr=True, highlight=False)
+# soft_wrap: messages hold paths and specs that must survive a copy-paste unbroken.
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def quiet_tensorflow() -> None:

@@ -2,7 +2,7 @@
 
     from serving import ModelRegistry, ModelServer, ServerOptions
     registry = ModelRegistry()
-    registry.load_graph("mlp", Path("models/mlp"))        # or registry.load_eager("mlp", "examples:mlp")
+    registry.load_graph("mlp", Path("models/mlp"))  # or .load_eager("mlp", "examples:mlp")
     with ModelServer(registry, ServerOptions(grpc_port=0, rest_port=0)) as server:
         ...
 

@@ -38,7 +38,9 @@ def _run(load: Any, model_name: str, host: str, grpc_port: int, rest_port: int) 
     except ModelLoadError as exc:
         stderr.print(f"[red]cannot load model {model_name!r}:[/] {exc}")
         raise typer.Exit(EXIT_FAILED) from None
-    server = ModelServer(registry, ServerOptions(host=host, grpc_port=grpc_port, rest_port=rest_port))
+    server = ModelServer(
+        registry, ServerOptions(host=host, grpc_port=grpc_port, rest_port=rest_port)
+    )
     try:
         server.start()
     except (OSError, RuntimeError) as exc:
@@ -71,7 +73,10 @@ def graph(
     """Serve the newest SavedModel version under --model-base-path (the graph runner)."""
     _run(
         lambda registry: registry.load_graph(model_name, model_base_path),
-        model_name, host, grpc_port, rest_port,
+        model_name,
+        host,
+        grpc_port,
+        rest_port,
     )
 
 
@@ -100,5 +105,8 @@ def eager(
         raise typer.Exit(EXIT_USAGE) from None
     _run(
         lambda registry: registry.load_eager(model_name, source, specs),
-        model_name, host, grpc_port, rest_port,
+        model_name,
+        host,
+        grpc_port,
+        rest_port,
     )

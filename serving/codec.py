@@ -32,6 +32,7 @@ __all__ = [
     "decode_json_request",
     "encode_json_response",
     "parse_json_body",
+    "to_json_value",
     "validate_inputs",
 ]
 
@@ -155,9 +156,7 @@ def validate_inputs(
     """Check names, dtypes and shapes against the signature; returns the inputs in spec order."""
     for name in inputs:
         if name not in specs:
-            raise InvalidInput(
-                f"unknown input {name!r}: this signature takes {_names(specs)}"
-            )
+            raise InvalidInput(f"unknown input {name!r}: this signature takes {_names(specs)}")
     checked: dict[str, np.ndarray] = {}
     for name, spec in specs.items():
         if name not in inputs:
@@ -166,15 +165,16 @@ def validate_inputs(
         got = _numpy_dtype_name(array)
         if got != spec.dtype or not _shape_fits(array.shape, spec.shape):
             raise InvalidInput(
-                f"input {name!r} expects {spec.describe()}, got {got} of shape "
-                f"{list(array.shape)}"
+                f"input {name!r} expects {spec.describe()}, got {got} of shape {list(array.shape)}"
             )
         checked[name] = array
     return checked
 
 
 def _shape_fits(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
-    return len(shape) == len(expected) and all(e is None or e == s for s, e in zip(shape, expected))
+    if len(shape) != len(expected):
+        return False
+    return all(e is None or e == s for s, e in zip(shape, expected, strict=True))
 
 
 def _names(specs: Mapping[str, TensorSpec]) -> str:
@@ -328,7 +328,7 @@ def encode_json_response(outputs: Mapping[str, np.ndarray], row_format: bool) ->
     row format). Strings are UTF-8 text, or `{"b64": ...}` when the output name ends in `_bytes`
     or the bytes are not UTF-8.
     """
-    lists = {name: _to_json_value(name, array) for name, array in outputs.items()}
+    lists = {name: to_json_value(name, array) for name, array in outputs.items()}
     if not row_format:
         body: Any = next(iter(lists.values())) if len(lists) == 1 else lists
         return json.dumps({"outputs": body}).encode()
@@ -345,7 +345,7 @@ def encode_json_response(outputs: Mapping[str, np.ndarray], row_format: bool) ->
     return json.dumps({"predictions": predictions}).encode()
 
 
-def _to_json_value(name: str, array: np.ndarray) -> Any:
+def to_json_value(name: str, array: np.ndarray) -> Any:
     if array.dtype.kind not in "OSU":
         return array.tolist()
     as_b64 = name.endswith("_bytes")

@@ -10,8 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from tensorflow_serving.apis import get_model_metadata_pb2, get_model_status_pb2, model_pb2
-from tensorflow_serving.apis import status_pb2
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_pb2,
+    status_pb2,
+)
 
 from serving.codec import validate_inputs
 from serving.errors import FailedPrecondition, InvalidInput
@@ -79,9 +83,7 @@ class DataPlane:
         response.metadata[SIGNATURE_DEF_FIELD].Pack(sigmap)
         return response
 
-    def status(
-        self, name: str, version: int | None
-    ) -> get_model_status_pb2.GetModelStatusResponse:
+    def status(self, name: str, version: int | None) -> get_model_status_pb2.GetModelStatusResponse:
         """Every version's state, or one version's when `version` is given."""
         servables = [self.servable(name, version)] if version else self.registry.versions(name)
         response = get_model_status_pb2.GetModelStatusResponse()

@@ -15,7 +15,7 @@ from exporter.versions import existing_versions
 from serving.errors import NotFound
 from serving.runners import EagerRunner, GraphRunner, Runner
 
-__all__ = ["ModelRegistry", "Servable", "ModelLoadError"]
+__all__ = ["ModelLoadError", "ModelRegistry", "Servable"]
 
 
 class ModelLoadError(Exception):

@@ -128,7 +128,10 @@ class RestServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, address: tuple[str, int], plane: DataPlane, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+        self,
+        address: tuple[str, int],
+        plane: DataPlane,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.plane = plane
         self.max_body_bytes = max_body_bytes

@@ -97,7 +97,9 @@ class EagerRunner:
 
     def _call(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tensors = {k: tf.constant(v) for k, v in inputs.items()}
-        return {k: np.asarray(v) for k, v in call_model(self.source.model, tensors, self._specs).items()}
+        return {
+            k: np.asarray(v) for k, v in call_model(self.source.model, tensors, self._specs).items()
+        }
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:

@@ -79,7 +79,11 @@ class ModelServer:
             health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "serving %s: gRPC at %s:%d, REST at http://%s:%d",
-            ", ".join(self.registry.names()), opts.host, self.grpc_port, opts.host, self.rest_port,
+            ", ".join(self.registry.names()),
+            opts.host,
+            self.grpc_port,
+            opts.host,
+            self.rest_port,
         )
         return self
 

@@ -6,6 +6,8 @@ Servers run in this process on ephemeral ports (port 0), so tests can run in par
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,26 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _docker_engine_running() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    probe = subprocess.run(["docker", "info"], capture_output=True, check=False, timeout=20)
+    return probe.returncode == 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip only what this machine cannot run: docker tests without an engine, gpu tests
+    without an NVIDIA GPU. Everything else, `slow` included, runs by default."""
+    need_docker = [i for i in items if "docker" in i.keywords]
+    need_gpu = [i for i in items if "gpu" in i.keywords]
+    if need_docker and not _docker_engine_running():
+        for item in need_docker:
+            item.add_marker(pytest.mark.skip(reason="no Docker engine on this machine"))
+    if need_gpu and shutil.which("nvidia-smi") is None:
+        for item in need_gpu:
+            item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU on this machine"))
 
 
 @dataclass(frozen=True)

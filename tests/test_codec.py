@@ -36,9 +36,9 @@ TEXT = {"text": TensorSpec("text", "string", (None,))}
     ],
 )
 def test_proto_round_trip_keeps_values_dtype_and_shape(array: np.ndarray) -> None:
-    decoded = array_from_proto(tensor_pb2.TensorProto.FromString(
-        array_to_proto(array).SerializeToString()
-    ))
+    decoded = array_from_proto(
+        tensor_pb2.TensorProto.FromString(array_to_proto(array).SerializeToString())
+    )
     assert decoded.shape == array.shape
     assert decoded.dtype == array.dtype
     np.testing.assert_array_equal(decoded, array)
@@ -98,9 +98,7 @@ def test_row_format_named_inputs_are_stacked() -> None:
 
 
 def test_columnar_format_and_b64_strings() -> None:
-    inputs, fmt = decode_json_request(
-        {"inputs": {"a": [[1, 2]], "ids": [9]}}, TWO
-    )
+    inputs, fmt = decode_json_request({"inputs": {"a": [[1, 2]], "ids": [9]}}, TWO)
     assert fmt == "columnar" and inputs["ids"].tolist() == [9]
     encoded = base64.b64encode(b"\x00\xff").decode()
     text, _ = decode_json_request({"instances": ["hi", {"b64": encoded}]}, TEXT)
@@ -110,12 +108,19 @@ def test_columnar_format_and_b64_strings() -> None:
 @pytest.mark.parametrize(
     ("body", "specs", "message"),
     [
-        ({"instances": [[1, 2, 3]], "inputs": [[1, 2, 3]]}, IMAGES, "both 'instances' and 'inputs'"),
+        (
+            {"instances": [[1, 2, 3]], "inputs": [[1, 2, 3]]},
+            IMAGES,
+            "both 'instances' and 'inputs'",
+        ),
         ({"signature_name": "x"}, IMAGES, "must have 'instances'"),
         ({"instances": [[1, 2, 3], [4, 5]]}, IMAGES, "input 'images' is ragged"),
         ({"instances": [["a", "b", "c"]]}, IMAGES, "input 'images' expects float32 .* got strings"),
-        ({"instances": [{"a": [1.5, 2]}], "x": 1}, {"a": TensorSpec("a", "int32", (None, 2))},
-         "expects int32 .* got floating-point"),
+        (
+            {"instances": [{"a": [1.5, 2]}], "x": 1},
+            {"a": TensorSpec("a", "int32", (None, 2))},
+            "expects int32 .* got floating-point",
+        ),
         ({"instances": [300]}, {"u": TensorSpec("u", "uint8", (None,))}, "out of range for uint8"),
         ({"instances": [{"b64": "!!"}]}, TEXT, "not valid base64"),
         ({"instances": [[1, 2]]}, TWO, "each instance must be an object keyed by input name"),
@@ -129,7 +134,11 @@ def test_bad_json_requests_say_what_is_wrong(body: dict, specs: dict, message: s
 
 @pytest.mark.parametrize(
     ("raw", "message"),
-    [(b"", "request body is empty"), (b"{nope", "not valid JSON"), (b"[1]", "must be a JSON object")],
+    [
+        (b"", "request body is empty"),
+        (b"{nope", "not valid JSON"),
+        (b"[1]", "must be a JSON object"),
+    ],
 )
 def test_bodies_that_are_not_json_objects(raw: bytes, message: str) -> None:
     with pytest.raises(InvalidInput, match=message):
@@ -161,7 +170,10 @@ def test_responses_in_tf_serving_shapes() -> None:
     assert json.loads(encode_json_response(two, row_format=False)) == {
         "outputs": {"scores": [[1.0], [2.0]], "best": [0, 1]}
     }
-    text = {"label": np.array([b"cat"], dtype=object), "raw_bytes": np.array([b"\x01"], dtype=object)}
+    text = {
+        "label": np.array([b"cat"], dtype=object),
+        "raw_bytes": np.array([b"\x01"], dtype=object),
+    }
     assert json.loads(encode_json_response(text, row_format=False)) == {
         "outputs": {"label": ["cat"], "raw_bytes": [{"b64": "AQ=="}]}
     }

@@ -56,7 +56,7 @@ def test_parity_failure_leaves_no_version_directory(tmp_path: Path) -> None:
         base_path=tmp_path,
         inputs=[parse_input_spec("x:float32:-1,4")],
     )
-    with pytest.raises(ParityError, match="disagrees with the eager model.*output 'output_0'"):
+    with pytest.raises(ParityError, match=r"disagrees with the eager model.*output 'output_0'"):
         export_model(spec)
     assert _children(tmp_path / "drift") == []  # no version, no temporary left behind
 
@@ -105,7 +105,9 @@ def test_keras_file_source_takes_its_signature_from_the_model(tmp_path: Path) ->
 
 def test_explicit_inputs_override_and_must_fit_the_model(tmp_path: Path) -> None:
     spec = ExportSpec(
-        source="examples:mlp", name="mlp", base_path=tmp_path,
+        source="examples:mlp",
+        name="mlp",
+        base_path=tmp_path,
         inputs=[parse_input_spec("pixels:float32:-1,5")],
     )
     with pytest.raises(SignatureError, match=r"cannot be traced with inputs \(pixels: float32"):

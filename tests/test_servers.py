@@ -50,7 +50,9 @@ def _predict_request(x: np.ndarray, **spec: Any) -> predict_pb2.PredictRequest:
 
 
 def _http(servers: Any, arm: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    data = (
+        None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    )
     url = f"http://{getattr(servers, f'{arm}_rest')}{path}"
     try:
         with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as resp:
@@ -63,7 +65,9 @@ def _http(servers: Any, arm: str, path: str, body: Any = None) -> tuple[int, Any
 def test_grpc_predict_matches_the_model_in_process(mlp_servers, in_process, arm: str) -> None:
     stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
     response = stub.Predict(_predict_request(X), timeout=30)
-    np.testing.assert_allclose(array_from_proto(response.outputs["output_0"]), in_process, atol=1e-5)
+    np.testing.assert_allclose(
+        array_from_proto(response.outputs["output_0"]), in_process, atol=1e-5
+    )
     assert response.model_spec.name == "mlp"
     assert response.model_spec.version.value == 1
     assert response.model_spec.signature_name == "serving_default"
@@ -87,7 +91,9 @@ def test_graph_and_eager_servers_agree(mlp_servers) -> None:
     answers = []
     for arm in ARMS:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
-        answers.append(array_from_proto(stub.Predict(_predict_request(X), timeout=30).outputs["output_0"]))
+        answers.append(
+            array_from_proto(stub.Predict(_predict_request(X), timeout=30).outputs["output_0"])
+        )
     np.testing.assert_allclose(answers[0], answers[1], atol=1e-5)
 
 
@@ -121,16 +127,28 @@ def test_grpc_metadata_and_status(mlp_servers, arm: str) -> None:
 @pytest.mark.parametrize(
     ("change", "code", "message"),
     [
-        ({"x": X.astype(np.float64)}, grpc.StatusCode.INVALID_ARGUMENT,
-         r"input 'images' expects float32 of shape \[-1, 784\], got float64 of shape \[3, 784\]"),
-        ({"x": X[:, :5]}, grpc.StatusCode.INVALID_ARGUMENT,
-         r"input 'images' expects float32 of shape \[-1, 784\], got float32 of shape \[3, 5\]"),
-        ({"rename": "pixels"}, grpc.StatusCode.INVALID_ARGUMENT,
-         r"unknown input 'pixels': this signature takes 'images'"),
+        (
+            {"x": X.astype(np.float64)},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            r"input 'images' expects float32 of shape \[-1, 784\], got float64 of shape \[3, 784\]",
+        ),
+        (
+            {"x": X[:, :5]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            r"input 'images' expects float32 of shape \[-1, 784\], got float32 of shape \[3, 5\]",
+        ),
+        (
+            {"rename": "pixels"},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            r"unknown input 'pixels': this signature takes 'images'",
+        ),
         ({"name": "nope"}, grpc.StatusCode.NOT_FOUND, r"Servable not found .*nope"),
         ({"version": 7}, grpc.StatusCode.NOT_FOUND, r"Specific\(mlp, 7\)"),
-        ({"signature_name": "other"}, grpc.StatusCode.FAILED_PRECONDITION,
-         r'Serving signature key "other" not found'),
+        (
+            {"signature_name": "other"},
+            grpc.StatusCode.FAILED_PRECONDITION,
+            r'Serving signature key "other" not found',
+        ),
     ],
 )
 def test_grpc_bad_requests_get_the_right_status_and_server_keeps_serving(
@@ -167,7 +185,11 @@ def test_rest_status_and_metadata_shaped_as_tf_serving(mlp_servers, arm: str) ->
     assert status == 200
     assert body == {
         "model_version_status": [
-            {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+            {
+                "version": "1",
+                "state": "AVAILABLE",
+                "status": {"error_code": "OK", "error_message": ""},
+            }
         ]
     }
     status, body = _http(mlp_servers, arm, "/v1/models/mlp/metadata")
@@ -182,18 +204,30 @@ def test_rest_status_and_metadata_shaped_as_tf_serving(mlp_servers, arm: str) ->
 @pytest.mark.parametrize(
     ("method_path", "body", "status", "message"),
     [
-        ("/v1/models/mlp:predict", {"instances": [[1.0, 2.0]]}, 400,
-         "input 'images' expects float32 of shape [-1, 784], got float32 of shape [1, 2]"),
-        ("/v1/models/mlp:predict", {"instances": [{"pixels": [1.0]}]}, 400,
-         "unknown input 'pixels': this signature takes 'images'"),
+        (
+            "/v1/models/mlp:predict",
+            {"instances": [[1.0, 2.0]]},
+            400,
+            "input 'images' expects float32 of shape [-1, 784], got float32 of shape [1, 2]",
+        ),
+        (
+            "/v1/models/mlp:predict",
+            {"instances": [{"pixels": [1.0]}]},
+            400,
+            "unknown input 'pixels': this signature takes 'images'",
+        ),
         ("/v1/models/mlp:predict", b"{not json", 400, "request body is not valid JSON"),
         ("/v1/models/mlp:predict", {"instances": [[1.0], [1.0, 2.0]]}, 400, "is ragged"),
         ("/v1/models/nope:predict", {"instances": [[1.0]]}, 404, "Servable not found"),
         ("/v1/models/mlp/versions/9:predict", {"instances": [[1.0]]}, 404, "Specific(mlp, 9)"),
         ("/v1/models/nope", None, 404, "Servable not found"),
         ("/v1/models/mlp/versions/x:predict", {"instances": [[1.0]]}, 400, "Malformed request"),
-        ("/v1/models/mlp:predict", {"signature_name": "zz", "instances": [[1.0]]}, 400,
-         'Serving signature key "zz" not found'),
+        (
+            "/v1/models/mlp:predict",
+            {"signature_name": "zz", "instances": [[1.0]]},
+            400,
+            'Serving signature key "zz" not found',
+        ),
     ],
 )
 def test_rest_errors_are_json_with_tf_serving_status(

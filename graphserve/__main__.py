@@ -1,0 +1,3 @@
+from graphserve.cli import app
+
+app(prog_name="graphserve")

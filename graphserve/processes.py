@@ -1,0 +1,97 @@
+"""Servers as child processes: start one, wait until its model is AVAILABLE, stop it cleanly.
+
+Used by `graphserve demo` and the end-to-end tests, which run servers the way a user does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["ServerProcess", "free_port"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS considers free right now on `host` (loopback by default)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """`graphserve serve ...` in a child process, its output to `log_path`."""
+
+    def __init__(
+        self, args: Sequence[str], grpc_address: str, model_name: str, log_path: Path
+    ) -> None:
+        self.args = [sys.executable, "-m", "graphserve", "serve", *args]
+        self.grpc_address = grpc_address
+        self.model_name = model_name
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 180.0) -> ServerProcess:
+        """Start and block until GetModelStatus reports AVAILABLE; raises RuntimeError with the
+        log tail if the process exits or the model is not available within `timeout` s."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(self.args, stdout=log, stderr=log, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with code {self.process.returncode}:\n{self.log_tail()}"
+                )
+            if model_available(self.grpc_address, self.model_name):
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"server not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (drain and exit), then SIGKILL if it has not exited within `timeout` s."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def model_available(grpc_address: str, model_name: str) -> bool:
+    """True when the server at `grpc_address` reports a version of `model_name` AVAILABLE."""
+    import grpc
+    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+
+    with grpc.insecure_channel(grpc_address) as channel:
+        stub = model_service_pb2_grpc.ModelServiceStub(channel)
+        request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": model_name})
+        try:
+            response = stub.GetModelStatus(request, timeout=2)
+        except grpc.RpcError:
+            return False
+    available = get_model_status_pb2.ModelVersionStatus.AVAILABLE
+    return any(v.state == available for v in response.model_version_status)

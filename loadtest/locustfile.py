@@ -1,0 +1,297 @@
+"""Locust users that call a TF Serving-compatible server: gRPC Predict and REST :predict.
+
+Works on its own against any TF Serving API (ours or a real TF Serving), one user class at a time:
+
+    locust -f loadtest/locustfile.py --headless -u 1 -r 1 -t 10s \
+        --host 127.0.0.1:8500 GrpcPredictUser
+    locust -f loadtest/locustfile.py --headless -u 1 -r 1 -t 10s \
+        --host http://127.0.0.1:8501 RestPredictUser
+
+Options added to locust's: --model-name, --signature-name, --payload-file (an .npz from
+loadtest.payloads; without it the payload is built from the server's model metadata with --seed),
+--batch-size, --max-requests (the run quits after that many requests) and --allow-remote (without it
+only loopback targets are accepted). The payload is built and encoded once per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+from locust import FastHttpUser, User, constant, events, task
+from locust.env import Environment
+from locust.exception import StopUser
+from locust.runners import MasterRunner, WorkerRunner
+from tensorflow_serving.apis import prediction_service_pb2
+
+from loadtest.errors import LoadTestError
+from loadtest.metadata import fetch_specs
+from loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
+from loadtest.targets import check_loopback
+
+# grpc's own threads would block gevent's loop; this makes its I/O cooperative. Before any channel.
+grpc_gevent.init_gevent()
+
+logger = logging.getLogger("graphserve.loadtest")
+
+_PREDICT_METHOD = (
+    "/"
+    + prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"].full_name
+    + "/Predict"
+)
+_RPC_TIMEOUT_S = 30.0
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Our command line options; defaults when locust runs as a library without a parser."""
+
+    model_name: str = "mlp"
+    signature_name: str = "serving_default"
+    payload_file: str = ""
+    batch_size: int = 1
+    seed: int = 0
+    max_requests: int = 0
+    allow_remote: bool = False
+
+    @classmethod
+    def of(cls, environment: Environment) -> LoadOptions:
+        parsed = environment.parsed_options
+        if parsed is None:
+            return cls()
+        return cls(
+            model_name=str(parsed.model_name),
+            signature_name=str(parsed.signature_name),
+            payload_file=str(parsed.payload_file),
+            batch_size=int(parsed.batch_size),
+            seed=int(parsed.seed),
+            max_requests=int(parsed.max_requests),
+            allow_remote=bool(parsed.allow_remote),
+        )
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser: Any) -> None:
+    group = parser.add_argument_group("graphserve", "TF Serving Predict load (graphserve)")
+    group.add_argument(
+        "--model-name",
+        default="mlp",
+        env_var="LOCUST_MODEL_NAME",
+        help="model to call (default: mlp)",
+    )
+    group.add_argument(
+        "--signature-name",
+        default="serving_default",
+        env_var="LOCUST_SIGNATURE_NAME",
+        help="signature to call",
+    )
+    group.add_argument(
+        "--payload-file",
+        default="",
+        env_var="LOCUST_PAYLOAD_FILE",
+        help=".npz of inputs; default: built from the model's metadata",
+    )
+    group.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        env_var="LOCUST_BATCH_SIZE",
+        help="rows per request when the payload is built from metadata",
+    )
+    group.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        env_var="LOCUST_SEED",
+        help="seed of the payload built from metadata",
+    )
+    group.add_argument(
+        "--max-requests",
+        type=int,
+        default=0,
+        env_var="LOCUST_MAX_REQUESTS",
+        help="quit after this many requests (per locust process; 0: no bound)",
+    )
+    group.add_argument(
+        "--allow-remote",
+        action="store_true",
+        default=False,
+        help="allow targets that are not on this machine (default: loopback only)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Once per process: the encoded request for each (protocol, host), and the request budget.
+
+_encoded: dict[tuple[str, str], bytes] = {}
+
+
+def encoded_request(protocol: str, host: str, options: LoadOptions) -> bytes:
+    """The request body for `protocol` at `host`, built on first use and reused after.
+
+    Raises LoadTestError when the host is not allowed or the payload cannot be built.
+    """
+    key = (protocol, host)
+    if key not in _encoded:
+        check_loopback(host, options.allow_remote)
+        if options.payload_file:
+            inputs = load_payload(Path(options.payload_file))
+        else:
+            specs = fetch_specs(protocol, host, options.model_name, options.signature_name)
+            inputs = build_payload(specs, options.batch_size, options.seed)
+        if protocol == "grpc":
+            _encoded[key] = grpc_request_bytes(inputs, options.model_name, options.signature_name)
+        else:
+            _encoded[key] = rest_body(inputs, options.signature_name)
+    return _encoded[key]
+
+
+class RequestBudget:
+    """At most `limit` requests are sent (0: no limit); `on_spent` runs when the last one is done.
+
+    Sending is gated before the request and quitting waits for its completion, so the run neither
+    overshoots the count nor cuts off requests still in flight.
+    """
+
+    def __init__(self, limit: int = 0, on_spent: Callable[[], object] | None = None) -> None:
+        self.limit, self.sent, self.done = limit, 0, 0
+        self._on_spent = on_spent
+
+    def take(self) -> bool:
+        if self.limit and self.sent >= self.limit:
+            return False
+        self.sent += 1
+        return True
+
+    def complete(self, **_: Any) -> None:
+        self.done += 1
+        if self.limit and self.done == self.limit and self._on_spent is not None:
+            self._on_spent()
+
+
+_budget = RequestBudget()
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_: Any) -> None:
+    global _budget
+    if isinstance(environment.runner, MasterRunner):
+        return  # the master sends no requests; its workers do all of this themselves
+    options = LoadOptions.of(environment)
+    runner = environment.runner
+    if options.max_requests and runner is not None:
+        # Spawned, not called: quitting from inside a user's request would kill that user mid-call.
+        _budget = RequestBudget(options.max_requests, lambda: gevent.spawn(runner.quit))
+        environment.events.request.add_listener(_budget.complete)
+    # Headless, fail before any user starts, with one clear line rather than once per user. (A
+    # worker learns its host from the master, and the web UI takes one later: users build then.)
+    headless = bool(getattr(environment.parsed_options, "headless", False))
+    if not headless or isinstance(runner, WorkerRunner):
+        return
+    try:
+        for user_class in environment.user_classes:
+            protocol = getattr(user_class, "protocol", None)
+            host = environment.host or user_class.host
+            if protocol and host:
+                encoded_request(protocol, host, options)
+    except LoadTestError as exc:
+        logger.error("%s", exc)
+        raise SystemExit(exc.exit_code) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# gRPC
+
+
+class RequestEventInterceptor(grpc.UnaryUnaryClientInterceptor):
+    """Reports every unary call to locust's `request` event: its time, size and error."""
+
+    def __init__(self, environment: Environment) -> None:
+        self._request_event = environment.events.request
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        start = time.perf_counter()
+        outcome = continuation(client_call_details, request)  # blocks until the call has ended
+        exception = outcome.exception()
+        self._request_event.fire(
+            request_type="grpc",
+            name=client_call_details.method.rsplit("/", 1)[-1],
+            response_time=(time.perf_counter() - start) * 1000,
+            response_length=0 if exception else len(outcome.result()),
+            response=None,
+            context={},
+            exception=exception,
+        )
+        return outcome
+
+
+class GrpcPredictUser(User):
+    """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back."""
+
+    host = "127.0.0.1:8500"  # TF Serving's default gRPC port
+    protocol = "grpc"
+    wait_time = constant(0)
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self._request = encoded_request(self.protocol, self.host, LoadOptions.of(environment))
+        channel = grpc.insecure_channel(self.host)
+        self._channel = grpc.intercept_channel(channel, RequestEventInterceptor(environment))
+        # No serializers: the bytes go out as they are and the reply is not parsed, which keeps
+        # the client's work per call to a minimum (the stub would re-serialize every request).
+        self._predict = self._channel.unary_unary(_PREDICT_METHOD)
+
+    @task
+    def predict(self) -> None:
+        if not _budget.take():
+            raise StopUser()
+        # A failed call is already reported by the interceptor; the user goes on.
+        with contextlib.suppress(grpc.RpcError):
+            self._predict(self._request, timeout=_RPC_TIMEOUT_S)
+
+    def on_stop(self) -> None:
+        self._channel.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# REST
+
+
+class RestPredictUser(FastHttpUser):
+    """POSTs one pre-encoded JSON body to `/v1/models/NAME:predict`; anything but 200 fails."""
+
+    host = "http://127.0.0.1:8501"  # TF Serving's default REST port
+    protocol = "rest"
+    wait_time = constant(0)
+    network_timeout = _RPC_TIMEOUT_S
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        options = LoadOptions.of(environment)
+        self._body = encoded_request(self.protocol, self.host, options)
+        self._path = f"/v1/models/{options.model_name}:predict"
+
+    @task
+    def predict(self) -> None:
+        if not _budget.take():
+            raise StopUser()
+        with self.client.post(
+            self._path,
+            data=self._body,  # type: ignore[arg-type]  # bytes are sent as they are
+            headers=_JSON_HEADERS,
+            name="Predict",
+            catch_response=True,
+        ) as response:
+            if response.status_code != 200:
+                response.failure(f"HTTP {response.status_code}: {(response.text or '')[:200]}")

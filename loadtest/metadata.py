@@ -1,0 +1,160 @@
+"""A served model's input signature, read from its metadata (gRPC or REST).
+
+TF Serving describes a model by a `SignatureDefMap` (tensorflow_serving/apis/get_model_metadata
+.proto): packed in an `Any` under the "signature_def" key of a gRPC `GetModelMetadataResponse`, and
+the same message in protobuf's JSON form under `metadata.signature_def` of
+`GET /v1/models/NAME/metadata` (dtypes as "DT_FLOAT", dimension sizes as strings such as "-1").
+Both paths end in `specs_from_signature_map`, so the two protocols cannot disagree on a signature.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    model_pb2,
+    prediction_service_pb2_grpc,
+)
+
+from exporter.errors import SignatureError
+from exporter.signature import TensorSpec
+from loadtest.errors import PayloadError
+from loadtest.targets import http_base_url
+from serving.codec import dtype_name
+
+__all__ = [
+    "fetch_grpc_specs",
+    "fetch_rest_specs",
+    "fetch_specs",
+    "specs_from_grpc_metadata",
+    "specs_from_rest_metadata",
+    "specs_from_signature_map",
+]
+
+_HINT = "pass --payload-file with inputs saved by loadtest.payloads.save_payload"
+
+
+def specs_from_signature_map(
+    signature_map: get_model_metadata_pb2.SignatureDefMap, signature_name: str
+) -> list[TensorSpec]:
+    """The input specs of one signature, in name order.
+
+    Raises PayloadError when the signature is missing, or an input has an unknown rank or a dtype
+    we cannot generate samples for.
+    """
+    signatures = signature_map.signature_def
+    if signature_name not in signatures:
+        available = ", ".join(repr(k) for k in sorted(signatures)) or "none"
+        raise PayloadError(f"the model has no signature {signature_name!r}: it has {available}")
+    specs: list[TensorSpec] = []
+    # Sorted so that a payload built from gRPC and one built from REST metadata are identical.
+    for name, info in sorted(signatures[signature_name].inputs.items()):
+        if info.tensor_shape.unknown_rank:
+            raise PayloadError(f"input {name!r} has an unknown rank, so no sample fits it: {_HINT}")
+        shape = tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
+        try:
+            specs.append(TensorSpec(name=name, dtype=dtype_name(info.dtype), shape=shape))
+        except SignatureError as exc:
+            raise PayloadError(
+                f"cannot build a sample for input {name!r}: {exc}; {_HINT}"
+            ) from None
+    return specs
+
+
+def specs_from_grpc_metadata(
+    response: get_model_metadata_pb2.GetModelMetadataResponse, signature_name: str
+) -> list[TensorSpec]:
+    """Input specs from a gRPC GetModelMetadataResponse; PayloadError if it has no signatures."""
+    if "signature_def" not in response.metadata:
+        raise PayloadError("the model metadata has no 'signature_def' entry")
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    packed = response.metadata["signature_def"]
+    if not packed.Unpack(signature_map):
+        raise PayloadError(
+            f"the metadata's 'signature_def' holds a {packed.TypeName()}, expected "
+            "tensorflow.serving.SignatureDefMap"
+        )
+    return specs_from_signature_map(signature_map, signature_name)
+
+
+def specs_from_rest_metadata(document: Mapping[str, Any], signature_name: str) -> list[TensorSpec]:
+    """Input specs from the JSON of `GET /v1/models/NAME/metadata`; PayloadError if malformed."""
+    try:
+        raw = document["metadata"]["signature_def"]
+    except (KeyError, TypeError):
+        raise PayloadError("the model metadata has no 'metadata.signature_def' entry") from None
+    signature_map = get_model_metadata_pb2.SignatureDefMap()
+    try:
+        json_format.ParseDict(raw, signature_map, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise PayloadError(f"the model metadata's signature_def is malformed: {exc}") from None
+    return specs_from_signature_map(signature_map, signature_name)
+
+
+def fetch_grpc_specs(
+    address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
+) -> list[TensorSpec]:
+    """Ask a gRPC server (`HOST:PORT`) for a model's input specs; PayloadError on any failure."""
+    request = get_model_metadata_pb2.GetModelMetadataRequest(
+        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name),
+        metadata_field=["signature_def"],
+    )
+    with grpc.insecure_channel(address) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        try:
+            # wait_for_ready: a server that was started a moment ago gets the timeout to come up.
+            response = stub.GetModelMetadata(request, timeout=timeout_s, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            code = exc.code()
+            unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            hint = f" (no answer in {timeout_s:g} s: is a server listening?)" if unreachable else ""
+            raise PayloadError(
+                f"GetModelMetadata for model {model_name!r} at {address} failed: "
+                f"{code.name}: {exc.details()}{hint}"
+            ) from None
+    return specs_from_grpc_metadata(response, signature_name)
+
+
+def fetch_rest_specs(
+    address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
+) -> list[TensorSpec]:
+    """GET a model's metadata from a REST server (`HOST:PORT` or URL); PayloadError on failure."""
+    url = f"{http_base_url(address)}/v1/models/{model_name}/metadata"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise PayloadError(f"GET {url} answered {exc.code}: {_error_text(exc.read())}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise PayloadError(f"GET {url} failed: {exc}") from None
+    try:
+        document = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise PayloadError(f"GET {url} did not return JSON: {exc}") from None
+    return specs_from_rest_metadata(document, signature_name)
+
+
+def fetch_specs(
+    protocol: str, address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
+) -> list[TensorSpec]:
+    """`fetch_grpc_specs` or `fetch_rest_specs`, by protocol ("grpc" or "rest")."""
+    if protocol == "grpc":
+        return fetch_grpc_specs(address, model_name, signature_name, timeout_s)
+    if protocol == "rest":
+        return fetch_rest_specs(address, model_name, signature_name, timeout_s)
+    raise ValueError(f"protocol {protocol!r}: expected 'grpc' or 'rest'")
+
+
+def _error_text(body: bytes) -> str:
+    """TF Serving's `{"error": "..."}` message, or the start of whatever else came back."""
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return body[:200].decode(errors="replace") or "(empty body)"

@@ -1,0 +1,158 @@
+"""The `graphserve` command as users run it: CliRunner for export, child processes for serve."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from typer.testing import CliRunner
+
+from exporter.examples import mlp
+from graphserve.cli import app
+from graphserve.processes import ServerProcess, free_port
+from serving.codec import array_from_proto, array_to_proto
+
+runner = CliRunner()
+
+
+def test_help_lists_commands_without_importing_tensorflow() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from graphserve.cli import app\n"
+        "result = CliRunner().invoke(app, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(result.output)\n"
+        "print('TF_IMPORTED' if 'tensorflow' in sys.modules else 'TF_NOT_IMPORTED')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "TF_NOT_IMPORTED" in out.stdout
+    for command in ("export", "serve", "loadtest", "demo"):
+        assert command in out.stdout
+
+
+def test_export_json_output_is_only_json_on_stdout(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "export",
+            "examples:mlp",
+            "--name",
+            "mlp",
+            "--base-path",
+            str(tmp_path),
+            "--output",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["path"] == str(tmp_path / "mlp" / "1")
+    assert report["version"] == 1
+    assert report["signatures"]["serving_default"]["inputs"]["images"]["shape"] == [-1, 784]
+    assert report["parity"]["passed"] is True
+
+
+def test_export_with_explicit_input_and_version(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "export",
+            "tests.factories:affine",
+            "--name",
+            "affine",
+            "--base-path",
+            str(tmp_path),
+            "--input",
+            "x:float32:-1,3",
+            "--version",
+            "5",
+            "--output",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["version"] == 5
+    assert (tmp_path / "affine" / "5" / "saved_model.pb").is_file()
+
+
+def test_export_parity_failure_exits_1_and_writes_nothing(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "export",
+            "tests.factories:drifting",
+            "--name",
+            "drift",
+            "--base-path",
+            str(tmp_path),
+            "--input",
+            "x:float32:-1,4",
+        ],
+    )
+    assert result.exit_code == 1
+    assert "disagrees with the eager model" in result.stderr
+    assert not any((tmp_path / "drift").iterdir())
+
+
+def test_export_bad_input_spec_is_a_usage_error(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["export", "examples:mlp", "--name", "m", "--base-path", str(tmp_path), "--input", "x"]
+    )
+    assert result.exit_code == 2
+    assert "expected NAME:DTYPE:SHAPE" in result.stderr
+
+
+def test_serve_graph_reports_a_missing_base_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nothing"
+    result = runner.invoke(
+        app, ["serve", "graph", "--model-base-path", str(missing), "--model-name", "m"]
+    )
+    assert result.exit_code == 1
+    assert f"model base path {missing} does not exist" in result.stderr
+
+
+def _predict(address: str, x: np.ndarray) -> np.ndarray:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "mlp"
+    request.inputs["images"].CopyFrom(array_to_proto(x))
+    with grpc.insecure_channel(address) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        return array_from_proto(stub.Predict(request, timeout=30).outputs["output_0"])
+
+
+@pytest.mark.slow
+def test_served_as_a_user_runs_them_and_stopped_by_sigterm(mlp_export, tmp_path: Path) -> None:
+    """`graphserve serve graph` and `serve eager` as child processes, on free loopback ports."""
+    x = np.random.default_rng(5).standard_normal((2, 784)).astype(np.float32)
+    expected = mlp.build()(x).numpy()
+    arms = {
+        "graph": ["graph", "--model-base-path", str(mlp_export.model_dir)],
+        "eager": ["eager", "examples:mlp"],
+    }
+    for arm, args in arms.items():
+        grpc_port, rest_port = free_port(), free_port()
+        server = ServerProcess(
+            [
+                *args,
+                "--model-name",
+                "mlp",
+                "--grpc-port",
+                str(grpc_port),
+                "--rest-port",
+                str(rest_port),
+            ],
+            grpc_address=f"127.0.0.1:{grpc_port}",
+            model_name="mlp",
+            log_path=tmp_path / f"{arm}.log",
+        )
+        with server:
+            np.testing.assert_allclose(_predict(server.grpc_address, x), expected, atol=1e-5)
+        assert server.stop() == 0, server.log_tail()
+        assert "SIGTERM: draining and stopping" in server.log_tail()

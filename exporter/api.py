@@ -9,16 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporter.errors import SignatureError
-from exporter.signature import TensorSpec
+from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec
 from exporter.sources import load_source, resolve_signature
-from exporter.versions import atomic_version_dir, existing_versions, next_version
+from exporter.versions import atomic_version_dir, next_version
 
 if TYPE_CHECKING:  # verify imports TensorFlow; export_model imports it when called
     from exporter.verify import ParityReport
 
 __all__ = ["ExportResult", "ExportSpec", "export_model"]
-
-PREDICT_METHOD = "tensorflow/serving/predict"
 
 
 @dataclass
@@ -66,7 +64,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     """
     import tensorflow as tf
 
-    from exporter.trace import SERVING_DEFAULT, saveable, spec_of, trace
+    from exporter.trace import saveable, spec_of, trace
     from exporter.verify import check_parity
 
     started = time.perf_counter()
@@ -108,8 +106,3 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         trace_count=traced.trace_count,
         seconds=time.perf_counter() - started,
     )
-
-
-def latest_version(model_dir: Path) -> int | None:
-    versions = existing_versions(model_dir)
-    return versions[-1] if versions else None

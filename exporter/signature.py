@@ -7,7 +7,7 @@ TensorFlow. Conversion to `tf.TensorSpec` lives in `exporter.trace`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,11 +16,17 @@ from exporter.errors import SignatureError
 
 __all__ = [
     "DTYPES",
+    "PREDICT_METHOD",
+    "SERVING_DEFAULT",
     "TensorSpec",
     "parse_input_spec",
     "parse_shape",
     "sample_inputs",
 ]
+
+# TF Serving's names for the default signature and the Predict method.
+SERVING_DEFAULT = "serving_default"
+PREDICT_METHOD = "tensorflow/serving/predict"
 
 # The dtypes a signature may declare, by the name users write (TensorFlow's names).
 DTYPES: dict[str, np.dtype] = {
@@ -156,7 +162,3 @@ def sample_inputs(
         else:
             out[spec.name] = rng.standard_normal(size=shape).astype(dt)
     return out
-
-
-def specs_by_name(specs: Iterable[TensorSpec]) -> Mapping[str, TensorSpec]:
-    return {s.name: s for s in specs}

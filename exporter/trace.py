@@ -25,8 +25,6 @@ __all__ = [
     "trace",
 ]
 
-SERVING_DEFAULT = "serving_default"
-
 
 def to_tf_spec(spec: TensorSpec) -> tf.TensorSpec:
     return tf.TensorSpec(shape=spec.shape, dtype=tf.as_dtype(spec.dtype), name=spec.name)

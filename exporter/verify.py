@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from exporter.errors import ParityError
-from exporter.signature import TensorSpec, sample_inputs
-from exporter.trace import SERVING_DEFAULT, call_model
+from exporter.signature import SERVING_DEFAULT, TensorSpec, sample_inputs
+from exporter.trace import call_model
 
 __all__ = ["ParityReport", "check_parity"]
 

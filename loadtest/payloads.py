@@ -22,7 +22,7 @@ from tensorflow_serving.apis import model_pb2, predict_pb2
 
 from exporter.signature import TensorSpec, sample_inputs
 from loadtest.errors import PayloadError
-from serving.codec import array_to_proto, to_json_value
+from serving.codec import array_to_proto, as_bytes, to_json_value
 
 __all__ = [
     "build_payload",
@@ -52,7 +52,7 @@ def save_payload(path: Path, inputs: Mapping[str, np.ndarray]) -> None:
     arrays: dict[str, np.ndarray] = {}
     for name, array in inputs.items():
         if array.dtype.kind in "OSU":
-            values = [_as_bytes(v) for v in array.reshape(-1)]
+            values = [as_bytes(v) for v in array.reshape(-1)]
             arrays[name + _BYTES] = np.frombuffer(b"".join(values), dtype=np.uint8)
             arrays[name + _LENGTHS] = np.array([len(v) for v in values], np.int64).reshape(
                 array.shape
@@ -141,13 +141,5 @@ def _split_bytes(data: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def _to_object_bytes(array: np.ndarray) -> np.ndarray:
     flat = np.empty(array.size, dtype=object)
-    flat[:] = [_as_bytes(v) for v in array.reshape(-1).tolist()]
+    flat[:] = [as_bytes(v) for v in array.reshape(-1).tolist()]
     return flat.reshape(array.shape)
-
-
-def _as_bytes(value: object) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, np.bytes_):
-        return bytes(value)
-    return str(value).encode()

@@ -29,6 +29,7 @@ __all__ = [
     "ENUM_TO_DTYPE",
     "array_from_proto",
     "array_to_proto",
+    "as_bytes",
     "decode_json_request",
     "encode_json_response",
     "parse_json_body",
@@ -87,7 +88,7 @@ def array_to_proto(array: np.ndarray, dtype: str | None = None) -> tensor_pb2.Te
     name = dtype or _numpy_dtype_name(array)
     proto = tensor_pb2.TensorProto(dtype=DTYPE_TO_ENUM[name], tensor_shape=shape_proto(array.shape))
     if name == "string":
-        proto.string_val.extend(_as_bytes(v) for v in array.reshape(-1))
+        proto.string_val.extend(as_bytes(v) for v in array.reshape(-1))
     else:
         proto.tensor_content = np.ascontiguousarray(array, dtype=DTYPES[name]).tobytes()
     return proto
@@ -142,7 +143,8 @@ def _numpy_dtype_name(array: np.ndarray) -> str:
     raise TypeError(f"numpy dtype {array.dtype} has no TensorFlow Serving dtype")
 
 
-def _as_bytes(value: object) -> bytes:
+def as_bytes(value: object) -> bytes:
+    """A string tensor element as bytes (numpy's bytes_ is bytes; text is UTF-8 encoded)."""
     return value if isinstance(value, bytes) else str(value).encode()
 
 
@@ -351,7 +353,7 @@ def to_json_value(name: str, array: np.ndarray) -> Any:
     as_b64 = name.endswith("_bytes")
 
     def text(v: Any) -> Any:
-        raw = _as_bytes(v)
+        raw = as_bytes(v)
         if not as_b64:
             try:
                 return raw.decode()

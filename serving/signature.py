@@ -10,13 +10,10 @@ from dataclasses import dataclass
 
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from exporter.signature import TensorSpec
+from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec
 from serving.codec import DTYPE_TO_ENUM, dtype_name, shape_proto
 
 __all__ = ["PREDICT_METHOD", "SERVING_DEFAULT", "ServedSignature"]
-
-SERVING_DEFAULT = "serving_default"
-PREDICT_METHOD = "tensorflow/serving/predict"
 
 
 @dataclass(frozen=True)

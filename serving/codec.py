@@ -32,6 +32,7 @@ __all__ = [
     "as_bytes",
     "decode_json_request",
     "encode_json_response",
+    "numpy_dtype_name",
     "parse_json_body",
     "to_json_value",
     "validate_inputs",
@@ -85,7 +86,7 @@ def shape_proto(shape: tuple[int | None, ...]) -> tensor_shape_pb2.TensorShapePr
 
 def array_to_proto(array: np.ndarray, dtype: str | None = None) -> tensor_pb2.TensorProto:
     """Encode `array` as a TensorProto: raw `tensor_content` for numbers, `string_val` for bytes."""
-    name = dtype or _numpy_dtype_name(array)
+    name = dtype or numpy_dtype_name(array)
     proto = tensor_pb2.TensorProto(dtype=DTYPE_TO_ENUM[name], tensor_shape=shape_proto(array.shape))
     if name == "string":
         proto.string_val.extend(as_bytes(v) for v in array.reshape(-1))
@@ -134,7 +135,7 @@ def array_from_proto(proto: tensor_pb2.TensorProto, input_name: str = "") -> np.
     )
 
 
-def _numpy_dtype_name(array: np.ndarray) -> str:
+def numpy_dtype_name(array: np.ndarray) -> str:
     if array.dtype.kind in "OSU":
         return "string"
     for name, dt in DTYPES.items():
@@ -164,7 +165,7 @@ def validate_inputs(
         if name not in inputs:
             raise InvalidInput(f"missing input {name!r}: expected {spec.describe()}")
         array = inputs[name]
-        got = _numpy_dtype_name(array)
+        got = numpy_dtype_name(array)
         if got != spec.dtype or not _shape_fits(array.shape, spec.shape):
             raise InvalidInput(
                 f"input {name!r} expects {spec.describe()}, got {got} of shape {list(array.shape)}"

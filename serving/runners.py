@@ -19,6 +19,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from exporter.signature import TensorSpec, sample_inputs
 from exporter.sources import load_source, resolve_signature
 from exporter.trace import call_model
+from serving.codec import numpy_dtype_name
 from serving.errors import InvalidInput, ServingError
 from serving.signature import SERVING_DEFAULT, ServedSignature
 
@@ -86,7 +87,7 @@ class EagerRunner:
         outputs = [
             TensorSpec(
                 name,
-                _dtype_of(array),
+                numpy_dtype_name(array),
                 tuple(None if (i == 0 and batch_free) else d for i, d in enumerate(array.shape)),
             )
             for name, array in probe.items()
@@ -106,7 +107,3 @@ class EagerRunner:
             return self._call(inputs)
         except Exception as exc:
             raise _run_errors(exc) from exc
-
-
-def _dtype_of(array: np.ndarray) -> str:
-    return "string" if array.dtype.kind in "OSU" else array.dtype.name

@@ -1,36 +1,67 @@
-"""`export_model`: SOURCE → traced concrete function → verified SavedModel at BASE/NAME/VERSION."""
+"""`export_model`: SOURCE → traced concrete functions → verified SavedModel at BASE/NAME/VERSION.
+
+The steps, each a module: load the source (sources), settle the signature contracts (contract),
+probe the source for retracing and trace each signature once (retrace, trace), write into a
+hidden temporary (versions), scan every op (opscan), reload and compare with the eager model
+(verify), write warm-up records and replay them (warmup), write the manifest (manifest), rename
+into place, prune old versions.
+"""
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.errors import SignatureError
-from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec
-from exporter.sources import load_source, resolve_signature
-from exporter.versions import atomic_version_dir, next_version
+from exporter.contract import batch_variants, load_signature_file
+from exporter.errors import ParityError, SignatureError, UnsafeOpsError
+from exporter.signature import PREDICT_METHOD, TensorSpec
+from exporter.sources import load_source, resolve_contracts
+from exporter.versions import (
+    atomic_version_dir,
+    clean_stale_temporaries,
+    next_version,
+    prune_versions,
+)
 
-if TYPE_CHECKING:  # verify imports TensorFlow; export_model imports it when called
+if TYPE_CHECKING:  # these import TensorFlow; export_model imports them when called
+    from exporter.compat import TFServingCheck
+    from exporter.opscan import OpScan
+    from exporter.retrace import RetraceReport
     from exporter.verify import ParityReport
 
 __all__ = ["ExportResult", "ExportSpec", "export_model"]
 
+DEFAULT_WARMUP_SAMPLES = 4
+
 
 @dataclass
 class ExportSpec:
-    """What to export and where. `inputs` overrides the signature the source declares."""
+    """What to export, where, and how to check it; the CLI's flags, one field each."""
 
     source: str
     name: str
     base_path: Path = Path("models")
-    version: int | None = None
-    inputs: list[TensorSpec] = field(default_factory=list)
+    version: int | None = None  # None: the next integer
+    overwrite: bool = False  # replace an existing version
+    keep: int | None = None  # prune to the newest N versions after exporting
+    inputs: list[TensorSpec] = field(default_factory=list)  # serving_default's inputs
+    output_names: list[str] = field(default_factory=list)  # serving_default's output names
+    signature_file: Path | None = None  # YAML/JSON contracts (see exporter.contract)
+    signatures: dict[str, str] = field(default_factory=dict)  # extra NAME -> model attribute
+    batch_sizes: list[int] = field(default_factory=list)  # fixed-batch variants per signature
+    jit_compile: bool = False
+    warmup_samples: int = DEFAULT_WARMUP_SAMPLES  # records per signature; 0 writes none
+    samples_file: Path | None = None  # .npz or TF Serving JSON samples for parity and warm-up
     parity_batches: int = 3
-    atol: float = 1e-5
-    rtol: float = 1e-4
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> atol, rtol
+    allow_unsafe: bool = False  # Keras safe mode off for .keras files
+    allow_ops: list[str] = field(default_factory=list)  # flagged ops to accept anyway
+    tfserving_image: str | None = None  # the image to check compatibility against
 
 
 @dataclass
@@ -39,8 +70,19 @@ class ExportResult:
     version: int
     signatures: dict[str, dict[str, Any]]
     parity: ParityReport
-    trace_count: int
+    retrace: RetraceReport
+    op_scan: OpScan
+    warmup_records: int
+    content_hash: str
+    tfserving: TFServingCheck
     seconds: float
+    warnings: list[str] = field(default_factory=list)
+    pruned_versions: list[int] = field(default_factory=list)
+    removed_temporaries: list[str] = field(default_factory=list)
+
+    @property
+    def trace_count(self) -> int:
+        return sum(self.retrace.exported.values())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,61 +90,216 @@ class ExportResult:
             "version": self.version,
             "signatures": self.signatures,
             "parity": self.parity.to_json(),
-            "trace_count": self.trace_count,
+            "traces": self.retrace.to_json(),
+            "op_scan": self.op_scan.to_json(),
+            "warmup_records": self.warmup_records,
+            "content_hash": self.content_hash,
+            "tfserving": self.tfserving.to_json(),
+            "warnings": self.warnings,
+            "pruned_versions": self.pruned_versions,
+            "removed_temporaries": self.removed_temporaries,
             "seconds": round(self.seconds, 3),
         }
 
 
 Log = Callable[[str], None]
 
+_XLA_WARNING = (
+    "--jit-compile: the functions carry XLA's must-compile attribute; TF Serving images are not "
+    "guaranteed to run XLA-compiled functions (the GPU image needs XLA support for the GPU it "
+    "runs on). Load-test the version on the target image before sending it traffic"
+)
+
 
 def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult:
     """Export `spec.source` as `spec.base_path/spec.name/VERSION`.
 
-    Raises an ExportError (SourceError, SignatureError, VersionExistsError, ParityError) and leaves
-    no version directory behind when anything fails.
+    Raises an ExportError (SourceError, SignatureError, VersionExistsError, RetraceError,
+    UnsafeOpsError, ParityError) and leaves no version directory behind when anything fails.
     """
     import tensorflow as tf
 
-    from exporter.trace import saveable, spec_of, trace
-    from exporter.verify import check_parity
+    import graphserve
+    from exporter.compat import check_tfserving
+    from exporter.manifest import FORMAT_VERSION, content_hash, write_manifest
+    from exporter.opscan import scan_saved_model
+    from exporter.retrace import RetraceReport, check_exported, probe_source
+    from exporter.trace import saveable, trace
+    from exporter.verify import DEFAULT_TOLERANCES, check_parity, load_samples
+    from exporter.warmup import replay_warmup, warmup_requests, write_warmup_records
 
     started = time.perf_counter()
     if not spec.name or "/" in spec.name or spec.name.startswith("."):
         raise SignatureError(f"model name {spec.name!r} is not valid: expected a plain name")
     model_dir = Path(spec.base_path) / spec.name
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        log(f"warning: {message}")
+
+    removed = clean_stale_temporaries(model_dir)
+    for path in removed:
+        log(f"removed {path.name}, left by an interrupted export")
     version = spec.version if spec.version is not None else next_version(model_dir)
+    if (model_dir / str(version)).exists() and not spec.overwrite:
+        # Fail before the slow part; atomic_version_dir checks again at the rename.
+        with atomic_version_dir(model_dir, version):
+            pass
 
     log(f"loading {spec.source}")
-    source = load_source(spec.source)
-    specs = resolve_signature(source, spec.inputs)
-    log("tracing " + ", ".join(f"{s.name}: {s.describe()}" for s in specs))
-    traced = trace(source.model, specs)
-    outputs = {
-        name: spec_of(name, tf.TensorSpec(t.shape, t.dtype))
-        for name, t in traced.concrete.structured_outputs.items()
-    }
+    source = load_source(spec.source, allow_unsafe=spec.allow_unsafe)
+    if source.unsafe:
+        warn(f"{spec.source} was loaded with Keras safe mode off (--allow-unsafe)")
+    file_contracts = load_signature_file(spec.signature_file) if spec.signature_file else []
+    contracts = resolve_contracts(
+        source,
+        file_contracts=file_contracts,
+        inputs=spec.inputs,
+        output_names=spec.output_names,
+        extra=spec.signatures,
+    )
+    contracts += [v for c in list(contracts) for v in batch_variants(c, spec.batch_sizes)]
+    samples = load_samples(spec.samples_file, contracts) if spec.samples_file else None
+
+    retrace = RetraceReport()
+    log(f"probing the model for retracing at batch sizes {list(retrace.batch_sizes)}")
+    probe_source(source.model, [c for c in contracts if c.inputs], retrace)
+    traced = []
+    for contract in contracts:
+        log(f"tracing {contract.name}(" + ", ".join(
+            f"{s.name}: {s.describe()}" for s in contract.inputs) + ")"
+            + (" with jit_compile" if spec.jit_compile else ""))
+        traced.append(trace(source.model, contract, jit_compile=spec.jit_compile))
+    check_exported(traced, retrace)
+    if spec.jit_compile:
+        warn(_XLA_WARNING)
     signatures = {
-        SERVING_DEFAULT: {
+        t.contract.name: {
             "method_name": PREDICT_METHOD,
-            "inputs": {s.name: s.to_json() for s in specs},
-            "outputs": {name: o.to_json() for name, o in outputs.items()},
+            "function": t.contract.function,
+            "inputs": {s.name: s.to_json() for s in t.contract.inputs},
+            "outputs": {o.name: o.to_json() for o in t.outputs()},
         }
+        for t in traced
     }
-    with atomic_version_dir(model_dir, version) as tmp:
+    tfserving = check_tfserving(tf.__version__, spec.tfserving_image)
+    if not tfserving.compatible:
+        warn(tfserving.message)
+
+    with atomic_version_dir(model_dir, version, overwrite=spec.overwrite) as tmp:
         log(f"writing {model_dir / str(version)}")
         tf.saved_model.save(
-            saveable(source.model, traced), str(tmp), signatures={SERVING_DEFAULT: traced.concrete}
+            saveable(source.model, traced),
+            str(tmp),
+            signatures={t.contract.name: t.concrete for t in traced},
         )
-        log(f"verifying parity on {spec.parity_batches} random batches")
+        log("scanning ops")
+        op_scan = scan_saved_model(tmp)
+        refused = [f for f in op_scan.flagged if f.op not in spec.allow_ops]
+        if refused:
+            raise UnsafeOpsError(
+                "the graph has ops that touch files, the network or processes, or that TF "
+                "Serving cannot run: "
+                + "; ".join(f"{f.op} ({f.category}) in {f.function}: {f.reason}" for f in refused)
+                + ". Pass --allow-op OP for each if you mean it"
+            )
+        for flagged in op_scan.flagged:
+            warn(f"{flagged.op} ({flagged.category}) in {flagged.function}: allowed by --allow-op")
+        loaded = tf.saved_model.load(str(tmp))
+        tolerances = {**DEFAULT_TOLERANCES, **spec.tolerances}
+        log(f"verifying parity of {len(contracts)} signature(s) on "
+            + (str(spec.samples_file) if samples else f"{spec.parity_batches} random batches"))
         parity = check_parity(
-            tmp, source.model, specs, batches=spec.parity_batches, atol=spec.atol, rtol=spec.rtol
+            loaded,
+            source.model,
+            contracts,
+            batches=spec.parity_batches,
+            tolerances=tolerances,
+            samples=samples,
+            samples_label=str(spec.samples_file) if samples else "random",
         )
+        warmup_records = 0
+        if spec.warmup_samples > 0:
+            requests = warmup_requests(
+                spec.name,
+                {c.name: c.inputs for c in contracts},
+                spec.warmup_samples,
+                fixed=samples,
+            )
+            write_warmup_records(tmp, requests)
+            log(f"replaying {len(requests)} warm-up records")
+            try:
+                warmup_records = replay_warmup(tmp, _runner_of(loaded))
+            except Exception as exc:
+                raise ParityError(f"a warm-up record fails on the exported model: {exc}") from exc
+        digest = content_hash(tmp)
+        write_manifest(
+            tmp,
+            {
+                "format_version": FORMAT_VERSION,
+                "graphserve_version": graphserve.__version__,
+                "tensorflow_version": tf.__version__,
+                "python_version": platform.python_version(),
+                "created": datetime.now(UTC).isoformat(timespec="seconds"),
+                "model_name": spec.name,
+                "version": version,
+                "source": {"text": spec.source, "kind": source.kind},
+                "content_hash": digest,
+                "options": _options(spec),
+                "signatures": signatures,
+                "parity": parity.to_json(),
+                "traces": retrace.to_json(),
+                "warmup": {"records": warmup_records, "samples_per_signature": spec.warmup_samples},
+                "op_scan": op_scan.to_json(),
+                "tfserving": tfserving.to_json(),
+                "warnings": warnings,
+            },
+        )
+    pruned = prune_versions(model_dir, spec.keep, protect=version) if spec.keep else []
+    if pruned:
+        log("pruned versions " + ", ".join(map(str, pruned)) + f" (--keep {spec.keep})")
     return ExportResult(
         path=model_dir / str(version),
         version=version,
         signatures=signatures,
         parity=parity,
-        trace_count=traced.trace_count,
+        retrace=retrace,
+        op_scan=op_scan,
+        warmup_records=warmup_records,
+        content_hash=digest,
+        tfserving=tfserving,
         seconds=time.perf_counter() - started,
+        warnings=warnings,
+        pruned_versions=pruned,
+        removed_temporaries=[p.name for p in removed],
     )
+
+
+def _runner_of(loaded: Any) -> Callable[[str, dict[str, Any]], Any]:
+    import tensorflow as tf
+
+    def run(signature: str, inputs: dict[str, Any]) -> Any:
+        return loaded.signatures[signature](**{k: tf.constant(v) for k, v in inputs.items()})
+
+    return run
+
+
+def _options(spec: ExportSpec) -> dict[str, Any]:
+    return {
+        "overwrite": spec.overwrite,
+        "keep": spec.keep,
+        "signature_file": str(spec.signature_file) if spec.signature_file else None,
+        "inputs": [f"{s.name}:{s.dtype}:{s.shape_text()}" for s in spec.inputs],
+        "output_names": spec.output_names,
+        "signatures": spec.signatures,
+        "batch_sizes": spec.batch_sizes,
+        "jit_compile": spec.jit_compile,
+        "warmup_samples": spec.warmup_samples,
+        "samples_file": str(spec.samples_file) if spec.samples_file else None,
+        "parity_batches": spec.parity_batches,
+        "tolerances": {k: list(v) for k, v in spec.tolerances.items()},
+        "allow_unsafe": spec.allow_unsafe,
+        "allow_ops": spec.allow_ops,
+        "tfserving_image": spec.tfserving_image,
+    }

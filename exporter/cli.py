@@ -1,4 +1,8 @@
-"""`graphserve export`: argument parsing and rendering only; the work is `export_model`."""
+"""`graphserve export`: argument parsing and rendering only; the work is `export_model`.
+
+Exit codes: 0 exported; 1 the export or its verification failed (nothing was written);
+2 usage error (a malformed flag or file, caught before any work).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,64 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from exporter.errors import ExportError
-from exporter.signature import parse_input_spec
+from exporter.signature import DTYPES, parse_input_spec
 from graphserve.console import EXIT_FAILED, EXIT_USAGE, quiet_tensorflow, stderr
+
+
+def _usage_error(message: str) -> typer.Exit:
+    stderr.print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(EXIT_USAGE)
+
+
+def _parse_signatures(values: list[str]) -> dict[str, str]:
+    signatures: dict[str, str] = {}
+    for value in values:
+        name, sep, function = value.partition("=")
+        if not sep or not name.strip() or not function.strip():
+            raise _usage_error(f"--signature {value!r}: expected NAME=fn, e.g. embed=encode")
+        signatures[name.strip()] = function.strip()
+    return signatures
+
+
+def _parse_ints(option: str, text: str | None) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise _usage_error(f"{option} {text!r}: expected comma-separated integers") from None
+    if any(v < 1 for v in values):
+        raise _usage_error(f"{option} {text!r}: every value must be at least 1")
+    return values
+
+
+def _parse_tolerances(values: list[str]) -> dict[str, tuple[float, float]]:
+    tolerances = {}
+    for value in values:
+        dtype, sep, numbers = value.partition("=")
+        parts = numbers.split(",")
+        try:
+            atol = float(parts[0])
+            rtol = float(parts[1]) if len(parts) > 1 else 0.0
+        except ValueError:
+            atol = rtol = -1.0
+        if not sep or dtype not in DTYPES or len(parts) > 2 or atol < 0 or rtol < 0:
+            raise _usage_error(
+                f"--tolerance {value!r}: expected DTYPE=ATOL[,RTOL], e.g. float16=1e-2,1e-2"
+            )
+        tolerances[dtype] = (atol, rtol)
+    return tolerances
 
 
 def export(
     source: Annotated[
         str,
         typer.Argument(
-            help="package.module:factory, a .keras file, or examples:NAME (e.g. examples:mlp)."
+            help="package.module:factory, a .keras file, a SavedModel directory, or "
+            "examples:NAME (mlp, power, branchy, cnn, multi_io)."
         ),
     ],
     name: Annotated[str, typer.Option("--name", help="Model name: the directory under BASE.")],
@@ -28,28 +79,108 @@ def export(
         int | None,
         typer.Option("--version", min=1, help="Version number (default: next integer)."),
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace VERSION if it exists.")
+    ] = False,
+    keep: Annotated[
+        int | None,
+        typer.Option("--keep", min=1, help="After exporting, delete all but the newest N."),
+    ] = None,
     inputs: Annotated[
         list[str] | None,
         typer.Option(
             "--input",
-            help="Input spec NAME:DTYPE:SHAPE, repeatable; shape like -1,784 (-1 = any size).",
+            help="serving_default input NAME:DTYPE:SHAPE, repeatable; shape like -1,784 "
+            "(-1 = any size).",
         ),
     ] = None,
-    atol: Annotated[float, typer.Option(help="Parity: absolute tolerance for floats.")] = 1e-5,
-    rtol: Annotated[float, typer.Option(help="Parity: relative tolerance for floats.")] = 1e-4,
+    output_names: Annotated[
+        str | None,
+        typer.Option("--output-names", help="Names for serving_default's outputs, in order: a,b."),
+    ] = None,
+    signature_file: Annotated[
+        Path | None,
+        typer.Option("--signature-file", help="YAML or JSON file of signatures (see README)."),
+    ] = None,
+    signatures: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--signature",
+            help="Extra signature NAME=fn calling the model's attribute fn, repeatable.",
+        ),
+    ] = None,
+    batch_sizes: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-sizes", help="Also export fixed-batch variants NAME_batchB: e.g. 1,8,32."
+        ),
+    ] = None,
+    jit_compile: Annotated[
+        bool, typer.Option("--jit-compile", help="Trace with XLA (jit_compile=True).")
+    ] = False,
+    warmup_samples: Annotated[
+        int,
+        typer.Option("--warmup-samples", min=0, help="Warm-up records per signature."),
+    ] = 4,
+    no_warmup: Annotated[
+        bool, typer.Option("--no-warmup", help="Write no warm-up records.")
+    ] = False,
+    samples_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--samples-file",
+            help="Samples for parity and warm-up: .npz (INPUT or SIGNATURE/INPUT keys) or a TF "
+            "Serving predict body (.json).",
+        ),
+    ] = None,
+    parity_batches: Annotated[
+        int, typer.Option("--parity-batches", min=1, help="Random batches compared.")
+    ] = 3,
+    tolerances: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tolerance",
+            help="Parity tolerance DTYPE=ATOL[,RTOL], repeatable (default float32=1e-5,1e-4).",
+        ),
+    ] = None,
+    allow_unsafe: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsafe", help="Load a .keras file with safe mode off (runs its code)."
+        ),
+    ] = False,
+    allow_ops: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-op", help="Accept a flagged op (e.g. ReadFile) in the graph, repeatable."
+        ),
+    ] = None,
+    tfserving_image: Annotated[
+        str | None,
+        typer.Option(
+            "--tfserving-image",
+            help="TF Serving image to check compatibility with (default $TFSERVING_IMAGE or "
+            "the pinned release).",
+        ),
+    ] = None,
     output: Annotated[
         str, typer.Option("--output", help="'text' or 'json' (only JSON on stdout).")
     ] = "text",
 ) -> None:
-    """Trace SOURCE into a concrete function and write a verified SavedModel BASE/NAME/VERSION."""
+    """Trace SOURCE into concrete functions and write a verified SavedModel BASE/NAME/VERSION."""
     if output not in ("text", "json"):
-        stderr.print(f"[red]error:[/] --output must be 'text' or 'json', got {output!r}")
-        raise typer.Exit(EXIT_USAGE)
+        raise _usage_error(f"--output must be 'text' or 'json', got {output!r}")
     try:
         specs = [parse_input_spec(text) for text in inputs or []]
+        names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
+        if signature_file is not None:
+            from exporter.contract import load_signature_file
+
+            load_signature_file(signature_file)  # a malformed file is a usage error
     except ExportError as exc:
-        stderr.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        raise _usage_error(str(exc)) from None
+    if samples_file is not None and not samples_file.is_file():
+        raise _usage_error(f"--samples-file {samples_file} does not exist")
     quiet_tensorflow()
     from exporter.api import ExportSpec, export_model
 
@@ -58,25 +189,77 @@ def export(
         name=name,
         base_path=base_path,
         version=version,
+        overwrite=overwrite,
+        keep=keep,
         inputs=specs,
-        atol=atol,
-        rtol=rtol,
+        output_names=names,
+        signature_file=signature_file,
+        signatures=_parse_signatures(signatures or []),
+        batch_sizes=_parse_ints("--batch-sizes", batch_sizes),
+        jit_compile=jit_compile,
+        warmup_samples=0 if no_warmup else warmup_samples,
+        samples_file=samples_file,
+        parity_batches=parity_batches,
+        tolerances=_parse_tolerances(tolerances or []),
+        allow_unsafe=allow_unsafe,
+        allow_ops=list(allow_ops or []),
+        tfserving_image=tfserving_image,
     )
     try:
-        result = export_model(spec, log=lambda msg: stderr.print(f"[dim]{msg}[/]"))
+        result = export_model(spec, log=_log)
     except ExportError as exc:
-        stderr.print(f"[red]export failed:[/] {exc}")
+        stderr.print(f"[red]export failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
     if output == "json":
         typer.echo(json.dumps(result.to_json(), indent=2))
         return
-    sig = result.signatures["serving_default"]
     stderr.print(
         f"[green]exported[/] {result.path} (version {result.version}) in {result.seconds:.1f}s; "
-        f"parity max abs error {result.parity.max_abs_error:.2g} over "
-        f"{result.parity.batches} batches"
+        f"parity max abs error {result.parity.max_abs_error:.2g}, "
+        f"{result.warmup_records} warm-up records, {result.op_scan.total_ops} ops scanned"
     )
-    for kind in ("inputs", "outputs"):
-        for tname, t in sig[kind].items():
-            stderr.print(f"  {kind[:-1]:6} {tname}: {t['dtype']} {t['shape']}")
+    for sig_name, sig in result.signatures.items():
+        stderr.print(f"  [bold]{sig_name}[/]")
+        for kind in ("inputs", "outputs"):
+            for tname, t in sig[kind].items():
+                stderr.print(f"    {kind[:-1]:6} {tname}: {t['dtype']} {t['shape']}")
     typer.echo(str(result.path))
+
+
+def _log(message: str) -> None:
+    if message.startswith("warning: "):
+        stderr.print(f"[yellow]warning:[/] {escape(message[len('warning: ') :])}")
+    else:
+        stderr.print(f"[dim]{escape(message)}[/]")
+
+
+def inspect(
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A SavedModel version directory, or a model directory of numeric versions "
+            "(the newest is inspected)."
+        ),
+    ],
+    output: Annotated[
+        str, typer.Option("--output", help="'text' or 'json' (only JSON on stdout).")
+    ] = "text",
+) -> None:
+    """Show a SavedModel's signatures, dtypes, shapes, op counts, flagged ops, warm-up records and
+    manifest, read from its files (the model is not loaded)."""
+    if output not in ("text", "json"):
+        raise _usage_error(f"--output must be 'text' or 'json', got {output!r}")
+    quiet_tensorflow()
+    from rich.console import Console
+
+    from exporter.inspect import inspect_saved_model, render_text
+
+    try:
+        info = inspect_saved_model(path)
+    except ExportError as exc:
+        stderr.print(f"[red]inspect failed:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+    if output == "json":
+        typer.echo(json.dumps(info.to_json(), indent=2))
+        return
+    Console(highlight=False).print(render_text(info))

@@ -4,12 +4,22 @@ ExportError                 something the user can fix; exit code 1 unless noted
 ├── SourceError             SOURCE cannot be loaded (bad module path, missing file, bad factory)
 ├── SignatureError          the input signature is missing, malformed or does not fit the model
 ├── VersionExistsError      BASE/NAME/VERSION exists already
-└── ParityError             the reloaded SavedModel disagrees with the eager model
+├── ParityError             the reloaded SavedModel disagrees with the eager model
+├── RetraceError            a served function traces more than once (retracing trap)
+└── UnsafeOpsError          the graph has file, network or process ops (op scan)
 """
 
 from __future__ import annotations
 
-__all__ = ["ExportError", "ParityError", "SignatureError", "SourceError", "VersionExistsError"]
+__all__ = [
+    "ExportError",
+    "ParityError",
+    "RetraceError",
+    "SignatureError",
+    "SourceError",
+    "UnsafeOpsError",
+    "VersionExistsError",
+]
 
 
 class ExportError(Exception):
@@ -29,4 +39,12 @@ class VersionExistsError(ExportError):
 
 
 class ParityError(ExportError):
+    pass
+
+
+class RetraceError(ExportError):
+    pass
+
+
+class UnsafeOpsError(ExportError):
     pass

@@ -1,7 +1,7 @@
-"""Model sources: `examples:NAME`, `package.module:factory` and `.keras` files.
+"""Model sources: `examples:NAME`, `package.module:factory`, `.keras` files, SavedModel dirs.
 
-`load_source` turns what the user typed into a callable model plus the input signature the source
-declares, if any. TensorFlow and Keras are imported here, late, so the CLI stays fast.
+`load_source` turns what the user typed into a callable model plus the signature contracts the
+source declares, if any. TensorFlow and Keras are imported here, late, so the CLI stays fast.
 """
 
 from __future__ import annotations
@@ -9,27 +9,29 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from exporter.contract import SignatureContract, contracts_from_mapping, merge_contracts
 from exporter.errors import SignatureError, SourceError
-from exporter.signature import TensorSpec, check_unique, parse_input_spec
+from exporter.signature import SERVING_DEFAULT, TensorSpec, parse_input_spec
 
-__all__ = ["ModelSource", "available_examples", "load_source", "resolve_signature"]
+__all__ = ["ModelSource", "available_examples", "load_source", "resolve_contracts"]
 
 _EXAMPLES_PACKAGE = "exporter.examples"
 
 
 @dataclass
 class ModelSource:
-    """A loaded model: `model` is callable on tensors; `declared` is the signature it ships."""
+    """A loaded model: `model` is callable on tensors; `declared` is what the source declares."""
 
     text: str
-    kind: str  # "example" | "factory" | "keras"
+    kind: str  # "example" | "factory" | "keras" | "savedmodel"
     model: Any
-    declared: list[TensorSpec] | None
+    declared: list[SignatureContract] = field(default_factory=list)
+    unsafe: bool = False  # loaded with Keras safe mode off
 
 
 def available_examples() -> list[str]:
@@ -37,15 +39,22 @@ def available_examples() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__))
 
 
-def load_source(text: str) -> ModelSource:
-    """Load SOURCE; raises SourceError naming what could not be found or called."""
+def load_source(text: str, *, allow_unsafe: bool = False) -> ModelSource:
+    """Load SOURCE; raises SourceError naming what could not be found, loaded or called.
+
+    `allow_unsafe` turns Keras safe mode off for `.keras` files (it lets the file run code).
+    """
     if text.endswith(".keras"):
-        return _load_keras_file(text)
+        return _load_keras_file(text, allow_unsafe)
+    if Path(text, "saved_model.pb").is_file():
+        return _load_saved_model(text)
     module_name, sep, attr = text.partition(":")
     if not sep or not module_name or not attr:
+        hint = " (a directory without saved_model.pb)" if Path(text).is_dir() else ""
         raise SourceError(
-            f"source {text!r} is not understood: expected package.module:factory, a .keras file, "
-            f"or examples:NAME (one of {', '.join(available_examples())})"
+            f"source {text!r}{hint} is not understood: expected package.module:factory, a .keras "
+            f"file, a SavedModel directory, or examples:NAME (one of "
+            f"{', '.join(available_examples())})"
         )
     if module_name == "examples":
         if attr not in available_examples():
@@ -80,22 +89,57 @@ def _from_factory(text: str, kind: str, module: Any, attr: str) -> ModelSource:
             f"factory {text!r} returned {type(model).__name__}, which is not callable: expected a "
             "Keras model, a tf.Module with __call__, or a function of tensors"
         )
+    return ModelSource(text, kind, model, _declared(module, text))
+
+
+def _declared(module: Any, where: str) -> list[SignatureContract]:
+    """The module's `SIGNATURES` (the signature-file schema) or `INPUT_SIGNATURE`."""
+    signatures = getattr(module, "SIGNATURES", None)
+    if signatures:
+        if not isinstance(signatures, Mapping):
+            raise SignatureError(f"SIGNATURES of {where!r} must be a mapping of signature names")
+        return contracts_from_mapping({"signatures": signatures}, f"SIGNATURES of {where!r}")
     declared = getattr(module, "INPUT_SIGNATURE", None)
-    return ModelSource(text, kind, model, _as_specs(declared, text) if declared else None)
+    if declared:
+        return [SignatureContract(SERVING_DEFAULT, tuple(_as_specs(declared, where)))]
+    return []
 
 
-def _load_keras_file(text: str) -> ModelSource:
+def _load_keras_file(text: str, allow_unsafe: bool) -> ModelSource:
     path = Path(text)
     if not path.is_file():
         raise SourceError(f"Keras file {text!r} does not exist")
     import keras
 
     try:
-        # safe_mode refuses lambda layers and other code embedded in the file.
-        model = keras.saving.load_model(path, safe_mode=True)
+        # Safe mode refuses lambda layers and other Python code embedded in the file.
+        model = keras.saving.load_model(path, safe_mode=not allow_unsafe)
     except Exception as exc:
-        raise SourceError(f"cannot load Keras file {text!r}: {exc}") from exc
-    return ModelSource(text, "keras", model, None)
+        hint = ""
+        if not allow_unsafe and "safe" in str(exc).lower():
+            hint = (
+                "; the file carries Python code that safe mode will not run. Loading it runs that "
+                "code: pass --allow-unsafe only if you trust the file"
+            )
+        raise SourceError(f"cannot load Keras file {text!r}: {exc}{hint}") from exc
+    return ModelSource(text, "keras", model, _keras_contracts(model), unsafe=allow_unsafe)
+
+
+def _load_saved_model(text: str) -> ModelSource:
+    """An existing SavedModel: its signatures are the declared contracts, to keep or extend."""
+    import tensorflow as tf
+
+    try:
+        loaded = tf.saved_model.load(text)
+    except Exception as exc:
+        raise SourceError(f"cannot load SavedModel {text!r}: {exc}") from exc
+    contracts = []
+    for key, function in loaded.signatures.items():
+        _, kwargs = function.structured_input_signature
+        inputs = tuple(_from_tf_spec(spec, f"signature {key!r} of {text!r}", name) for name, spec
+                       in sorted(kwargs.items()))
+        contracts.append(SignatureContract(key, inputs, f"signatures.{key}"))
+    return ModelSource(text, "savedmodel", loaded, contracts)
 
 
 def _as_specs(declared: Sequence[Any], where: str) -> list[TensorSpec]:
@@ -106,37 +150,20 @@ def _as_specs(declared: Sequence[Any], where: str) -> list[TensorSpec]:
         elif isinstance(item, str):
             specs.append(parse_input_spec(item))
         else:  # a tf.TensorSpec
-            specs.append(_from_tf_spec(item, where))
+            specs.append(_from_tf_spec(item, f"INPUT_SIGNATURE of {where!r}"))
     return specs
 
 
-def _from_tf_spec(spec: Any, where: str) -> TensorSpec:
-    name = getattr(spec, "name", None)
+def _from_tf_spec(spec: Any, where: str, name: str | None = None) -> TensorSpec:
+    name = name or getattr(spec, "name", None)
     if not name:
-        raise SignatureError(f"INPUT_SIGNATURE of {where!r} has a tf.TensorSpec without a name")
-    dtype = "string" if spec.dtype.name == "string" else spec.dtype.name
-    return TensorSpec(name, dtype, tuple(spec.shape.as_list()))
+        raise SignatureError(f"{where} has a tf.TensorSpec without a name")
+    shape = tuple(spec.shape.as_list()) if spec.shape.rank is not None else ()
+    return TensorSpec(name, spec.dtype.name, shape)
 
 
-def resolve_signature(source: ModelSource, explicit: Sequence[TensorSpec] = ()) -> list[TensorSpec]:
-    """The input signature: `--input` first, then the source's declaration, then Keras inputs."""
-    if explicit:
-        specs = list(explicit)
-    elif source.declared:
-        specs = source.declared
-    else:
-        specs = _keras_inputs(source)
-    if not specs:
-        raise SignatureError(
-            f"cannot tell the input signature of {source.text!r}: pass --input NAME:DTYPE:SHAPE "
-            "(e.g. --input images:float32:-1,784) or define INPUT_SIGNATURE in its module"
-        )
-    check_unique(specs)
-    return specs
-
-
-def _keras_inputs(source: ModelSource) -> list[TensorSpec]:
-    inputs = getattr(source.model, "inputs", None)
+def _keras_contracts(model: Any) -> list[SignatureContract]:
+    inputs = getattr(model, "inputs", None)
     if not inputs:
         return []
     specs = []
@@ -144,4 +171,29 @@ def _keras_inputs(source: ModelSource) -> list[TensorSpec]:
         dtype = str(getattr(tensor.dtype, "name", tensor.dtype))
         name = str(tensor.name).split(":")[0]
         specs.append(TensorSpec(name, dtype, tuple(tensor.shape)))
-    return specs
+    return [SignatureContract(SERVING_DEFAULT, tuple(specs))]
+
+
+def resolve_contracts(
+    source: ModelSource,
+    *,
+    file_contracts: Sequence[SignatureContract] = (),
+    inputs: Sequence[TensorSpec] = (),
+    output_names: Sequence[str] = (),
+    extra: Mapping[str, str] | None = None,
+) -> list[SignatureContract]:
+    """Every signature to export, serving_default first.
+
+    The command line (`inputs`, `output_names`, `extra`) goes over the signature file, which
+    replaces what the source declares (module SIGNATURES/INPUT_SIGNATURE, Keras inputs, or an
+    existing SavedModel's signatures).
+    """
+    declared = list(file_contracts) or source.declared or _keras_contracts(source.model)
+    contracts = merge_contracts(declared, inputs=inputs, output_names=output_names, extra=extra)
+    if not contracts:
+        raise SignatureError(
+            f"cannot tell the input signature of {source.text!r}: pass --input NAME:DTYPE:SHAPE "
+            "(e.g. --input images:float32:-1,784), a --signature-file, or define INPUT_SIGNATURE "
+            "in its module"
+        )
+    return contracts

@@ -1,25 +1,30 @@
-"""Tracing: the model becomes one concrete function with a fixed input signature.
+"""Tracing: each signature becomes one concrete function with a fixed input signature.
 
-`call_model` is the single place that knows how a model is called on named tensors; the exporter
-traces through it and the eager server runs it as is, so both execute the same Python.
+`call_signature` is the single place that knows how a model is called on named tensors and how
+its outputs are named; the exporter traces through it and the eager server runs it as is, so both
+execute the same Python.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
 
+from exporter.contract import SignatureContract
 from exporter.errors import SignatureError
 from exporter.signature import TensorSpec
 
 __all__ = [
     "Traced",
-    "call_model",
-    "normalize_outputs",
+    "call_signature",
+    "name_outputs",
+    "resolve_function",
     "saveable",
+    "signature_errors",
     "spec_of",
     "to_tf_spec",
     "trace",
@@ -42,67 +47,153 @@ def _is_keras(model: Any) -> bool:
     return isinstance(model, keras.layers.Layer)
 
 
-def call_model(model: Any, inputs: Mapping[str, Any], specs: Sequence[TensorSpec]) -> dict:
-    """Call `model` on named tensors: one input is passed bare, several as a dict by name.
+def resolve_function(model: Any, function: str | None) -> Any:
+    """The callable a signature runs: the model, or a dotted attribute of it.
 
-    Keras models run with `training=False` (dropout off, batch-norm statistics frozen).
+    `signatures.KEY` names a signature of a loaded SavedModel. Raises SignatureError when the
+    attribute does not exist or is not callable.
     """
-    args: Any = (
-        inputs[specs[0].name] if len(specs) == 1 else {s.name: inputs[s.name] for s in specs}
-    )
-    result = model(args, training=False) if _is_keras(model) else model(args)
-    return normalize_outputs(result)
+    if function is None:
+        return model
+    target = model
+    parts = function.split(".")
+    while parts:
+        part = parts.pop(0)
+        if part == "signatures" and parts and isinstance(getattr(target, part, None), Mapping):
+            key = parts.pop(0)
+            if key not in target.signatures:
+                raise SignatureError(
+                    f"the SavedModel has no signature {key!r}: it has {sorted(target.signatures)}"
+                )
+            target = target.signatures[key]
+            continue
+        if not hasattr(target, part):
+            raise SignatureError(
+                f"the model ({type(model).__name__}) has no attribute {function!r} to serve as a "
+                "signature function"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise SignatureError(f"{function!r} of the model is not callable")
+    return target
 
 
-def normalize_outputs(result: Any) -> dict[str, Any]:
-    """Name the outputs: a dict keeps its keys; a tensor is `output_0`; a sequence `output_i`.
+def call_signature(
+    model: Any, contract: SignatureContract, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Run `contract`'s function of `model` on named tensors; returns its outputs by name.
 
-    These are the names Keras' own `model.export()` gives unnamed outputs.
+    One input is passed bare, several as a dict by name; a SavedModel's signature functions take
+    keyword arguments. Keras models run with `training=False` (dropout off, batch-norm frozen).
     """
+    target = resolve_function(model, contract.function)
+    names = [s.name for s in contract.inputs]
+    if isinstance(target, tf.types.experimental.ConcreteFunction):
+        result = target(**{n: inputs[n] for n in names})
+    else:
+        args: Any = inputs[names[0]] if len(names) == 1 else {n: inputs[n] for n in names}
+        result = target(args, training=False) if _is_keras(target) else target(args)
+    return name_outputs(result, contract, _keras_output_names(target))
+
+
+def _keras_output_names(target: Any) -> list[str]:
+    if not _is_keras(target):
+        return []
+    try:
+        return [str(n) for n in getattr(target, "output_names", None) or []]
+    except (AttributeError, ValueError):  # subclassed models that were never built
+        return []
+
+
+def name_outputs(
+    result: Any, contract: SignatureContract, default_names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Name the outputs.
+
+    A dict keeps its keys, and declared output names must match them. A tensor or a sequence
+    takes the declared names, else the Keras model's output layer names, else `output_i` (the
+    names Keras' own `model.export()` gives). Raises SignatureError when the counts or names
+    disagree.
+    """
+    declared = contract.output_names
     if isinstance(result, Mapping):
-        return {str(k): v for k, v in result.items()}
-    if isinstance(result, list | tuple):
-        return {f"output_{i}": v for i, v in enumerate(result)}
-    return {"output_0": result}
+        named = {str(k): v for k, v in result.items()}
+        if declared is not None and set(declared) != set(named):
+            raise SignatureError(
+                f"signature {contract.name!r}: the model returns outputs {sorted(named)}, the "
+                f"signature declares {sorted(declared)}"
+            )
+        return named
+    values = list(result) if isinstance(result, list | tuple) else [result]
+    if declared is not None:
+        if len(declared) != len(values):
+            raise SignatureError(
+                f"signature {contract.name!r} declares {len(declared)} output names "
+                f"{list(declared)}, the model returns {len(values)} outputs"
+            )
+        names = list(declared)
+    elif len(default_names) == len(values) and len(set(default_names)) == len(values):
+        names = list(default_names)
+    else:
+        names = [f"output_{i}" for i in range(len(values))]
+    return dict(zip(names, values, strict=True))
 
 
 @dataclass
 class Traced:
-    function: Any  # the tf.function
-    concrete: Any  # its ConcreteFunction for the signature
-    trace_count: int
+    contract: SignatureContract
+    function: Any  # the tf.function, with the contract's input_signature
+    concrete: Any  # its ConcreteFunction
+    trace_count: int  # how often its Python ran; 1 unless something forced a retrace
+
+    def outputs(self) -> list[TensorSpec]:
+        return [
+            spec_of(name, tf.TensorSpec(t.shape, t.dtype))
+            for name, t in self.concrete.structured_outputs.items()
+        ]
 
 
-def trace(model: Any, specs: Sequence[TensorSpec], jit_compile: bool = False) -> Traced:
-    """Trace `model` once into a concrete function over `specs`; raises SignatureError if the
-    model cannot be called on tensors of that signature."""
-    traces = 0
-    names = [s.name for s in specs]
+def trace(model: Any, contract: SignatureContract, jit_compile: bool = False) -> Traced:
+    """Trace `contract`'s function of `model` once into a concrete function.
+
+    Raises SignatureError if the model cannot be called on tensors of the contract's signature.
+    """
+    traced = Traced(contract, None, None, 0)
+    names = [s.name for s in contract.inputs]
 
     def serve(*tensors: tf.Tensor) -> dict[str, tf.Tensor]:
-        nonlocal traces
-        traces += 1  # Python runs only while tracing: this counts traces, not calls.
-        return call_model(model, dict(zip(names, tensors, strict=True)), specs)
+        traced.trace_count += 1  # Python runs only while tracing: this counts traces, not calls.
+        return call_signature(model, contract, dict(zip(names, tensors, strict=True)))
 
-    function = tf.function(
-        serve, input_signature=[to_tf_spec(s) for s in specs], jit_compile=jit_compile
+    serve.__name__ = f"serve_{contract.name}"
+    traced.function = tf.function(
+        serve, input_signature=[to_tf_spec(s) for s in contract.inputs], jit_compile=jit_compile
     )
+    with signature_errors(contract):
+        traced.concrete = traced.function.get_concrete_function()
+    return traced
+
+
+@contextmanager
+def signature_errors(contract: SignatureContract) -> Iterator[None]:
+    """Turn the errors a model raises on inputs it does not accept into a SignatureError."""
     try:
-        concrete = function.get_concrete_function()
-    except (TypeError, ValueError, tf.errors.InvalidArgumentError) as exc:
-        signature = ", ".join(f"{s.name}: {s.describe()}" for s in specs)
+        yield
+    except SignatureError:
+        raise
+    except (TypeError, ValueError, AttributeError, tf.errors.InvalidArgumentError) as exc:
+        signature = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
         raise SignatureError(
-            f"the model cannot be traced with inputs ({signature}): {exc}"
+            f"signature {contract.name!r}: the model cannot be called with inputs ({signature}): "
+            f"{exc}"
         ) from exc
-    return Traced(function, concrete, traces)
 
 
-def saveable(model: Any, traced: Traced) -> tf.Module:
-    """A tf.Module that tracks the model's variables next to the serving function."""
+def saveable(model: Any, traced: Sequence[Traced]) -> tf.Module:
+    """A tf.Module that tracks the model's variables next to the serving functions."""
     root = tf.Module()
-    if isinstance(model, tf.Module) or _is_keras(model):
+    if isinstance(model, tf.Module) or _is_keras(model) or hasattr(model, "signatures"):
         root.model = model
-    root.serve = traced.function
     # Variables a plain function closes over are tracked here, or saving would refuse them.
-    root.captured_variables = list(traced.concrete.variables)
+    root.captured_variables = [v for t in traced for v in t.concrete.variables]
     return root

@@ -1,89 +1,252 @@
-"""Parity: the SavedModel as written, reloaded, must compute what the eager model computes."""
+"""Parity: the SavedModel as written, reloaded, must compute what the eager model computes.
+
+Every signature is compared output by output: floats within `atol + rtol * |eager|` with a
+tolerance per dtype (half precision gets more room than float64), everything else exactly.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
-from exporter.errors import ParityError
-from exporter.signature import SERVING_DEFAULT, TensorSpec, sample_inputs
-from exporter.trace import call_model
+from exporter.contract import SignatureContract
+from exporter.errors import ParityError, SignatureError
+from exporter.signature import sample_inputs
+from exporter.trace import call_signature
 
-__all__ = ["ParityReport", "check_parity"]
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "OutputParity",
+    "ParityReport",
+    "Samples",
+    "check_parity",
+    "load_samples",
+]
+
+# (atol, rtol) per float dtype; other dtypes compare exactly.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (2e-2, 2e-2),
+    "float32": (1e-5, 1e-4),
+    "float64": (1e-9, 1e-7),
+}
+
+Samples = Mapping[str, Mapping[str, np.ndarray]]  # signature -> input -> array
+
+
+@dataclass
+class OutputParity:
+    signature: str
+    output: str
+    dtype: str
+    max_abs_error: float
+    max_rel_error: float
+    atol: float | None  # None: compared exactly
+    rtol: float | None
+    passed: bool
 
 
 @dataclass
 class ParityReport:
-    """How far the reloaded graph is from the eager model, over `batches` random batches."""
+    """How far the reloaded graph is from the eager model, per signature and output."""
 
     batches: int
-    batch_size: int
-    atol: float
-    rtol: float
-    max_abs_error: float = 0.0
-    max_rel_error: float = 0.0
-    passed: bool = True
+    samples: str  # "random" or the samples file
+    outputs: list[OutputParity] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
 
+    @property
+    def passed(self) -> bool:
+        return not self.mismatches
+
+    @property
+    def max_abs_error(self) -> float:
+        return max((o.max_abs_error for o in self.outputs), default=0.0)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((o.max_rel_error for o in self.outputs), default=0.0)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "passed": self.passed,
+            "batches": self.batches,
+            "samples": self.samples,
+            "max_abs_error": self.max_abs_error,
+            "max_rel_error": self.max_rel_error,
+            "outputs": [asdict(o) for o in self.outputs],
+            "mismatches": self.mismatches,
+        }
 
 
 def check_parity(
-    saved_dir: Path,
+    loaded: Any,
     model: Any,
-    specs: Sequence[TensorSpec],
+    contracts: Sequence[SignatureContract],
     *,
     batches: int = 3,
     batch_size: int = 4,
-    atol: float = 1e-5,
-    rtol: float = 1e-4,
+    tolerances: Mapping[str, tuple[float, float]] = DEFAULT_TOLERANCES,
+    samples: Samples | None = None,
+    samples_label: str = "random",
     seed: int = 0,
 ) -> ParityReport:
-    """Reload `saved_dir` and compare `serving_default` with `model` called eagerly.
+    """Compare every signature of `loaded` (the reloaded SavedModel) with `model` run eagerly.
 
-    Floats must agree within `atol + rtol * |eager|`; other dtypes exactly. Raises ParityError
-    naming the output and the error when they do not.
+    User `samples` replace the random batches for the signatures they cover. Raises ParityError
+    naming the signature, the output and the error when they disagree.
     """
-    signature = tf.saved_model.load(str(saved_dir)).signatures[SERVING_DEFAULT]
-    report = ParityReport(batches=batches, batch_size=batch_size, atol=atol, rtol=rtol)
-    for b in range(batches):
-        arrays = sample_inputs(specs, batch_size=batch_size, seed=seed + b)
-        tensors = {name: tf.constant(a) for name, a in arrays.items()}
-        graph = {k: v.numpy() for k, v in signature(**tensors).items()}
-        eager = {k: np.asarray(v) for k, v in call_model(model, tensors, specs).items()}
-        if set(graph) != set(eager):
-            raise ParityError(
-                f"the SavedModel returns outputs {sorted(graph)}, the eager model {sorted(eager)}"
-            )
-        for name, expected in eager.items():
-            _compare(report, name, graph[name], expected)
+    report = ParityReport(batches=batches, samples=samples_label if samples else "random")
+    for contract in contracts:
+        if contract.name not in loaded.signatures:
+            raise ParityError(f"the reloaded SavedModel has no signature {contract.name!r}")
+        function = loaded.signatures[contract.name]
+        worst: dict[str, OutputParity] = {}
+        for arrays in _batches(contract, samples, batches, batch_size, seed):
+            tensors = {name: tf.constant(a) for name, a in arrays.items()}
+            graph = {k: v.numpy() for k, v in function(**tensors).items()}
+            eager = {k: np.asarray(v) for k, v in call_signature(model, contract, tensors).items()}
+            if set(graph) != set(eager):
+                raise ParityError(
+                    f"signature {contract.name!r}: the SavedModel returns outputs "
+                    f"{sorted(graph)}, the eager model {sorted(eager)}"
+                )
+            for name, expected in eager.items():
+                result = _compare(contract.name, name, graph[name], expected, tolerances)
+                if result is None:
+                    report.mismatches.append(
+                        f"signature {contract.name!r} output {name!r} has shape "
+                        f"{graph[name].shape}, eager {expected.shape}"
+                    )
+                    continue
+                worst[name] = _merge(worst.get(name), result)
+        report.outputs.extend(worst.values())
+    report.mismatches.extend(
+        f"signature {o.signature!r} output {o.output!r} differs by up to {o.max_abs_error:.3g}"
+        + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.atol is not None else " (exact dtype)")
+        for o in report.outputs
+        if not o.passed
+    )
     if report.mismatches:
-        report.passed = False
         raise ParityError(
             "the reloaded SavedModel disagrees with the eager model: "
             + "; ".join(report.mismatches[:3])
-            + f" (max abs error {report.max_abs_error:.3g}, atol {atol:g}, rtol {rtol:g})"
         )
     return report
 
 
-def _compare(report: ParityReport, name: str, got: np.ndarray, expected: np.ndarray) -> None:
+def _batches(
+    contract: SignatureContract,
+    samples: Samples | None,
+    batches: int,
+    batch_size: int,
+    seed: int,
+) -> list[dict[str, np.ndarray]]:
+    user = (samples or {}).get(contract.name)
+    fixed_batch = contract.inputs[0].shape[0] if contract.inputs[0].shape else None
+    if user and fixed_batch is None:
+        rows = len(next(iter(user.values())))
+        step = max(batch_size, 1) if rows > 64 else rows
+        return [{k: v[i : i + step] for k, v in user.items()} for i in range(0, rows, step)]
+    return [sample_inputs(contract.inputs, batch_size=batch_size, seed=seed + b)
+            for b in range(batches)]
+
+
+def _merge(previous: OutputParity | None, result: OutputParity) -> OutputParity:
+    """The worst of two batches' results for one output."""
+    if previous is None:
+        return result
+    return replace(
+        result,
+        max_abs_error=max(previous.max_abs_error, result.max_abs_error),
+        max_rel_error=max(previous.max_rel_error, result.max_rel_error),
+        passed=previous.passed and result.passed,
+    )
+
+
+def _compare(
+    signature: str,
+    name: str,
+    got: np.ndarray,
+    expected: np.ndarray,
+    tolerances: Mapping[str, tuple[float, float]],
+) -> OutputParity | None:
     if got.shape != expected.shape:
-        report.mismatches.append(f"output {name!r} has shape {got.shape}, eager {expected.shape}")
-        return
+        return None
+    dtype = tf.as_dtype(expected.dtype).name if expected.dtype != object else "string"
     if expected.dtype.kind in "fc":
+        atol, rtol = tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
         diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
-        abs_err = float(diff.max(initial=0.0))
-        rel_err = float((diff / np.maximum(np.abs(expected), 1e-12)).max(initial=0.0))
-        report.max_abs_error = max(report.max_abs_error, abs_err)
-        report.max_rel_error = max(report.max_rel_error, rel_err)
-        if not np.allclose(got, expected, atol=report.atol, rtol=report.rtol, equal_nan=True):
-            report.mismatches.append(f"output {name!r} differs by up to {abs_err:.3g}")
-    elif not np.array_equal(got, expected):
-        report.mismatches.append(f"output {name!r} differs ({expected.dtype}, compared exactly)")
+        abs_err = float(np.nanmax(diff, initial=0.0))
+        rel_err = float(np.nanmax(diff / np.maximum(np.abs(expected), 1e-12), initial=0.0))
+        passed = bool(np.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True))
+        return OutputParity(signature, name, dtype, abs_err, rel_err, atol, rtol, passed)
+    passed = bool(np.array_equal(got, expected))
+    if expected.dtype.kind in "iub" and got.dtype.kind in "iub":
+        err = float(np.abs(got.astype(np.float64) - expected.astype(np.float64)).max(initial=0.0))
+    else:
+        err = 0.0 if passed else float("inf")
+    return OutputParity(signature, name, dtype, err, err if not passed else 0.0, None, None, passed)
+
+
+def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str, dict]:
+    """User samples for parity and warm-up, from `.npz` or a TF Serving predict body (`.json`).
+
+    In `.npz`, a key `INPUT` feeds every signature with that input and `SIGNATURE/INPUT` one
+    signature. A `.json` file holds one predict request body (row or columnar format, optional
+    `signature_name`) or a list of them. Raises SignatureError when samples do not fit.
+    """
+    from serving.codec import decode_json_request, parse_json_body, validate_inputs
+    from serving.errors import ServingError
+
+    path = Path(path)
+    if not path.is_file():
+        raise SignatureError(f"samples file {path} does not exist")
+    by_name = {c.name: c for c in contracts}
+    raw: dict[str, dict[str, np.ndarray]] = {}
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                for key in npz.files:
+                    sig, _, input_name = key.rpartition("/")
+                    for contract in contracts if not sig else [by_name.get(sig)]:
+                        if contract and any(s.name == input_name for s in contract.inputs):
+                            raw.setdefault(contract.name, {})[input_name] = npz[key]
+        elif path.suffix == ".json":
+            body = parse_json_body(path.read_bytes())
+            for request in body if isinstance(body, list) else [body]:
+                key = request.get("signature_name") or contracts[0].name
+                if key not in by_name:
+                    raise SignatureError(f"samples file {path}: no signature {key!r} to export")
+                specs = {s.name: s for s in by_name[key].inputs}
+                raw[key] = decode_json_request(request, specs)[0]
+        else:
+            raise SignatureError(f"samples file {path}: expected a .npz or .json file")
+        samples = {}
+        for key, arrays in raw.items():
+            specs = {s.name: s for s in by_name[key].inputs}
+            cast = {n: _as_dtype(a, specs[n].np_dtype) for n, a in arrays.items() if n in specs}
+            samples[key] = validate_inputs(cast, specs)
+    except ServingError as exc:
+        raise SignatureError(f"samples file {path}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise SignatureError(f"samples file {path} cannot be read: {exc}") from None
+    if not samples:
+        raise SignatureError(
+            f"samples file {path} names none of the inputs "
+            + ", ".join(f"{c.name}: {[s.name for s in c.inputs]}" for c in contracts)
+        )
+    return samples
+
+
+def _as_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if dtype.kind == "O":
+        return np.asarray(array).astype(object)
+    if array.dtype.kind == dtype.kind or array.dtype.kind in "iub":
+        return np.asarray(array).astype(dtype)
+    return np.asarray(array)  # leave a mismatch for validate_inputs to name

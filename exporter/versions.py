@@ -1,12 +1,16 @@
 """Versioned model directories: `BASE/NAME/VERSION/`, written whole or not at all.
 
 TensorFlow Serving watches `BASE/NAME` for numeric children. The exporter writes a version into a
-hidden sibling (`.tmp-VERSION-<random>`, which no server treats as a version) and renames it into
-place once it is complete and verified; a rename within one directory is atomic on POSIX.
+hidden sibling (`.tmp-VERSION-PID-<random>`, which no server treats as a version) and renames it
+into place once it is complete and verified; a rename within one directory is atomic on POSIX.
+A temporary left by an export that was killed is removed by the next export, once its process is
+gone. `--overwrite` swaps the new directory with the old one in one step where Linux allows it.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shutil
 import uuid
@@ -16,7 +20,14 @@ from pathlib import Path
 
 from exporter.errors import VersionExistsError
 
-__all__ = ["atomic_version_dir", "existing_versions", "next_version"]
+__all__ = [
+    "TMP_PREFIX",
+    "atomic_version_dir",
+    "clean_stale_temporaries",
+    "existing_versions",
+    "next_version",
+    "prune_versions",
+]
 
 TMP_PREFIX = ".tmp-"
 
@@ -33,20 +44,88 @@ def next_version(model_dir: Path) -> int:
     return versions[-1] + 1 if versions else 1
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def clean_stale_temporaries(model_dir: Path) -> list[Path]:
+    """Remove temporaries whose exporting process is gone; returns what was removed."""
+    if not model_dir.is_dir():
+        return []
+    removed = []
+    for path in model_dir.iterdir():
+        if not path.name.startswith(TMP_PREFIX):
+            continue
+        parts = path.name[len(TMP_PREFIX) :].split("-")
+        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+            continue  # another export is writing it right now
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def prune_versions(model_dir: Path, keep: int, protect: int) -> list[int]:
+    """Delete the oldest versions so that `keep` remain; never `protect`. Returns deleted ones."""
+    if keep < 1:
+        raise ValueError("keep must be at least 1")
+    versions = existing_versions(model_dir)
+    doomed = [v for v in versions[: max(len(versions) - keep, 0)] if v != protect]
+    for version in doomed:
+        # Rename first so a server never sees a half-deleted version directory.
+        trash = model_dir / f"{TMP_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(model_dir / str(version), trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    return doomed
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directories atomically (Linux renameat2); False where that is unavailable."""
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    rc = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
+    return rc == 0
+
+
 @contextmanager
-def atomic_version_dir(model_dir: Path, version: int) -> Iterator[Path]:
+def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory; on normal exit it becomes `model_dir/version`.
 
-    On an exception the temporary directory is removed and nothing appears. Raises
-    VersionExistsError if the version exists (before writing, and again at the rename).
+    On an exception the temporary directory is removed and nothing appears. Without `overwrite`,
+    raises VersionExistsError if the version exists (before writing, and again at the rename).
     """
     final = model_dir / str(version)
-    if final.exists():
-        raise VersionExistsError(f"version {version} already exists at {final}")
+    if final.exists() and not overwrite:
+        raise VersionExistsError(
+            f"version {version} already exists at {final}: choose another --version, or pass "
+            "--overwrite to replace it"
+        )
     model_dir.mkdir(parents=True, exist_ok=True)
-    tmp = model_dir / f"{TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
+    tmp = model_dir / f"{TMP_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         yield tmp
+        if overwrite and final.exists():
+            if not _exchange(tmp, final):  # two renames: the version is briefly absent
+                old = tmp.with_name(tmp.name + "-old")
+                os.rename(final, old)
+                os.rename(tmp, final)
+                tmp = old
+            return  # `tmp` now holds the old version; the finally clause removes it
         try:
             os.rename(tmp, final)
         except OSError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from exporter.cli import export
+from exporter.cli import export, inspect
 from graphserve import __version__
 from graphserve.demo import demo
 from loadtest.cli import app as loadtest_app
@@ -18,6 +18,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("export")(export)
+app.command("inspect")(inspect)
 app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
 app.command("demo")(demo)

@@ -90,6 +90,15 @@ def eager(
         list[str] | None,
         typer.Option("--input", help="Input spec NAME:DTYPE:SHAPE, as for export."),
     ] = None,
+    signature_file: Annotated[
+        Path | None, typer.Option("--signature-file", help="Signature file, as for export.")
+    ] = None,
+    output_names: Annotated[
+        str | None, typer.Option("--output-names", help="Output names a,b, as for export.")
+    ] = None,
+    allow_unsafe: Annotated[
+        bool, typer.Option("--allow-unsafe", help="Keras safe mode off, as for export.")
+    ] = False,
     host: Host = "127.0.0.1",
     grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 9500,
     rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 9501,
@@ -103,8 +112,18 @@ def eager(
     except ExportError as exc:
         stderr.print(f"[red]error:[/] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
+    names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
+    if allow_unsafe:
+        stderr.print("[yellow]warning:[/] --allow-unsafe: Keras safe mode is off for this source")
     _run(
-        lambda registry: registry.load_eager(model_name, source, specs),
+        lambda registry: registry.load_eager(
+            model_name,
+            source,
+            specs,
+            signature_file=signature_file,
+            output_names=names,
+            allow_unsafe=allow_unsafe,
+        ),
         model_name,
         host,
         grpc_port,

@@ -1,7 +1,8 @@
 """The model registry: which models and versions this server holds, and how to find one.
 
 For now a model is loaded at start-up: the newest version under its base path (TF Serving's
-default `latest` version policy) for the graph server, or the Python source for the eager server.
+default `latest` version policy) for the graph server, warmed with the version's warm-up records,
+or the Python source for the eager server.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from exporter.signature import TensorSpec
 from exporter.versions import existing_versions
+from exporter.warmup import replay_warmup
 from serving.errors import NotFound
 from serving.runners import EagerRunner, GraphRunner, Runner
 
@@ -86,18 +88,37 @@ class ModelRegistry:
             runner = GraphRunner(path)
         except Exception as exc:
             raise ModelLoadError(f"cannot load SavedModel {path}: {exc}") from exc
+        try:
+            # As TF Serving does: the version runs its warm-up records before it takes traffic.
+            replay_warmup(path, runner.run)
+        except Exception as exc:
+            raise ModelLoadError(f"warm-up record of {path} failed: {exc}") from exc
         servable = Servable(name, versions[-1], runner)
         self.add(servable)
         return servable
 
     def load_eager(
-        self, name: str, source: str, inputs: list[TensorSpec] | None = None, version: int = 1
+        self,
+        name: str,
+        source: str,
+        inputs: list[TensorSpec] | None = None,
+        version: int = 1,
+        *,
+        signature_file: Path | None = None,
+        output_names: list[str] | None = None,
+        allow_unsafe: bool = False,
     ) -> Servable:
         """Load a Python model source to run eagerly; errors surface as ModelLoadError."""
         from exporter.errors import ExportError
 
         try:
-            runner = EagerRunner(source, inputs)
+            runner = EagerRunner(
+                source,
+                inputs,
+                signature_file=signature_file,
+                output_names=output_names,
+                allow_unsafe=allow_unsafe,
+            )
         except ExportError as exc:
             raise ModelLoadError(str(exc)) from exc
         servable = Servable(name, version, runner)

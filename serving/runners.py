@@ -10,18 +10,19 @@ the inputs against `signatures`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.protobuf import saved_model_pb2
 
+from exporter.contract import SignatureContract, load_signature_file
+from exporter.savedmodel import signature_defs
 from exporter.signature import TensorSpec, sample_inputs
-from exporter.sources import load_source, resolve_signature
-from exporter.trace import call_model
+from exporter.sources import load_source, resolve_contracts
+from exporter.trace import call_signature
 from serving.codec import numpy_dtype_name
 from serving.errors import InvalidInput, ServingError
-from serving.signature import SERVING_DEFAULT, ServedSignature
+from serving.signature import ServedSignature
 
 __all__ = ["EagerRunner", "GraphRunner", "Runner"]
 
@@ -51,7 +52,7 @@ class GraphRunner:
         self._functions = dict(self._loaded.signatures)
         self.signatures = {
             name: ServedSignature.from_signature_def(name, sig)
-            for name, sig in _signature_defs(self.path).items()
+            for name, sig in signature_defs(self.path).items()
             if name in self._functions
         }
 
@@ -63,27 +64,40 @@ class GraphRunner:
         return {name: t.numpy() for name, t in outputs.items()}
 
 
-def _signature_defs(path: Path) -> dict[str, Any]:
-    """The SignatureDefs of the `serve` MetaGraph, read from saved_model.pb as TF Serving does."""
-    saved = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
-    for meta_graph in saved.meta_graphs:
-        if "serve" in meta_graph.meta_info_def.tags:
-            return dict(meta_graph.signature_def)
-    return {}
-
-
 class EagerRunner:
-    """Serves a Python model source (examples:NAME, module:factory, .keras) run eagerly."""
+    """Serves a Python model source (examples:NAME, module:factory, .keras) run eagerly.
+
+    It serves the signatures the exporter would export from the same source and flags, calling
+    the model through the same `call_signature`, so both servers name inputs and outputs alike.
+    """
 
     kind = "eager"
 
-    def __init__(self, source: str, inputs: list[TensorSpec] | None = None) -> None:
-        self.source = load_source(source)
-        self._specs = resolve_signature(self.source, inputs or [])
-        # One eager call on a sample batch tells the outputs' names, dtypes and shapes (and
-        # warms the eager path the way warm-up records warm a SavedModel).
-        probe = self._call(sample_inputs(self._specs, batch_size=1))
-        batch_free = bool(self._specs[0].shape) and self._specs[0].shape[0] is None
+    def __init__(
+        self,
+        source: str,
+        inputs: list[TensorSpec] | None = None,
+        *,
+        signature_file: Path | None = None,
+        output_names: list[str] | None = None,
+        allow_unsafe: bool = False,
+    ) -> None:
+        self.source = load_source(source, allow_unsafe=allow_unsafe)
+        contracts = resolve_contracts(
+            self.source,
+            file_contracts=load_signature_file(signature_file) if signature_file else (),
+            inputs=inputs or [],
+            output_names=output_names or [],
+        )
+        self._contracts = {c.name: c for c in contracts}
+        self.signatures = {c.name: self._describe(c) for c in contracts}
+
+    def _describe(self, contract: SignatureContract) -> ServedSignature:
+        """One eager call on a sample batch tells the outputs' names, dtypes and shapes (and
+        warms the eager path the way warm-up records warm a SavedModel)."""
+        probe = self._call(contract, sample_inputs(contract.inputs, batch_size=1))
+        first = contract.inputs[0].shape
+        batch_free = bool(first) and first[0] is None
         outputs = [
             TensorSpec(
                 name,
@@ -92,18 +106,17 @@ class EagerRunner:
             )
             for name, array in probe.items()
         ]
-        self.signatures = {
-            SERVING_DEFAULT: ServedSignature.from_specs(SERVING_DEFAULT, self._specs, outputs)
-        }
+        return ServedSignature.from_specs(contract.name, list(contract.inputs), outputs)
 
-    def _call(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _call(
+        self, contract: SignatureContract, inputs: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         tensors = {k: tf.constant(v) for k, v in inputs.items()}
-        return {
-            k: np.asarray(v) for k, v in call_model(self.source.model, tensors, self._specs).items()
-        }
+        outputs = call_signature(self.source.model, contract, tensors)
+        return {k: np.asarray(v) for k, v in outputs.items()}
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            return self._call(inputs)
+            return self._call(self._contracts[signature], inputs)
         except Exception as exc:
             raise _run_errors(exc) from exc

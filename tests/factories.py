@@ -46,3 +46,67 @@ def closure():  # a plain function closing over a variable
 
 def not_callable() -> int:
     return 42
+
+
+class ShapeRetracing(tf.Module):
+    """The retracing trap by shape: a tf.function without input_signature traces per batch."""
+
+    @tf.function
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        return x * 2.0
+
+
+def shape_retracing() -> ShapeRetracing:
+    return ShapeRetracing()
+
+
+@tf.function
+def _scaled(x: tf.Tensor, n: int) -> tf.Tensor:
+    return x * float(n)
+
+
+def value_retracing():  # the trap by value: a Python int that changes with the batch
+    return lambda x: _scaled(x, x.shape[0] or 1)
+
+
+class Relaxed(tf.Module):
+    """reduce_retracing=True: traced at most twice whatever the batch sizes, so it passes."""
+
+    @tf.function(reduce_retracing=True)
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        return x + 1.0
+
+
+def relaxed() -> Relaxed:
+    return Relaxed()
+
+
+class FileWriter(tf.Module):
+    """A model whose graph writes a file: the op scan must refuse it."""
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        tf.io.write_file("/tmp/graphserve-should-not-exist", tf.strings.as_string(x[0, 0]))
+        return x * 1.0
+
+
+def file_writer() -> FileWriter:
+    return FileWriter()
+
+
+class TwoHeads(tf.Module):
+    """`__call__` and a second method, `embed`, for --signature embed=embed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(tf.matmul(x, self.w), axis=-1)
+
+    def embed(self, x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        e = tf.matmul(x, self.w)
+        return e, tf.norm(e, axis=-1)
+
+
+def two_heads() -> TwoHeads:
+    return TwoHeads()

@@ -124,7 +124,7 @@ def _predict(address: str, x: np.ndarray) -> np.ndarray:
     request.inputs["images"].CopyFrom(array_to_proto(x))
     with grpc.insecure_channel(address) as channel:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return array_from_proto(stub.Predict(request, timeout=30).outputs["output_0"])
+        return array_from_proto(stub.Predict(request, timeout=30).outputs["logits"])
 
 
 @pytest.mark.slow

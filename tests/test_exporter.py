@@ -30,12 +30,12 @@ def test_mlp_export_is_a_servable_savedmodel_equal_to_the_model(tmp_path: Path) 
     assert result.parity.passed and result.parity.max_abs_error <= 1e-5
     sig = result.signatures["serving_default"]
     assert sig["inputs"] == {"images": {"dtype": "float32", "shape": [-1, 784]}}
-    assert sig["outputs"] == {"output_0": {"dtype": "float32", "shape": [-1, 10]}}
+    assert sig["outputs"] == {"logits": {"dtype": "float32", "shape": [-1, 10]}}
 
     loaded = tf.saved_model.load(str(result.path)).signatures["serving_default"]
     x = np.random.default_rng(3).standard_normal((7, 784)).astype(np.float32)
     np.testing.assert_allclose(
-        loaded(images=tf.constant(x))["output_0"].numpy(), mlp.build()(x).numpy(), atol=1e-5
+        loaded(images=tf.constant(x))["logits"].numpy(), mlp.build()(x).numpy(), atol=1e-5
     )
     assert _children(tmp_path / "mlp") == ["1"]
 
@@ -110,7 +110,7 @@ def test_explicit_inputs_override_and_must_fit_the_model(tmp_path: Path) -> None
         base_path=tmp_path,
         inputs=[parse_input_spec("pixels:float32:-1,5")],
     )
-    with pytest.raises(SignatureError, match=r"cannot be traced with inputs \(pixels: float32"):
+    with pytest.raises(SignatureError, match=r"cannot be called with inputs \(pixels: float32"):
         export_model(spec)
     assert _children(tmp_path / "mlp") == []
 
@@ -118,7 +118,7 @@ def test_explicit_inputs_override_and_must_fit_the_model(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("source", "error", "message"),
     [
-        ("examples:nope", SourceError, "unknown example 'nope': available examples are mlp"),
+        ("examples:nope", SourceError, "unknown example .nope.: available examples are branchy"),
         ("no_such_module_x:build", SourceError, "cannot import module 'no_such_module_x'"),
         ("tests.factories:missing", SourceError, "has no callable 'missing'"),
         ("tests.factories:not_callable", SourceError, "returned int, which is not callable"),

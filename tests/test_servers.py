@@ -66,7 +66,7 @@ def test_grpc_predict_matches_the_model_in_process(mlp_servers, in_process, arm:
     stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
     response = stub.Predict(_predict_request(X), timeout=30)
     np.testing.assert_allclose(
-        array_from_proto(response.outputs["output_0"]), in_process, atol=1e-5
+        array_from_proto(response.outputs["logits"]), in_process, atol=1e-5
     )
     assert response.model_spec.name == "mlp"
     assert response.model_spec.version.value == 1
@@ -83,7 +83,7 @@ def test_grpc_typed_float_val_requests_are_accepted(mlp_servers, in_process, arm
     tensor.tensor_shape.dim.add(size=784)
     tensor.float_val.extend(X[0].tolist())
     stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
-    out = array_from_proto(stub.Predict(request, timeout=30).outputs["output_0"])
+    out = array_from_proto(stub.Predict(request, timeout=30).outputs["logits"])
     np.testing.assert_allclose(out, in_process[:1], atol=1e-5)
 
 
@@ -92,7 +92,7 @@ def test_graph_and_eager_servers_agree(mlp_servers) -> None:
     for arm in ARMS:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
         answers.append(
-            array_from_proto(stub.Predict(_predict_request(X), timeout=30).outputs["output_0"])
+            array_from_proto(stub.Predict(_predict_request(X), timeout=30).outputs["logits"])
         )
     np.testing.assert_allclose(answers[0], answers[1], atol=1e-5)
 
@@ -108,7 +108,7 @@ def test_grpc_metadata_and_status(mlp_servers, arm: str) -> None:
     sig = sigmap.signature_def["serving_default"]
     assert sig.method_name == "tensorflow/serving/predict"
     assert [d.size for d in sig.inputs["images"].tensor_shape.dim] == [-1, 784]
-    assert [d.size for d in sig.outputs["output_0"].tensor_shape.dim] == [-1, 10]
+    assert [d.size for d in sig.outputs["logits"].tensor_shape.dim] == [-1, 10]
 
     status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
         get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "mlp"})
@@ -164,7 +164,7 @@ def test_grpc_bad_requests_get_the_right_status_and_server_keeps_serving(
     assert info.value.code() == code
     assert re.search(message, info.value.details())
     good = stub.Predict(_predict_request(X), timeout=30)
-    np.testing.assert_allclose(array_from_proto(good.outputs["output_0"]), in_process, atol=1e-5)
+    np.testing.assert_allclose(array_from_proto(good.outputs["logits"]), in_process, atol=1e-5)
 
 
 @pytest.mark.parametrize("arm", ARMS)

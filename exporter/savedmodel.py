@@ -1,0 +1,115 @@
+"""Reading a SavedModel's `saved_model.pb` as protobuf, without loading the model.
+
+TF Serving decides what a version offers from this file alone (the MetaGraph tagged `serve` and its
+SignatureDefs); reading it the same way is fast, runs no model code, and works on SavedModels whose
+ops this TensorFlow cannot run.
+
+ExportError
+└── SavedModelError         the path is not a readable SavedModel, or lacks the wanted MetaGraph
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from google.protobuf import message, text_format
+from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
+
+from exporter.errors import ExportError
+
+__all__ = [
+    "SERVE_TAGS",
+    "SavedModelError",
+    "find_saved_model_file",
+    "meta_graph",
+    "read_saved_model",
+    "serve_meta_graph",
+    "signature_defs",
+]
+
+# The tag-set TF Serving loads (tensorflow::kSavedModelTagServe).
+SERVE_TAGS = frozenset({"serve"})
+
+# The names TF writes, binary first (what TF Serving and tf.saved_model.load prefer).
+_PB = "saved_model.pb"
+_PBTXT = "saved_model.pbtxt"
+
+
+class SavedModelError(ExportError):
+    """The path is not a readable SavedModel directory, or has no MetaGraph with the tags."""
+
+
+def find_saved_model_file(path: Path | str) -> Path | None:
+    """`path/saved_model.pb` (or `.pbtxt`) if `path` holds one, else None."""
+    for name in (_PB, _PBTXT):
+        candidate = Path(path) / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def read_saved_model(path: Path | str) -> saved_model_pb2.SavedModel:
+    """Parse `path/saved_model.pb` (or `.pbtxt`).
+
+    Raises SavedModelError naming the path when it does not exist, is not a directory, holds no
+    saved_model.pb, or the file is not a SavedModel protobuf.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise SavedModelError(f"{path} does not exist: expected a SavedModel directory")
+    if not path.is_dir():
+        raise SavedModelError(f"{path} is not a directory: expected a SavedModel directory")
+    pb = find_saved_model_file(path)
+    if pb is None:
+        raise SavedModelError(f"{path} is not a SavedModel directory: it holds no {_PB}")
+    saved = saved_model_pb2.SavedModel()
+    try:
+        if pb.name == _PBTXT:
+            text_format.Parse(pb.read_text(), saved)
+        else:
+            saved.ParseFromString(pb.read_bytes())
+    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
+        raise SavedModelError(f"{pb} is not a valid SavedModel protobuf: {exc}") from None
+    except OSError as exc:
+        raise SavedModelError(f"{pb} cannot be read: {exc}") from None
+    if not saved.meta_graphs:
+        raise SavedModelError(f"{pb} holds no MetaGraph: not a usable SavedModel")
+    return saved
+
+
+def meta_graph(
+    saved: saved_model_pb2.SavedModel, tags: Iterable[str] = SERVE_TAGS
+) -> meta_graph_pb2.MetaGraphDef:
+    """The first MetaGraphDef whose tags include all of `tags`.
+
+    Raises SavedModelError listing the tag-sets present when none matches.
+    """
+    wanted = set(tags)
+    for graph in saved.meta_graphs:
+        if wanted <= set(graph.meta_info_def.tags):
+            return graph
+    present = ", ".join(str(sorted(g.meta_info_def.tags)) for g in saved.meta_graphs)
+    raise SavedModelError(
+        f"no MetaGraph tagged {sorted(wanted)}; the tag-sets present are {present or 'none'}"
+    )
+
+
+def serve_meta_graph(path: Path | str) -> meta_graph_pb2.MetaGraphDef:
+    """The MetaGraphDef tagged `serve` of the SavedModel at `path`: what TF Serving loads.
+
+    Raises SavedModelError naming the path, as `read_saved_model` and `meta_graph` do.
+    """
+    saved = read_saved_model(path)
+    try:
+        return meta_graph(saved)
+    except SavedModelError as exc:
+        raise SavedModelError(f"{path}: {exc}") from None
+
+
+def signature_defs(path: Path | str) -> dict[str, meta_graph_pb2.SignatureDef]:
+    """The SignatureDefs of `path`'s `serve` MetaGraph, by signature key.
+
+    Raises SavedModelError as `serve_meta_graph` does.
+    """
+    return dict(serve_meta_graph(path).signature_def)

@@ -10,8 +10,10 @@ from exporter.api import ExportResult, ExportSpec, export_model
 from exporter.errors import (
     ExportError,
     ParityError,
+    RetraceError,
     SignatureError,
     SourceError,
+    UnsafeOpsError,
     VersionExistsError,
 )
 from exporter.signature import TensorSpec, parse_input_spec
@@ -21,9 +23,11 @@ __all__ = [
     "ExportResult",
     "ExportSpec",
     "ParityError",
+    "RetraceError",
     "SignatureError",
     "SourceError",
     "TensorSpec",
+    "UnsafeOpsError",
     "VersionExistsError",
     "export_model",
     "parse_input_spec",

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from exporter.errors import ExportError
 from exporter.signature import DTYPES, parse_input_spec
-from graphserve.console import EXIT_FAILED, EXIT_USAGE, quiet_tensorflow, stderr
+from graphserve.console import EXIT_FAILED, EXIT_USAGE, progress, quiet_tensorflow, stderr
 
 
 def _usage_error(message: str) -> typer.Exit:
@@ -206,7 +206,7 @@ def export(
         tfserving_image=tfserving_image,
     )
     try:
-        result = export_model(spec, log=_log)
+        result = export_model(spec, log=progress)
     except ExportError as exc:
         stderr.print(f"[red]export failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
@@ -224,13 +224,6 @@ def export(
             for tname, t in sig[kind].items():
                 stderr.print(f"    {kind[:-1]:6} {tname}: {t['dtype']} {t['shape']}")
     typer.echo(str(result.path))
-
-
-def _log(message: str) -> None:
-    if message.startswith("warning: "):
-        stderr.print(f"[yellow]warning:[/] {escape(message[len('warning: ') :])}")
-    else:
-        stderr.print(f"[dim]{escape(message)}[/]")
 
 
 def inspect(

@@ -21,3 +21,13 @@ stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 def quiet_tensorflow() -> None:
     """Silence TensorFlow's C++ start-up chatter unless the user asked for it."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def progress(message: str) -> None:
+    """A progress line on stderr; a message starting with "warning: " stands out."""
+    from rich.markup import escape
+
+    if message.startswith("warning: "):
+        stderr.print(f"[yellow]warning:[/] {escape(message[len('warning: ') :])}")
+    else:
+        stderr.print(f"[dim]{escape(message)}[/]")

@@ -6,13 +6,15 @@ loopback ports, run the locust comparison against both, print the table, stop bo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from graphserve.console import EXIT_FAILED, quiet_tensorflow, stderr
-from loadtest.cli import Protocol, parse_duration
+from graphserve.console import EXIT_FAILED, progress, quiet_tensorflow, stderr
+from loadtest.cli import OutputFormat, Protocol, parse_duration
 
 
 def demo(
@@ -29,6 +31,9 @@ def demo(
         Protocol.grpc
     ),
     out: Annotated[Path, typer.Option("--out", help="Report directory.")] = Path("reports/demo"),
+    output: Annotated[
+        OutputFormat, typer.Option(help="json: the export result and report JSON on stdout")
+    ] = OutputFormat.text,
 ) -> None:
     """Export, serve graph and eager on loopback, compare them with locust, stop, report."""
     duration_s = parse_duration(duration)
@@ -42,10 +47,10 @@ def demo(
     try:
         result = export_model(
             ExportSpec(source=source, name=name, base_path=base_path),
-            log=lambda msg: stderr.print(f"[dim]{msg}[/]"),
+            log=progress,
         )
     except ExportError as exc:
-        stderr.print(f"[red]export failed:[/] {exc}")
+        stderr.print(f"[red]export failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
     stderr.print(f"exported {result.path}; parity max abs error {result.parity.max_abs_error:.2g}")
 
@@ -86,7 +91,7 @@ def demo(
             users=users,
             duration_s=duration_s,
             model_name=name,
-            progress=lambda msg: stderr.print(f"[dim]{msg}[/]"),
+            progress=progress,
         )
     except (RuntimeError, LoadTestError) as exc:
         stderr.print(f"[red]demo failed:[/] {exc}")
@@ -95,10 +100,13 @@ def demo(
         for process in started.values():
             process.stop()
 
-    typer.echo("")
-    from rich.console import Console
+    if output is OutputFormat.json:
+        typer.echo(json.dumps({"export": result.to_json(), "report": report.to_dict()}, indent=2))
+    else:
+        from rich.console import Console
 
-    Console().print(render_table(report))
+        typer.echo("")
+        Console().print(render_table(report))
     stderr.print(f"report: {out / 'report.md'} and {out / 'report.json'}")
     if report.arms_without_successes():
         stderr.print(

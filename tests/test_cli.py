@@ -156,3 +156,35 @@ def test_served_as_a_user_runs_them_and_stopped_by_sigterm(mlp_export, tmp_path:
             np.testing.assert_allclose(_predict(server.grpc_address, x), expected, atol=1e-5)
         assert server.stop() == 0, server.log_tail()
         assert "SIGTERM: draining and stopping" in server.log_tail()
+
+
+@pytest.mark.slow
+def test_demo_json_is_the_export_and_the_report(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "graphserve",
+            "demo",
+            "--base-path",
+            str(tmp_path / "models"),
+            "--out",
+            str(tmp_path / "report"),
+            "--duration",
+            "2s",
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["export"]["path"] == str(tmp_path / "models" / "mlp" / "1")
+    assert result["export"]["warmup_records"] == 4
+    arms = result["report"]["arms"]
+    assert set(arms) == {"graph", "eager"}
+    assert all(arm["requests"] > 0 and arm["failures"] == 0 for arm in arms.values())
+    assert (tmp_path / "report" / "report.json").is_file()

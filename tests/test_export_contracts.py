@@ -119,8 +119,17 @@ def test_json_signature_file_and_its_errors_name_the_field(tmp_path: Path) -> No
     bad = tmp_path / "bad.yaml"
     bad.write_text("signatures:\n  serving_default:\n    inputs:\n      x: {dtype: float32}\n")
     out = runner.invoke(
-        app, ["export", "tests.factories:affine", "--name", "a", "--base-path",
-              str(tmp_path), "--signature-file", str(bad)],
+        app,
+        [
+            "export",
+            "tests.factories:affine",
+            "--name",
+            "a",
+            "--base-path",
+            str(tmp_path),
+            "--signature-file",
+            str(bad),
+        ],
     )
     assert out.exit_code == 2
     assert "signatures.serving_default.inputs.x.shape" in out.output
@@ -130,8 +139,12 @@ def test_json_signature_file_and_its_errors_name_the_field(tmp_path: Path) -> No
 def test_declared_output_names_must_match_a_dict_result(tmp_path: Path) -> None:
     with pytest.raises(SignatureError, match=r"returns outputs \['best', 'scores'\].*declares"):
         export_model(
-            _spec(tmp_path, "tests.factories:affine", inputs=_x("x:float32:-1,3"),
-                  output_names=["scores", "argmax"])
+            _spec(
+                tmp_path,
+                "tests.factories:affine",
+                inputs=_x("x:float32:-1,3"),
+                output_names=["scores", "argmax"],
+            )
         )
     assert _children(tmp_path / "m") == []
 
@@ -160,8 +173,7 @@ def test_batch_size_variants_fix_the_batch_dimension(tmp_path: Path) -> None:
     fn = tf.saved_model.load(str(result.path)).signatures["serving_default_batch1"]
     assert fn(images=tf.zeros([1, 784]))["logits"].shape == (1, 10)
     with pytest.raises(SignatureError, match="needs -1 as its first dimension"):
-        export_model(_spec(tmp_path, "examples:power", batch_sizes=[2],
-                           inputs=_x("x:int32:10,10")))
+        export_model(_spec(tmp_path, "examples:power", batch_sizes=[2], inputs=_x("x:int32:10,10")))
 
 
 def test_jit_compile_is_marked_in_the_graph_warned_and_recorded(tmp_path: Path) -> None:
@@ -179,15 +191,17 @@ def test_jit_compile_is_marked_in_the_graph_warned_and_recorded(tmp_path: Path) 
 
 def test_retrace_guard_names_a_shape_that_is_not_relaxed(tmp_path: Path) -> None:
     with pytest.raises(RetraceError, match=r"argument 'x' changed shape \(1, 4\) -> \(2, 4\)"):
-        export_model(_spec(tmp_path, "tests.factories:shape_retracing",
-                           inputs=_x("x:float32:-1,4")))
+        export_model(
+            _spec(tmp_path, "tests.factories:shape_retracing", inputs=_x("x:float32:-1,4"))
+        )
     assert _children(tmp_path / "m") == []
 
 
 def test_retrace_guard_names_a_python_value_argument(tmp_path: Path) -> None:
     with pytest.raises(RetraceError, match=r"argument 'n' is a Python value \(1, then 2\)"):
-        export_model(_spec(tmp_path, "tests.factories:value_retracing",
-                           inputs=_x("x:float32:-1,4")))
+        export_model(
+            _spec(tmp_path, "tests.factories:value_retracing", inputs=_x("x:float32:-1,4"))
+        )
 
 
 def test_a_shape_relaxing_function_passes_and_traces_are_recorded(tmp_path: Path) -> None:
@@ -220,8 +234,17 @@ def test_a_model_that_writes_files_is_refused_unless_allowed(tmp_path: Path) -> 
 
 def test_parity_failure_exits_1_and_leaves_no_version(tmp_path: Path) -> None:
     out = runner.invoke(
-        app, ["export", "tests.factories:drifting", "--name", "d", "--base-path", str(tmp_path),
-              "--input", "x:float32:-1,4"],
+        app,
+        [
+            "export",
+            "tests.factories:drifting",
+            "--name",
+            "d",
+            "--base-path",
+            str(tmp_path),
+            "--input",
+            "x:float32:-1,4",
+        ],
     )
     assert out.exit_code == 1
     assert "disagrees with the eager model" in out.output and "output_0" in out.output
@@ -229,14 +252,24 @@ def test_parity_failure_exits_1_and_leaves_no_version(tmp_path: Path) -> None:
 
 
 def test_tolerances_are_per_dtype_and_configurable(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, "tests.factories:drifting", inputs=_x("x:float32:-1,4"),
-                 tolerances={"float32": (1e6, 1.0)})
+    spec = _spec(
+        tmp_path,
+        "tests.factories:drifting",
+        inputs=_x("x:float32:-1,4"),
+        tolerances={"float32": (1e6, 1.0)},
+    )
     result = export_model(spec)
     (output,) = result.parity.outputs
     assert output.dtype == "float32" and output.atol == 1e6 and output.max_abs_error > 0
     with pytest.raises(ParityError):
-        export_model(_spec(tmp_path, "tests.factories:drifting", inputs=_x("x:float32:-1,4"),
-                           tolerances={"float64": (1e6, 1.0)}))
+        export_model(
+            _spec(
+                tmp_path,
+                "tests.factories:drifting",
+                inputs=_x("x:float32:-1,4"),
+                tolerances={"float64": (1e6, 1.0)},
+            )
+        )
 
 
 def test_exact_dtypes_compare_exactly(tmp_path: Path) -> None:
@@ -258,8 +291,9 @@ def test_samples_file_npz_and_tf_serving_json(tmp_path: Path) -> None:
     )
 
     body = tmp_path / "request.json"
-    body.write_text(json.dumps({"instances": [{"features": [0.5] * 8, "category": 3,
-                                               "text": "hello"}]}))
+    body.write_text(
+        json.dumps({"instances": [{"features": [0.5] * 8, "category": 3, "text": "hello"}]})
+    )
     result = export_model(_spec(tmp_path, "examples:multi_io", name="mio", samples_file=body))
     assert result.parity.passed and result.parity.samples == str(body)
 
@@ -347,8 +381,12 @@ def test_keep_prunes_old_versions(tmp_path: Path) -> None:
 def test_stale_temporaries_of_dead_exports_are_cleaned(tmp_path: Path) -> None:
     model_dir = tmp_path / "m"
     model_dir.mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     stale = model_dir / f".tmp-1-{dead.stdout.strip()}-deadbeef"
     live = model_dir / f".tmp-1-{os.getppid()}-cafebabe"  # our parent is alive
     for path in (stale, live):
@@ -425,16 +463,30 @@ def test_compose_file_uses_the_pinned_image() -> None:
     ],
 )
 def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    out = runner.invoke(app, ["export", "examples:mlp", "--name", "m", "--base-path",
-                              str(tmp_path), *args])
+    out = runner.invoke(
+        app, ["export", "examples:mlp", "--name", "m", "--base-path", str(tmp_path), *args]
+    )
     assert out.exit_code == 2, out.output
     assert message in out.output
     assert _children(tmp_path) == []
 
 
 def test_cli_json_carries_signatures_traces_and_warmup(tmp_path: Path) -> None:
-    out = runner.invoke(app, ["export", "examples:power", "--name", "power", "--base-path",
-                              str(tmp_path), "--warmup-samples", "2", "--output", "json"])
+    out = runner.invoke(
+        app,
+        [
+            "export",
+            "examples:power",
+            "--name",
+            "power",
+            "--base-path",
+            str(tmp_path),
+            "--warmup-samples",
+            "2",
+            "--output",
+            "json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert report["signatures"]["serving_default"]["outputs"]["power"]["dtype"] == "int32"

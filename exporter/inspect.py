@@ -264,7 +264,11 @@ def _header(info: SavedModelInfo) -> RenderableType:
 def _signature_table(sig: SignatureInfo) -> RenderableType:
     from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
+    if not sig.method_name and not sig.inputs:
+        # TF2's `__saved_model_init_op`: runs once at load (tables, assets), never served.
+        return Text.assemble("signature ", (sig.key, "bold"), ": an initialization op, not served")
     method = escape(sig.method_name or "(no method)")
     table = Table(title=f"signature [bold]{escape(sig.key)}[/]: {method}", title_justify="left")
     for column in ("", "name", "dtype", "shape", "tensor"):

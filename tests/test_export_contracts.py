@@ -493,3 +493,54 @@ def test_cli_json_carries_signatures_traces_and_warmup(tmp_path: Path) -> None:
     assert report["traces"]["exported"] == {"serving_default": 1}
     assert report["warmup_records"] == 2
     assert report["tfserving"]["tensorflow_version"] == tf.__version__
+
+
+# -- the servers serve what the exporter wrote ------------------------------------------------
+
+
+def test_both_servers_serve_every_signature_of_a_multi_signature_model(tmp_path: Path) -> None:
+    from tensorflow_serving.apis import predict_pb2
+
+    from serving import ModelRegistry, ModelServer, ServerOptions
+    from serving.codec import array_to_proto as to_proto
+
+    export_model(_spec(tmp_path, "examples:cnn", name="cnn"))
+    graph, eager = ModelRegistry(), ModelRegistry()
+    graph.load_graph("cnn", tmp_path / "cnn")
+    eager.load_eager("cnn", "examples:cnn")
+    images = np.random.default_rng(5).integers(0, 256, (2, 28, 28, 1)).astype(np.uint8)
+    answers = {}
+    ephemeral = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0)
+    with ModelServer(graph, ephemeral) as g, ModelServer(eager, ephemeral) as e:
+        for arm, server in (("graph", g), ("eager", e)):
+            with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+                stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+                for signature, x in (
+                    ("serving_default", images),
+                    ("float_images", images.astype(np.float32) / 255.0),
+                ):
+                    request = predict_pb2.PredictRequest()
+                    request.model_spec.name = "cnn"
+                    request.model_spec.signature_name = signature
+                    request.inputs["images"].CopyFrom(to_proto(x))
+                    response = stub.Predict(request, timeout=30)
+                    assert set(response.outputs) == {"logits", "probabilities", "classes"}
+                    answers[arm, signature] = array_from_proto(response.outputs["probabilities"])
+    np.testing.assert_allclose(
+        answers["graph", "serving_default"], answers["eager", "serving_default"], atol=1e-5
+    )
+    np.testing.assert_allclose(
+        answers["graph", "float_images"], answers["graph", "serving_default"], atol=1e-5
+    )
+
+
+def test_graph_server_refuses_a_version_whose_warmup_records_fail(tmp_path: Path) -> None:
+    from exporter.warmup import warmup_requests, write_warmup_records
+    from serving import ModelRegistry
+    from serving.registry import ModelLoadError
+
+    result = export_model(_spec(tmp_path, warmup_samples=0))
+    wrong = warmup_requests("m", {"serving_default": _x("pixels:float32:-1,784")}, 1)
+    write_warmup_records(result.path, wrong)
+    with pytest.raises(ModelLoadError, match=r"warm-up record .* failed.*pixels"):
+        ModelRegistry().load_graph("m", tmp_path / "m")

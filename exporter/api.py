@@ -151,6 +151,8 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     source = load_source(spec.source, allow_unsafe=spec.allow_unsafe)
     if source.unsafe:
         warn(f"{spec.source} was loaded with Keras safe mode off (--allow-unsafe)")
+    for message in source.warnings:
+        warn(message)
     file_contracts = load_signature_file(spec.signature_file) if spec.signature_file else []
     contracts = resolve_contracts(
         source,

@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter.contract import SignatureContract, contracts_from_mapping, merge_contracts
 from exporter.errors import SignatureError, SourceError
-from exporter.signature import SERVING_DEFAULT, TensorSpec, parse_input_spec
+from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec, parse_input_spec
 
 __all__ = ["ModelSource", "available_examples", "load_source", "resolve_contracts"]
 
@@ -32,6 +32,7 @@ class ModelSource:
     model: Any
     declared: list[SignatureContract] = field(default_factory=list)
     unsafe: bool = False  # loaded with Keras safe mode off
+    warnings: list[str] = field(default_factory=list)  # what loading left out, and why
 
 
 def available_examples() -> list[str]:
@@ -126,20 +127,39 @@ def _load_keras_file(text: str, allow_unsafe: bool) -> ModelSource:
 
 
 def _load_saved_model(text: str) -> ModelSource:
-    """An existing SavedModel: its signatures are the declared contracts, to keep or extend."""
+    """An existing SavedModel: its Predict signatures are the declared contracts, to keep or
+    extend. Classify and Regress signatures take serialized tf.Examples whose features only the
+    model knows, so they cannot be sampled for parity; they are left out with a warning."""
     import tensorflow as tf
 
+    from exporter.savedmodel import signature_defs
+
     try:
+        methods = {k: d.method_name for k, d in signature_defs(Path(text)).items()}
         loaded = tf.saved_model.load(text)
     except Exception as exc:
         raise SourceError(f"cannot load SavedModel {text!r}: {exc}") from exc
-    contracts = []
+    contracts, warnings = [], []
     for key, function in loaded.signatures.items():
+        if methods.get(key, PREDICT_METHOD) not in (PREDICT_METHOD, ""):
+            warnings.append(
+                f"signature {key!r} of {text} ({methods[key]}) is not re-exported: graphserve "
+                "exports Predict signatures"
+            )
+            continue
         _, kwargs = function.structured_input_signature
-        inputs = tuple(_from_tf_spec(spec, f"signature {key!r} of {text!r}", name) for name, spec
-                       in sorted(kwargs.items()))
+        if any(spec.shape.rank is None for spec in kwargs.values()):
+            warnings.append(
+                f"signature {key!r} of {text} has an input of unknown rank and is not "
+                "re-exported: graphserve signatures fix each input's rank"
+            )
+            continue
+        inputs = tuple(
+            _from_tf_spec(spec, f"signature {key!r} of {text!r}", name)
+            for name, spec in sorted(kwargs.items())
+        )
         contracts.append(SignatureContract(key, inputs, f"signatures.{key}"))
-    return ModelSource(text, "savedmodel", loaded, contracts)
+    return ModelSource(text, "savedmodel", loaded, contracts, warnings=warnings)
 
 
 def _as_specs(declared: Sequence[Any], where: str) -> list[TensorSpec]:

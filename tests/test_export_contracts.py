@@ -544,3 +544,17 @@ def test_graph_server_refuses_a_version_whose_warmup_records_fail(tmp_path: Path
     write_warmup_records(result.path, wrong)
     with pytest.raises(ModelLoadError, match=r"warm-up record .* failed.*pixels"):
         ModelRegistry().load_graph("m", tmp_path / "m")
+
+
+def test_tf1_savedmodel_re_exports_its_predict_signatures(tmp_path: Path) -> None:
+    from tests.savedmodels import write_tf1_multi_signature
+
+    source = write_tf1_multi_signature(tmp_path / "tf1")
+    result = export_model(_spec(tmp_path, str(source), batch_sizes=[2]))
+    assert set(result.signatures) == {"serving_default", "serving_default_batch2"}
+    assert set(result.signatures["serving_default"]["outputs"]) == {"probabilities", "class_ids"}
+    skipped = " ".join(result.warnings)
+    assert "'classify'" in skipped and "'regress'" in skipped and "'any_rank'" in skipped
+    fn = tf.saved_model.load(str(result.path)).signatures["serving_default"]
+    probabilities = fn(x=tf.constant([[1.0, 0.0, 0.0]]))["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities, [[0.880797, 0.119203]], atol=1e-5)

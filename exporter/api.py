@@ -24,6 +24,7 @@ from exporter.sources import load_source, resolve_contracts
 from exporter.versions import (
     atomic_version_dir,
     clean_stale_temporaries,
+    ensure_version_free,
     next_version,
     prune_versions,
 )
@@ -142,10 +143,8 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     for path in removed:
         log(f"removed {path.name}, left by an interrupted export")
     version = spec.version if spec.version is not None else next_version(model_dir)
-    if (model_dir / str(version)).exists() and not spec.overwrite:
-        # Fail before the slow part; atomic_version_dir checks again at the rename.
-        with atomic_version_dir(model_dir, version):
-            pass
+    if not spec.overwrite:  # fail before the slow part; atomic_version_dir checks again
+        ensure_version_free(model_dir, version)
 
     log(f"loading {spec.source}")
     source = load_source(spec.source, allow_unsafe=spec.allow_unsafe)
@@ -161,17 +160,19 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         output_names=spec.output_names,
         extra=spec.signatures,
     )
-    contracts += [v for c in list(contracts) for v in batch_variants(c, spec.batch_sizes)]
+    variants = [v for c in contracts for v in batch_variants(c, spec.batch_sizes)]
     samples = load_samples(spec.samples_file, contracts) if spec.samples_file else None
 
     retrace = RetraceReport()
     log(f"probing the model for retracing at batch sizes {list(retrace.batch_sizes)}")
-    probe_source(source.model, [c for c in contracts if c.inputs], retrace)
+    probe_source(source.model, contracts, retrace)  # the variants call the same functions
+    contracts += variants
+
     traced = []
     for contract in contracts:
-        log(f"tracing {contract.name}(" + ", ".join(
-            f"{s.name}: {s.describe()}" for s in contract.inputs) + ")"
-            + (" with jit_compile" if spec.jit_compile else ""))
+        inputs = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
+        xla = " with jit_compile" if spec.jit_compile else ""
+        log(f"tracing {contract.name}({inputs}){xla}")
         traced.append(trace(source.model, contract, jit_compile=spec.jit_compile))
     check_exported(traced, retrace)
     if spec.jit_compile:

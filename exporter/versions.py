@@ -24,6 +24,7 @@ __all__ = [
     "TMP_PREFIX",
     "atomic_version_dir",
     "clean_stale_temporaries",
+    "ensure_version_free",
     "existing_versions",
     "next_version",
     "prune_versions",
@@ -102,6 +103,16 @@ def _exchange(a: Path, b: Path) -> bool:
     return rc == 0
 
 
+def ensure_version_free(model_dir: Path, version: int) -> None:
+    """Raise VersionExistsError if `model_dir/version` exists."""
+    final = model_dir / str(version)
+    if final.exists():
+        raise VersionExistsError(
+            f"version {version} already exists at {final}: choose another --version, or pass "
+            "--overwrite to replace it"
+        )
+
+
 @contextmanager
 def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory; on normal exit it becomes `model_dir/version`.
@@ -110,11 +121,8 @@ def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False
     raises VersionExistsError if the version exists (before writing, and again at the rename).
     """
     final = model_dir / str(version)
-    if final.exists() and not overwrite:
-        raise VersionExistsError(
-            f"version {version} already exists at {final}: choose another --version, or pass "
-            "--overwrite to replace it"
-        )
+    if not overwrite:
+        ensure_version_free(model_dir, version)
     model_dir.mkdir(parents=True, exist_ok=True)
     tmp = model_dir / f"{TMP_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:

@@ -1,0 +1,1 @@
+"""graphserve deploy: TensorFlow Serving GPU containers (docker compose) and Kubernetes manifests."""

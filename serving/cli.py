@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from graphserve.console import EXIT_FAILED, EXIT_USAGE, quiet_tensorflow, stderr
 
@@ -24,7 +25,9 @@ Host = Annotated[
 ModelName = Annotated[str, typer.Option("--model-name", help="Name clients use in requests.")]
 
 
-def _run(load: Any, model_name: str, host: str, grpc_port: int, rest_port: int) -> None:
+def _run(load: Any, host: str, grpc_port: int, rest_port: int) -> None:
+    """Load with `load(registry)` (returns a ModelManager to stop at exit, or None), then serve
+    until SIGINT/SIGTERM."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -34,9 +37,9 @@ def _run(load: Any, model_name: str, host: str, grpc_port: int, rest_port: int) 
 
     registry = ModelRegistry()
     try:
-        servable = load(registry)
+        manager = load(registry)
     except ModelLoadError as exc:
-        stderr.print(f"[red]cannot load model {model_name!r}:[/] {exc}")
+        stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
     server = ModelServer(
         registry, ServerOptions(host=host, grpc_port=grpc_port, rest_port=rest_port)
@@ -49,13 +52,21 @@ def _run(load: Any, model_name: str, host: str, grpc_port: int, rest_port: int) 
 
     def shutdown(signum: int, _frame: object) -> None:
         stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+        if manager is not None:
+            manager.stop()
         server.stop()
 
     signal.signal(signal.SIGINT, shutdown)
     signal.signal(signal.SIGTERM, shutdown)
+    served = "; ".join(
+        f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
+        f"({registry.get(name).runner.kind})"
+        for name in registry.names()
+        if registry.available(name)
+    )
     stderr.print(
-        f"[green]{servable.runner.kind} server[/] {model_name} version {servable.version}: "
-        f"gRPC {host}:{server.grpc_port}, REST http://{host}:{server.rest_port} (Ctrl-C stops)"
+        f"[green]serving[/] {served}: gRPC {host}:{server.grpc_port}, "
+        f"REST http://{host}:{server.rest_port} (Ctrl-C stops)"
     )
     server.wait()
 
@@ -63,21 +74,59 @@ def _run(load: Any, model_name: str, host: str, grpc_port: int, rest_port: int) 
 @app.command("graph")
 def graph(
     model_base_path: Annotated[
-        Path, typer.Option("--model-base-path", help="BASE/NAME holding numeric versions.")
-    ],
-    model_name: ModelName,
+        Path | None,
+        typer.Option("--model-base-path", help="BASE/NAME holding numeric versions."),
+    ] = None,
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="Name clients use in requests.")
+    ] = None,
+    model_config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-config-file",
+            help="TF Serving model config (text proto): several models, version policies, "
+            "labels. Replaces --model-base-path/--model-name.",
+        ),
+    ] = None,
+    poll_seconds: Annotated[
+        float,
+        typer.Option(
+            "--file-system-poll-wait-seconds",
+            min=0,
+            help="Look for new and removed versions this often (0: only at start).",
+        ),
+    ] = 1.0,
     host: Host = "127.0.0.1",
     grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 8500,
     rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 8501,
 ) -> None:
-    """Serve the newest SavedModel version under --model-base-path (the graph runner)."""
-    _run(
-        lambda registry: registry.load_graph(model_name, model_base_path),
-        model_name,
-        host,
-        grpc_port,
-        rest_port,
-    )
+    """Serve SavedModel versions (the graph runner): new versions are picked up while serving,
+    warmed, and only then take traffic; the old ones are unloaded after."""
+    from serving.config import ModelConfig, ModelConfigError, load_model_config_file
+
+    if model_config_file is not None:
+        if model_base_path is not None or model_name is not None:
+            stderr.print("[red]error:[/] give --model-config-file or --model-base-path, not both")
+            raise typer.Exit(EXIT_USAGE)
+        try:
+            models = load_model_config_file(model_config_file)
+        except ModelConfigError as exc:
+            stderr.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_USAGE) from None
+    elif model_base_path is not None:
+        models = [ModelConfig(model_name or model_base_path.name, model_base_path)]
+    else:
+        stderr.print("[red]error:[/] give --model-base-path (and --model-name) or a config file")
+        raise typer.Exit(EXIT_USAGE)
+
+    def load(registry: Any) -> Any:
+        from serving.manager import ModelManager
+
+        manager = ModelManager(registry, models).start()
+        manager.poll(poll_seconds)
+        return manager
+
+    _run(load, host, grpc_port, rest_port)
 
 
 @app.command("eager")
@@ -115,17 +164,15 @@ def eager(
     names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
     if allow_unsafe:
         stderr.print("[yellow]warning:[/] --allow-unsafe: Keras safe mode is off for this source")
-    _run(
-        lambda registry: registry.load_eager(
+
+    def load(registry: Any) -> None:
+        registry.load_eager(
             model_name,
             source,
             specs,
             signature_file=signature_file,
             output_names=names,
             allow_unsafe=allow_unsafe,
-        ),
-        model_name,
-        host,
-        grpc_port,
-        rest_port,
-    )
+        )
+
+    _run(load, host, grpc_port, rest_port)

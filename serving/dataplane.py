@@ -19,19 +19,20 @@ from tensorflow_serving.apis import (
 
 from serving.codec import validate_inputs
 from serving.errors import FailedPrecondition, InvalidInput
-from serving.registry import ModelRegistry, Servable
+from serving.registry import ModelRegistry, Servable, VersionRef
 from serving.signature import SERVING_DEFAULT, ServedSignature
 
 __all__ = ["DataPlane"]
 
 SIGNATURE_DEF_FIELD = "signature_def"
+_UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
 
 
 class DataPlane:
     def __init__(self, registry: ModelRegistry) -> None:
         self.registry = registry
 
-    def servable(self, name: str, version: int | None = None) -> Servable:
+    def servable(self, name: str, version: VersionRef = None) -> Servable:
         return self.registry.get(name, version)
 
     @staticmethod
@@ -68,7 +69,7 @@ class DataPlane:
         return outputs
 
     def metadata(
-        self, name: str, version: int | None, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)
+        self, name: str, version: VersionRef, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
         if list(fields) != [SIGNATURE_DEF_FIELD]:
             raise InvalidInput(
@@ -83,15 +84,16 @@ class DataPlane:
         response.metadata[SIGNATURE_DEF_FIELD].Pack(sigmap)
         return response
 
-    def status(self, name: str, version: int | None) -> get_model_status_pb2.GetModelStatusResponse:
-        """Every version's state, or one version's when `version` is given."""
-        servables = [self.servable(name, version)] if version else self.registry.versions(name)
+    def status(self, name: str, version: VersionRef) -> get_model_status_pb2.GetModelStatusResponse:
+        """Every version's state (failed loads with their error), or one version's."""
         response = get_model_status_pb2.GetModelStatusResponse()
-        for servable in servables:
+        for status in self.registry.statuses(name, version):
             response.model_version_status.add(
-                version=servable.version,
-                state=get_model_status_pb2.ModelVersionStatus.State.Value(servable.state),
-                status=status_pb2.StatusProto(error_code=0, error_message=""),
+                version=status.version,
+                state=get_model_status_pb2.ModelVersionStatus.State.Value(status.state),
+                status=status_pb2.StatusProto(
+                    error_code=_UNKNOWN if status.error else 0, error_message=status.error
+                ),
             )
         return response
 

@@ -21,6 +21,7 @@ from tensorflow_serving.apis import (
 from serving.codec import array_from_proto, array_to_proto
 from serving.dataplane import DataPlane, model_spec
 from serving.errors import ServingError, Unimplemented
+from serving.registry import VersionRef
 
 __all__ = ["add_services"]
 
@@ -47,10 +48,11 @@ def _mapped(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _version(spec: Any) -> int | None:
-    if spec.version_label:
-        raise Unimplemented("version labels are not supported by this server yet")
-    return spec.version.value if spec.HasField("version") else None
+def _version(spec: Any) -> VersionRef:
+    """ModelSpec's version choice: a number, a label, or neither (the newest)."""
+    if spec.HasField("version"):
+        return int(spec.version.value)
+    return spec.version_label or None
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):

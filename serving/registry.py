@@ -1,8 +1,9 @@
-"""The model registry: which models and versions this server holds, and how to find one.
+"""The model registry: which models and versions this server holds, their states, and labels.
 
-For now a model is loaded at start-up: the newest version under its base path (TF Serving's
-default `latest` version policy) for the graph server, warmed with the version's warm-up records,
-or the Python source for the eager server.
+`ModelRegistry` answers requests: the AVAILABLE servables by name and version or label, and the
+state of every version it has heard of (loading, available, failed to load, unloaded), which is
+what GetModelStatus reports. `serving.manager` decides what to load and unload; `load_graph`
+and `load_eager` are the one-model shortcuts the CLI and tests use.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.signature import TensorSpec
-from exporter.versions import existing_versions
-from exporter.warmup import replay_warmup
-from serving.errors import NotFound
-from serving.runners import EagerRunner, GraphRunner, Runner
+from serving.errors import InvalidInput, NotFound
+from serving.runners import EagerRunner, Runner
 
-__all__ = ["ModelLoadError", "ModelRegistry", "Servable"]
+__all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
+
+# A request names a version by number, by label (a string), or not at all (the newest).
+VersionRef = int | str | None
 
 
 class ModelLoadError(Exception):
@@ -31,71 +33,121 @@ class Servable:
     name: str
     version: int
     runner: Runner
-    state: str = "AVAILABLE"
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """A version's state as GetModelStatus reports it: START, LOADING, AVAILABLE, UNLOADING,
+    END; `error` is why a load failed (state END)."""
+
+    version: int
+    state: str
+    error: str = ""
 
 
 class ModelRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._models: dict[str, dict[int, Servable]] = {}
+        self._servables: dict[str, dict[int, Servable]] = {}
+        self._status: dict[str, dict[int, VersionStatus]] = {}
+        self._labels: dict[str, dict[str, int]] = {}
+
+    # -- what the loaders call -------------------------------------------------------------
 
     def add(self, servable: Servable) -> None:
+        """Make `servable` AVAILABLE: from now on requests reach it."""
         with self._lock:
-            self._models.setdefault(servable.name, {})[servable.version] = servable
+            self._servables.setdefault(servable.name, {})[servable.version] = servable
+            self._status.setdefault(servable.name, {})[servable.version] = VersionStatus(
+                servable.version, "AVAILABLE"
+            )
+
+    def remove(self, name: str, version: int) -> None:
+        """Unload: new requests no longer reach it (in-flight ones finish on their reference)."""
+        with self._lock:
+            self._servables.get(name, {}).pop(version, None)
+            self._status.setdefault(name, {})[version] = VersionStatus(version, "END")
+
+    def set_status(self, name: str, version: int, state: str, error: str = "") -> None:
+        with self._lock:
+            self._status.setdefault(name, {})[version] = VersionStatus(version, state, error)
+
+    def set_labels(self, name: str, labels: dict[str, int]) -> None:
+        with self._lock:
+            self._labels[name] = dict(labels)
+
+    def available(self, name: str) -> list[Servable]:
+        """The AVAILABLE versions of `name`, ascending (empty when there are none)."""
+        versions = self._servables.get(name, {})
+        return [versions[v] for v in sorted(versions)]
+
+    def known(self, name: str) -> dict[int, VersionStatus]:
+        """Every version of `name` seen so far, by number (empty when none)."""
+        return dict(self._status.get(name, {}))
+
+    # -- what requests call ----------------------------------------------------------------
 
     def names(self) -> list[str]:
-        return sorted(self._models)
+        return sorted(set(self._servables) | set(self._status))
 
     def versions(self, name: str) -> list[Servable]:
-        """Every loaded version of `name`, ascending; raises NotFound for an unknown model."""
-        versions = self._models.get(name)
+        """Every AVAILABLE version of `name`, ascending; raises NotFound when there is none."""
+        versions = self._servables.get(name)
         if not versions:
+            known = ", ".join(repr(n) for n in self.names()) or "no models"
+            state = "no version of it is available" if name in self._status else "it is unknown"
             raise NotFound(
-                f"Servable not found for request: Latest({name}): this server serves "
-                f"{', '.join(repr(n) for n in self.names()) or 'no models'}"
+                f"Servable not found for request: Latest({name}): {state}; this server serves "
+                f"{known}"
             )
         return [versions[v] for v in sorted(versions)]
 
-    def get(self, name: str, version: int | None = None) -> Servable:
-        """The requested version, or the newest when `version` is None."""
+    def get(self, name: str, version: VersionRef = None) -> Servable:
+        """The requested version (a number or a label), or the newest when `version` is None."""
         servables = self.versions(name)
         if version is None:
             return servables[-1]
+        if isinstance(version, str):
+            labels = self._labels.get(name, {})
+            if version not in labels:
+                known = ", ".join(repr(k) for k in labels) or "none"
+                raise InvalidInput(
+                    f"Unrecognized servable version label: {version} (model {name!r} has labels "
+                    f"{known})"
+                )
+            number = labels[version]
+        else:
+            number = version
         for servable in servables:
-            if servable.version == version:
+            if servable.version == number:
                 return servable
         loaded = ", ".join(str(s.version) for s in servables)
         raise NotFound(
-            f"Servable not found for request: Specific({name}, {version}): loaded versions are "
-            f"{loaded}"
+            f"Servable not found for request: Specific({name}, {number}): available versions "
+            f"are {loaded}"
         )
 
-    # -- loading -------------------------------------------------------------------------
+    def statuses(self, name: str, version: VersionRef = None) -> list[VersionStatus]:
+        """The state of every version of `name` ever seen, or of one; NotFound if unknown."""
+        known = self._status.get(name)
+        if not known:
+            raise NotFound(f"Could not find any versions of model {name}")
+        if version is None:
+            return [known[v] for v in sorted(known)]
+        number = self.get(name, version).version if isinstance(version, str) else version
+        if number not in known:
+            raise NotFound(f"Could not find version {number} of model {name}")
+        return [known[number]]
+
+    # -- one-model shortcuts ---------------------------------------------------------------
 
     def load_graph(self, name: str, base_path: Path) -> Servable:
-        """Load the newest numeric version under `base_path`."""
-        base_path = Path(base_path)
-        if not base_path.is_dir():
-            raise ModelLoadError(f"model base path {base_path} does not exist")
-        versions = existing_versions(base_path)
-        if not versions:
-            raise ModelLoadError(
-                f"no versions under {base_path}: expected numeric directories such as "
-                f"{base_path / '1'} (run `graphserve export ... --base-path {base_path.parent}`)"
-            )
-        path = base_path / str(versions[-1])
-        try:
-            runner = GraphRunner(path)
-        except Exception as exc:
-            raise ModelLoadError(f"cannot load SavedModel {path}: {exc}") from exc
-        try:
-            # As TF Serving does: the version runs its warm-up records before it takes traffic.
-            replay_warmup(path, runner.run)
-        except Exception as exc:
-            raise ModelLoadError(f"warm-up record of {path} failed: {exc}") from exc
-        servable = Servable(name, versions[-1], runner)
-        self.add(servable)
-        return servable
+        """Load the newest numeric version under `base_path`, warmed with its warm-up records."""
+        from serving.config import ModelConfig
+        from serving.manager import ModelManager
+
+        ModelManager(self, [ModelConfig(name, Path(base_path))]).start()
+        return self.get(name)
 
     def load_eager(
         self,

@@ -1,6 +1,6 @@
 """The REST front end: TF Serving's `/v1/models/...` API over HTTP/1.1 with keep-alive.
 
-    GET  /v1/models/NAME[/versions/V]            model status (GetModelStatusResponse as JSON)
+    GET  /v1/models/NAME[/versions/V|/labels/L]  model status (GetModelStatusResponse as JSON)
     GET  /v1/models/NAME[/versions/V]/metadata   model metadata (signature_def as JSON)
     POST /v1/models/NAME[/versions/V]:predict    row (`instances`) or columnar (`inputs`) format
 
@@ -23,6 +23,7 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 from serving.codec import decode_json_request, encode_json_response, parse_json_body
 from serving.dataplane import SIGNATURE_DEF_FIELD, DataPlane
 from serving.errors import InvalidInput, ServingError, Unimplemented
+from serving.registry import VersionRef
 
 __all__ = ["RestServer"]
 
@@ -85,10 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
         verb = match and match["verb"]
         if not match or (method == "GET") == bool(verb):
             raise InvalidInput(f"Malformed request: {method} {path}")
-        if match["label"]:
-            raise Unimplemented("version labels are not supported by this server yet")
         plane = self.server.plane
-        name, version = match["name"], int(match["version"]) if match["version"] else None
+        name = match["name"]
+        version: VersionRef = int(match["version"]) if match["version"] else match["label"]
         if method == "GET" and match["metadata"]:
             return HTTPStatus.OK, self._metadata_json(plane, name, version)
         if method == "GET":
@@ -98,7 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
         return HTTPStatus.OK, self._predict(plane, name, version, body)
 
     @staticmethod
-    def _metadata_json(plane: DataPlane, name: str, version: int | None) -> bytes:
+    def _metadata_json(plane: DataPlane, name: str, version: VersionRef) -> bytes:
         response = plane.metadata(name, version)
         sigmap = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(sigmap)
@@ -110,7 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
         ).encode()
 
     @staticmethod
-    def _predict(plane: DataPlane, name: str, version: int | None, body: bytes) -> bytes:
+    def _predict(plane: DataPlane, name: str, version: VersionRef, body: bytes) -> bytes:
         servable = plane.servable(name, version)
         # The signature name sits inside the body, so the body is parsed once, up front.
         request = parse_json_body(body)

@@ -115,7 +115,9 @@ def test_serve_graph_reports_a_missing_base_path(tmp_path: Path) -> None:
         app, ["serve", "graph", "--model-base-path", str(missing), "--model-name", "m"]
     )
     assert result.exit_code == 1
-    assert f"model base path {missing} does not exist" in result.stderr
+    assert f"model 'm' has no servable version: base path {missing} does not exist" in (
+        result.stderr
+    )
 
 
 def _predict(address: str, x: np.ndarray) -> np.ndarray:

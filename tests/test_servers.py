@@ -220,7 +220,7 @@ def test_rest_status_and_metadata_shaped_as_tf_serving(mlp_servers, arm: str) ->
         ("/v1/models/mlp:predict", {"instances": [[1.0], [1.0, 2.0]]}, 400, "is ragged"),
         ("/v1/models/nope:predict", {"instances": [[1.0]]}, 404, "Servable not found"),
         ("/v1/models/mlp/versions/9:predict", {"instances": [[1.0]]}, 404, "Specific(mlp, 9)"),
-        ("/v1/models/nope", None, 404, "Servable not found"),
+        ("/v1/models/nope", None, 404, "Could not find any versions of model nope"),
         ("/v1/models/mlp/versions/x:predict", {"instances": [[1.0]]}, 400, "Malformed request"),
         (
             "/v1/models/mlp:predict",

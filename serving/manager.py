@@ -117,11 +117,11 @@ class ModelManager:
 
     def _sync_model(self, model: ModelConfig) -> None:
         on_disk = existing_versions(model.base_path)
-        aspired = model.policy.aspired(on_disk)
-        loaded = {s.version for s in self.registry.available(model.name)}
-        for version in aspired:
-            if version not in loaded:
-                self._load_one(model, version)
+        self._load_missing(model, model.policy.aspired(on_disk))
+        # A version that fails to load does not count: with `latest`, the newest loadable
+        # version serves in its place (a corrupt new version beside a good one).
+        aspired = model.policy.aspired([v for v in on_disk if not self._broken(model, v)])
+        self._load_missing(model, aspired)
         available = {s.version for s in self.registry.available(model.name)}
         for version in sorted(available - set(aspired)):
             # Availability first: keep an old version until an aspired one serves in its place.
@@ -131,12 +131,23 @@ class ModelManager:
                 self.registry.remove(model.name, version)
         self.registry.set_labels(model.name, model.labels)
 
+    def _load_missing(self, model: ModelConfig, versions: list[int]) -> None:
+        loaded = {s.version for s in self.registry.available(model.name)}
+        for version in versions:
+            if version not in loaded and not self._broken(model, version):
+                self._load_one(model, version)
+
+    def _broken(self, model: ModelConfig, version: int) -> bool:
+        """It failed to load, and its files have not changed since."""
+        key = (model.name, version)
+        return key in self._failed and self._failed[key] == _fingerprint(
+            model.base_path / str(version)
+        )
+
     def _load_one(self, model: ModelConfig, version: int) -> None:
         path = model.base_path / str(version)
         fingerprint = _fingerprint(path)
         key = (model.name, version)
-        if key in self._failed and self._failed[key] == fingerprint:
-            return  # the same broken files: do not retry until they change
         log.info("%s: loading version %d from %s", model.name, version, path)
         self.registry.set_status(model.name, version, "LOADING")
         try:

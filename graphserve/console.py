@@ -6,6 +6,8 @@ server could not start, a load test arm failed), 2 usage error (typer's own).
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 
 from rich.console import Console
@@ -31,3 +33,28 @@ def progress(message: str) -> None:
         stderr.print(f"[yellow]warning:[/] {escape(message[len('warning: ') :])}")
     else:
         stderr.print(f"[dim]{escape(message)}[/]")
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(fmt: str = "text", level: int = logging.INFO) -> None:
+    """Server logs on stderr: readable text, or one JSON object per line for log pipelines."""
+    handler = logging.StreamHandler()
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

@@ -5,15 +5,16 @@ Both run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests
 
 from __future__ import annotations
 
-import logging
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from graphserve.console import EXIT_FAILED, EXIT_USAGE, quiet_tensorflow, stderr
+from graphserve.console import EXIT_FAILED, EXIT_USAGE, configure_logging, quiet_tensorflow, stderr
+from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES, DEFAULT_METRICS_PATH
 
 app = typer.Typer(
     help="Serve a model over the TensorFlow Serving gRPC and REST APIs.", no_args_is_help=True
@@ -23,52 +24,131 @@ Host = Annotated[
     str, typer.Option("--host", help="Address to bind; loopback unless you mean otherwise.")
 ]
 ModelName = Annotated[str, typer.Option("--model-name", help="Name clients use in requests.")]
+Metrics = Annotated[
+    bool,
+    typer.Option("--metrics", help="Serve Prometheus metrics at " + DEFAULT_METRICS_PATH + "."),
+]
+MonitoringConfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--monitoring-config-file",
+        help="TF Serving monitoring config (prometheus_config { enable: true, path: ... }).",
+    ),
+]
+MaxMessageBytes = Annotated[
+    int,
+    typer.Option(
+        "--max-message-bytes", min=1024, help="Largest gRPC message and REST body accepted."
+    ),
+]
+GrpcWorkers = Annotated[
+    int, typer.Option("--grpc-workers", min=1, help="Threads serving gRPC requests.")
+]
+IntraOp = Annotated[
+    int,
+    typer.Option(
+        "--tensorflow-intra-op-parallelism", min=0, help="Threads inside one op (0: TF's choice)."
+    ),
+]
+InterOp = Annotated[
+    int,
+    typer.Option(
+        "--tensorflow-inter-op-parallelism", min=0, help="Ops run in parallel (0: TF's choice)."
+    ),
+]
+LogFormat = Annotated[
+    str, typer.Option("--log-format", help="'text' or 'json' (one JSON object per line).")
+]
 
 
-def _run(load: Any, host: str, grpc_port: int, rest_port: int) -> None:
-    """Load with `load(registry)` (returns a ModelManager to stop at exit, or None), then serve
-    until SIGINT/SIGTERM."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    quiet_tensorflow()
-    from serving.registry import ModelLoadError, ModelRegistry
-    from serving.server import ModelServer, ServerOptions
+@dataclass
+class _Serve:
+    """What every serve command shares: where to listen, limits, threads, metrics, logs."""
 
-    registry = ModelRegistry()
-    try:
-        manager = load(registry)
-    except ModelLoadError as exc:
-        stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
-        raise typer.Exit(EXIT_FAILED) from None
-    server = ModelServer(
-        registry, ServerOptions(host=host, grpc_port=grpc_port, rest_port=rest_port)
-    )
-    try:
-        server.start()
-    except (OSError, RuntimeError) as exc:
-        stderr.print(f"[red]cannot start the server:[/] {exc}")
-        raise typer.Exit(EXIT_FAILED) from None
+    host: str
+    grpc_port: int
+    rest_port: int
+    metrics: bool
+    monitoring_config_file: Path | None
+    max_message_bytes: int
+    grpc_workers: int
+    intra_op: int
+    inter_op: int
+    log_format: str
 
-    def shutdown(signum: int, _frame: object) -> None:
-        stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
-        if manager is not None:
-            manager.stop()
-        server.stop()
+    def run(self, load: Any) -> None:
+        """Load with `load(registry)` (returns a ModelManager to stop at exit, or None), then
+        serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
+        if self.log_format not in ("text", "json"):
+            stderr.print("[red]error:[/] --log-format must be 'text' or 'json'")
+            raise typer.Exit(EXIT_USAGE)
+        metrics_path = self._metrics_path()
+        configure_logging(self.log_format)
+        quiet_tensorflow()
+        import tensorflow as tf
 
-    signal.signal(signal.SIGINT, shutdown)
-    signal.signal(signal.SIGTERM, shutdown)
-    served = "; ".join(
-        f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
-        f"({registry.get(name).runner.kind})"
-        for name in registry.names()
-        if registry.available(name)
-    )
-    stderr.print(
-        f"[green]serving[/] {served}: gRPC {host}:{server.grpc_port}, "
-        f"REST http://{host}:{server.rest_port} (Ctrl-C stops)"
-    )
-    server.wait()
+        try:  # before anything runs: TensorFlow fixes its thread pools at the first op
+            if self.intra_op:
+                tf.config.threading.set_intra_op_parallelism_threads(self.intra_op)
+            if self.inter_op:
+                tf.config.threading.set_inter_op_parallelism_threads(self.inter_op)
+        except RuntimeError as exc:
+            stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
+            raise typer.Exit(EXIT_FAILED) from None
+        from serving.registry import ModelLoadError, ModelRegistry
+        from serving.server import ModelServer, ServerOptions
+
+        registry = ModelRegistry()
+        try:
+            manager = load(registry)
+        except ModelLoadError as exc:
+            stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+        options = ServerOptions(
+            host=self.host,
+            grpc_port=self.grpc_port,
+            rest_port=self.rest_port,
+            grpc_workers=self.grpc_workers,
+            max_message_bytes=self.max_message_bytes,
+            metrics_path=metrics_path,
+        )
+        server = ModelServer(registry, options)
+        try:
+            server.start()
+        except (OSError, RuntimeError) as exc:
+            stderr.print(f"[red]cannot start the server:[/] {exc}")
+            raise typer.Exit(EXIT_FAILED) from None
+
+        def shutdown(signum: int, _frame: object) -> None:
+            stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+            if manager is not None:
+                manager.stop()
+            server.stop()
+
+        signal.signal(signal.SIGINT, shutdown)
+        signal.signal(signal.SIGTERM, shutdown)
+        served = "; ".join(
+            f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
+            f"({registry.get(name).runner.kind})"
+            for name in registry.names()
+            if registry.available(name)
+        )
+        where = f"gRPC {self.host}:{server.grpc_port}, REST http://{self.host}:{server.rest_port}"
+        if metrics_path:
+            where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"
+        stderr.print(f"[green]serving[/] {served}: {where} (Ctrl-C stops)")
+        server.wait()
+
+    def _metrics_path(self) -> str | None:
+        if self.monitoring_config_file is None:
+            return DEFAULT_METRICS_PATH if self.metrics else None
+        from serving.metrics import MonitoringConfigError, load_monitoring_config
+
+        try:
+            return load_monitoring_config(self.monitoring_config_file)
+        except MonitoringConfigError as exc:
+            stderr.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_USAGE) from None
 
 
 @app.command("graph")
@@ -99,6 +179,13 @@ def graph(
     host: Host = "127.0.0.1",
     grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 8500,
     rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 8501,
+    metrics: Metrics = False,
+    monitoring_config_file: MonitoringConfig = None,
+    max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
+    grpc_workers: GrpcWorkers = DEFAULT_GRPC_WORKERS,
+    intra_op: IntraOp = 0,
+    inter_op: InterOp = 0,
+    log_format: LogFormat = "text",
 ) -> None:
     """Serve SavedModel versions (the graph runner): new versions are picked up while serving,
     warmed, and only then take traffic; the old ones are unloaded after."""
@@ -126,7 +213,18 @@ def graph(
         manager.poll(poll_seconds)
         return manager
 
-    _run(load, host, grpc_port, rest_port)
+    _Serve(
+        host,
+        grpc_port,
+        rest_port,
+        metrics,
+        monitoring_config_file,
+        max_message_bytes,
+        grpc_workers,
+        intra_op,
+        inter_op,
+        log_format,
+    ).run(load)
 
 
 @app.command("eager")
@@ -151,6 +249,13 @@ def eager(
     host: Host = "127.0.0.1",
     grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 9500,
     rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 9501,
+    metrics: Metrics = False,
+    monitoring_config_file: MonitoringConfig = None,
+    max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
+    grpc_workers: GrpcWorkers = DEFAULT_GRPC_WORKERS,
+    intra_op: IntraOp = 0,
+    inter_op: InterOp = 0,
+    log_format: LogFormat = "text",
 ) -> None:
     """Serve SOURCE run eagerly, op by op from Python (the baseline)."""
     from exporter.errors import ExportError
@@ -175,4 +280,15 @@ def eager(
             allow_unsafe=allow_unsafe,
         )
 
-    _run(load, host, grpc_port, rest_port)
+    _Serve(
+        host,
+        grpc_port,
+        rest_port,
+        metrics,
+        monitoring_config_file,
+        max_message_bytes,
+        grpc_workers,
+        intra_op,
+        inter_op,
+        log_format,
+    ).run(load)

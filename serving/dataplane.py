@@ -7,7 +7,9 @@ bytes to these calls and errors to their status codes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 from tensorflow_serving.apis import (
@@ -19,6 +21,7 @@ from tensorflow_serving.apis import (
 
 from serving.codec import validate_inputs
 from serving.errors import FailedPrecondition, InvalidInput
+from serving.metrics import Measure, ServingMetrics
 from serving.registry import ModelRegistry, Servable, VersionRef
 from serving.signature import SERVING_DEFAULT, ServedSignature
 
@@ -29,8 +32,16 @@ _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
 
 
 class DataPlane:
-    def __init__(self, registry: ModelRegistry) -> None:
+    def __init__(self, registry: ModelRegistry, metrics: ServingMetrics | None = None) -> None:
         self.registry = registry
+        self.metrics = metrics
+
+    def measure(self, model: str, protocol: str) -> AbstractContextManager[Measure]:
+        """Count and time one request (a no-op without metrics); the front end fills in the
+        servable and signature as it resolves them."""
+        if self.metrics is None:
+            return nullcontext(Measure(model, protocol))
+        return self.metrics.measure(model, protocol)
 
     def servable(self, name: str, version: VersionRef = None) -> Servable:
         return self.registry.get(name, version)
@@ -48,8 +59,8 @@ class DataPlane:
             )
         return sig
 
-    @staticmethod
     def predict(
+        self,
         servable: Servable,
         signature: ServedSignature,
         inputs: dict[str, np.ndarray],
@@ -63,7 +74,10 @@ class DataPlane:
                     + ", ".join(repr(o) for o in signature.outputs)
                 )
         checked = validate_inputs(inputs, signature.inputs)
+        started = time.perf_counter()
         outputs = servable.runner.run(signature.name, checked)
+        if self.metrics is not None:
+            self.metrics.observe_runtime(servable, signature.name, time.perf_counter() - started)
         if output_filter:
             return {alias: outputs[alias] for alias in output_filter}
         return outputs

@@ -5,6 +5,7 @@
     ├── FailedPrecondition       (FAILED_PRECONDITION / 400) e.g. unknown signature name
     ├── NotFound                 (NOT_FOUND / 404) unknown model or version
     ├── Unavailable              (UNAVAILABLE / 503) the model exists but cannot serve right now
+    ├── DeadlineExceeded         (DEADLINE_EXCEEDED / 504) the client's deadline passed first
     └── Unimplemented            (UNIMPLEMENTED / 501) an API this server does not offer
 
 The mapping follows TensorFlow Serving's (`util/net_http/server` status-to-HTTP table), so a client
@@ -16,6 +17,7 @@ from __future__ import annotations
 import grpc
 
 __all__ = [
+    "DeadlineExceeded",
     "FailedPrecondition",
     "InvalidInput",
     "NotFound",
@@ -59,3 +61,8 @@ class Unavailable(ServingError):
 class Unimplemented(ServingError):
     grpc_code = grpc.StatusCode.UNIMPLEMENTED
     http_status = 501
+
+
+class DeadlineExceeded(ServingError):
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+    http_status = 504

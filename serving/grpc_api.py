@@ -20,7 +20,7 @@ from tensorflow_serving.apis import (
 
 from serving.codec import array_from_proto, array_to_proto
 from serving.dataplane import DataPlane, model_spec
-from serving.errors import ServingError, Unimplemented
+from serving.errors import DeadlineExceeded, ServingError, Unimplemented
 from serving.registry import VersionRef
 
 __all__ = ["add_services"]
@@ -55,21 +55,33 @@ def _version(spec: Any) -> VersionRef:
     return spec.version_label or None
 
 
+def _check_deadline(context: grpc.ServicerContext) -> None:
+    """Do no work for a client that has stopped waiting (its deadline passed in a queue)."""
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        raise DeadlineExceeded("the request's deadline passed before the model ran")
+
+
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
 
     @_mapped
     def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
-        servable = self.plane.servable(request.model_spec.name, _version(request.model_spec))
-        signature = self.plane.signature(servable, request.model_spec.signature_name)
-        inputs = {name: array_from_proto(t, name) for name, t in request.inputs.items()}
-        outputs = self.plane.predict(servable, signature, inputs, list(request.output_filter))
-        response = predict_pb2.PredictResponse()
-        response.model_spec.CopyFrom(model_spec(servable, signature.name))
-        for name, array in outputs.items():
-            response.outputs[name].CopyFrom(array_to_proto(array, signature.outputs[name].dtype))
-        return response
+        spec = request.model_spec
+        with self.plane.measure(spec.name, "grpc") as measure:
+            _check_deadline(context)
+            servable = measure.servable = self.plane.servable(spec.name, _version(spec))
+            signature = self.plane.signature(servable, spec.signature_name)
+            measure.signature = signature.name
+            inputs = {name: array_from_proto(t, name) for name, t in request.inputs.items()}
+            outputs = self.plane.predict(servable, signature, inputs, list(request.output_filter))
+            response = predict_pb2.PredictResponse()
+            response.model_spec.CopyFrom(model_spec(servable, signature.name))
+            for name, array in outputs.items():
+                dtype = signature.outputs[name].dtype
+                response.outputs[name].CopyFrom(array_to_proto(array, dtype))
+            return response
 
     @_mapped
     def GetModelMetadata(self, request: Any, context: Any) -> Any:

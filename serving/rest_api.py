@@ -22,6 +22,7 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 
 from serving.codec import decode_json_request, encode_json_response, parse_json_body
 from serving.dataplane import SIGNATURE_DEF_FIELD, DataPlane
+from serving.defaults import DEFAULT_MAX_BODY_BYTES
 from serving.errors import InvalidInput, ServingError, Unimplemented
 from serving.registry import VersionRef
 
@@ -35,7 +36,6 @@ _ROUTE = re.compile(
     r"(?:/(?P<metadata>metadata)|:(?P<verb>predict|classify|regress))?$"
 )
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 def _proto_json(message: Message) -> Any:
@@ -55,9 +55,15 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle("POST")
 
     def _handle(self, method: str) -> None:
+        content_type = "application/json"
+        status: int
+        metrics = self.server.plane.metrics
         try:
             body = self._read_body() if method == "POST" else b""
-            status, payload = self._dispatch(method, body)
+            if metrics is not None and method == "GET" and self.path == metrics.path:
+                status, (payload, content_type) = HTTPStatus.OK, metrics.render()
+            else:
+                status, payload = self._dispatch(method, body)
         except ServingError as exc:
             status, payload = exc.http_status, json.dumps({"error": exc.message}).encode()
         except Exception as exc:  # the server must survive anything a request does
@@ -65,7 +71,7 @@ class _Handler(BaseHTTPRequestHandler):
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             payload = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -111,13 +117,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _predict(plane: DataPlane, name: str, version: VersionRef, body: bytes) -> bytes:
-        servable = plane.servable(name, version)
-        # The signature name sits inside the body, so the body is parsed once, up front.
-        request = parse_json_body(body)
-        signature = plane.signature(servable, str(request.get("signature_name") or ""))
-        inputs, fmt = decode_json_request(request, signature.inputs)
-        outputs = plane.predict(servable, signature, inputs)
-        return encode_json_response(outputs, row_format=fmt == "row")
+        with plane.measure(name, "rest") as measure:
+            servable = measure.servable = plane.servable(name, version)
+            # The signature name sits inside the body, so the body is parsed once, up front.
+            request = parse_json_body(body)
+            signature = plane.signature(servable, str(request.get("signature_name") or ""))
+            measure.signature = signature.name
+            inputs, fmt = decode_json_request(request, signature.inputs)
+            outputs = plane.predict(servable, signature, inputs)
+            return encode_json_response(outputs, row_format=fmt == "row")
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)

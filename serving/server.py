@@ -6,7 +6,6 @@ The graph server and the eager server are this same class; only the registry's r
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from concurrent import futures
 from dataclasses import dataclass
@@ -15,9 +14,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from serving.dataplane import DataPlane
+from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES
 from serving.grpc_api import add_services
+from serving.metrics import ServingMetrics
 from serving.registry import ModelRegistry
-from serving.rest_api import DEFAULT_MAX_BODY_BYTES, RestServer
+from serving.rest_api import RestServer
 
 __all__ = ["ModelServer", "ServerOptions"]
 
@@ -34,15 +35,21 @@ class ServerOptions:
     host: str = "127.0.0.1"
     grpc_port: int = 8500
     rest_port: int = 8501
-    grpc_workers: int = max(4, 2 * (os.cpu_count() or 1))
+    grpc_workers: int = DEFAULT_GRPC_WORKERS
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+    metrics_path: str | None = None  # e.g. /monitoring/prometheus/metrics; None: no metrics
 
 
 class ModelServer:
     def __init__(self, registry: ModelRegistry, options: ServerOptions | None = None) -> None:
         self.registry = registry
         self.options = options or ServerOptions()
-        self.plane = DataPlane(registry)
+        metrics = (
+            ServingMetrics(registry, self.options.metrics_path)
+            if self.options.metrics_path
+            else None
+        )
+        self.plane = DataPlane(registry, metrics)
         self.grpc_port = 0
         self.rest_port = 0
         self._grpc: grpc.Server | None = None

@@ -1,0 +1,165 @@
+"""Prometheus metrics, served where TF Serving serves them: GET /monitoring/prometheus/metrics.
+
+Enabled with TF Serving's `--monitoring_config_file` (text proto, below) or `--metrics`:
+
+    prometheus_config { enable: true, path: "/monitoring/prometheus/metrics" }
+
+Every request is counted and timed with labels model, version, signature, runner (graph or an
+eager mode), protocol (grpc/rest) and status (the gRPC code name); the model's own run time is a
+separate histogram, so a load test can split server-side latency into model time and the rest.
+Version states come from the registry at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from google.protobuf import text_format
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from serving.defaults import DEFAULT_METRICS_PATH
+from serving.errors import ServingError
+from serving.textproto import message_class
+
+if TYPE_CHECKING:
+    from serving.registry import ModelRegistry, Servable
+
+__all__ = [
+    "DEFAULT_METRICS_PATH",
+    "Measure",
+    "MonitoringConfigError",
+    "ServingMetrics",
+    "load_monitoring_config",
+]
+
+# Serving latencies live between 100 µs and seconds; Prometheus' defaults start at 5 ms.
+_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01,
+    0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+
+_REQUEST_LABELS = ("model", "version", "signature", "runner", "protocol")
+
+
+class MonitoringConfigError(ValueError):
+    pass
+
+
+def load_monitoring_config(path: Path) -> str | None:
+    """The metrics path a TF Serving monitoring config file enables, or None if disabled."""
+    config_class = message_class(
+        "tensorflow.serving",
+        {
+            "MonitoringConfig": {"prometheus_config": (1, "PrometheusConfig")},
+            "PrometheusConfig": {"enable": (1, "bool"), "path": (2, "string")},
+        },
+        "MonitoringConfig",
+    )
+    config = config_class()
+    try:
+        text_format.Parse(Path(path).read_text(), config)
+    except (OSError, text_format.ParseError) as exc:
+        raise MonitoringConfigError(f"monitoring config file {path}: {exc}") from None
+    prometheus = config.prometheus_config
+    if not prometheus.enable:
+        return None
+    return prometheus.path or DEFAULT_METRICS_PATH
+
+
+@dataclass
+class Measure:
+    """What a front end learns while it handles one request; observed when it ends."""
+
+    model: str
+    protocol: str
+    servable: Servable | None = None
+    signature: str = ""
+
+
+class ServingMetrics:
+    def __init__(self, registry: ModelRegistry, path: str = DEFAULT_METRICS_PATH) -> None:
+        self.path = path
+        self.prometheus = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "graphserve_requests",
+            "Predict requests, by outcome (status is the gRPC code name).",
+            (*_REQUEST_LABELS, "status"),
+            registry=self.prometheus,
+        )
+        self.latency = Histogram(
+            "graphserve_request_latency_seconds",
+            "Server-side request latency: decoding, validation, the model, encoding.",
+            _REQUEST_LABELS,
+            buckets=_BUCKETS,
+            registry=self.prometheus,
+        )
+        self.runtime = Histogram(
+            "graphserve_runtime_latency_seconds",
+            "Time inside the model (the runner) alone.",
+            ("model", "version", "signature", "runner"),
+            buckets=_BUCKETS,
+            registry=self.prometheus,
+        )
+        self.prometheus.register(_VersionStates(registry))
+
+    @contextmanager
+    def measure(self, model: str, protocol: str) -> Iterator[Measure]:
+        measure = Measure(model, protocol)
+        started = time.perf_counter()
+        status = "OK"
+        try:
+            yield measure
+        except ServingError as exc:
+            status = exc.grpc_code.name
+            raise
+        except Exception:
+            status = "INTERNAL"
+            raise
+        finally:
+            labels = self._labels(measure)
+            self.requests.labels(*labels, status).inc()
+            if status == "OK":
+                self.latency.labels(*labels).observe(time.perf_counter() - started)
+
+    def observe_runtime(self, servable: Servable, signature: str, seconds: float) -> None:
+        self.runtime.labels(
+            servable.name, str(servable.version), signature, servable.runner.kind
+        ).observe(seconds)
+
+    @staticmethod
+    def _labels(m: Measure) -> tuple[str, ...]:
+        version = str(m.servable.version) if m.servable else ""
+        runner = m.servable.runner.kind if m.servable else ""
+        return (m.model, version, m.signature, runner, m.protocol)
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        return generate_latest(self.prometheus), CONTENT_TYPE_LATEST
+
+
+class _VersionStates:
+    """graphserve_model_version_state{model,version,state} = 1, read from the registry."""
+
+    def __init__(self, registry: ModelRegistry) -> None:
+        self.registry = registry
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "graphserve_model_version_state",
+            "1 for each model version's current state (AVAILABLE, LOADING, END, ...).",
+            labels=("model", "version", "state"),
+        )
+        for name in self.registry.names():
+            for status in self.registry.known(name).values():
+                family.add_metric((name, str(status.version), status.state), 1.0)
+        yield family

@@ -22,6 +22,7 @@ __all__ = [
     "Traced",
     "call_signature",
     "name_outputs",
+    "predict_signature",
     "resolve_function",
     "saveable",
     "signature_errors",
@@ -94,6 +95,21 @@ def call_signature(
         args: Any = inputs[names[0]] if len(names) == 1 else {n: inputs[n] for n in names}
         result = target(args, training=False) if _is_keras(target) else target(args)
     return name_outputs(result, contract, _keras_output_names(target))
+
+
+def predict_signature(
+    model: Any, contract: SignatureContract, inputs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`model.predict(x)`, the Keras batch-inference path users compare with a direct call: the
+    same argument convention and output names as `call_signature`. Keras models only."""
+    if contract.function is not None or not _is_keras(model):
+        raise SignatureError(
+            f"signature {contract.name!r}: model.predict needs a Keras model called as a whole"
+        )
+    names = [s.name for s in contract.inputs]
+    args: Any = inputs[names[0]] if len(names) == 1 else {n: inputs[n] for n in names}
+    result = model.predict(args, verbose=0)
+    return name_outputs(result, contract, _keras_output_names(model))
 
 
 def _keras_output_names(target: Any) -> list[str]:

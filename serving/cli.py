@@ -246,6 +246,14 @@ def eager(
     allow_unsafe: Annotated[
         bool, typer.Option("--allow-unsafe", help="Keras safe mode off, as for export.")
     ] = False,
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            help="How the model runs: call (model(x)), predict (Keras model.predict(x)), or "
+            "function (tf.function without input signature: retraces per new shape).",
+        ),
+    ] = "call",
     host: Host = "127.0.0.1",
     grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 9500,
     rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 9501,
@@ -267,6 +275,9 @@ def eager(
         stderr.print(f"[red]error:[/] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
     names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
+    if mode not in ("call", "predict", "function"):
+        stderr.print(f"[red]error:[/] --mode must be call, predict or function, got {mode!r}")
+        raise typer.Exit(EXIT_USAGE)
     if allow_unsafe:
         stderr.print("[yellow]warning:[/] --allow-unsafe: Keras safe mode is off for this source")
 
@@ -278,6 +289,7 @@ def eager(
             signature_file=signature_file,
             output_names=names,
             allow_unsafe=allow_unsafe,
+            mode=mode,
         )
 
     _Serve(

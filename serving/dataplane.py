@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
+from google.protobuf import wrappers_pb2
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -28,6 +29,7 @@ from serving.signature import SERVING_DEFAULT, ServedSignature
 __all__ = ["DataPlane"]
 
 SIGNATURE_DEF_FIELD = "signature_def"
+RUNNER_FIELD = "runner"
 _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
 
 
@@ -85,17 +87,26 @@ class DataPlane:
     def metadata(
         self, name: str, version: VersionRef, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-        if list(fields) != [SIGNATURE_DEF_FIELD]:
+        """TF Serving's `signature_def` field, and our `runner` (a StringValue: graph, eager,
+        eager-predict, eager-function) for clients that ask how the model runs."""
+        unknown = [f for f in fields if f not in (SIGNATURE_DEF_FIELD, RUNNER_FIELD)]
+        if not fields or unknown:
             raise InvalidInput(
-                f"metadata_field must be exactly ['{SIGNATURE_DEF_FIELD}'], got {list(fields)}"
+                f"metadata_field must be '{SIGNATURE_DEF_FIELD}' (and optionally "
+                f"'{RUNNER_FIELD}'), got {list(fields)}"
             )
         servable = self.servable(name, version)
         response = get_model_metadata_pb2.GetModelMetadataResponse()
         response.model_spec.CopyFrom(model_spec(servable))
-        sigmap = get_model_metadata_pb2.SignatureDefMap()
-        for key, sig in servable.runner.signatures.items():
-            sigmap.signature_def[key].CopyFrom(sig.signature_def)
-        response.metadata[SIGNATURE_DEF_FIELD].Pack(sigmap)
+        if SIGNATURE_DEF_FIELD in fields:
+            sigmap = get_model_metadata_pb2.SignatureDefMap()
+            for key, sig in servable.runner.signatures.items():
+                sigmap.signature_def[key].CopyFrom(sig.signature_def)
+            response.metadata[SIGNATURE_DEF_FIELD].Pack(sigmap)
+        if RUNNER_FIELD in fields:
+            response.metadata[RUNNER_FIELD].Pack(
+                wrappers_pb2.StringValue(value=servable.runner.kind)
+            )
         return response
 
     def status(self, name: str, version: VersionRef) -> get_model_status_pb2.GetModelStatusResponse:

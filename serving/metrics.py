@@ -159,7 +159,18 @@ class _VersionStates:
             "1 for each model version's current state (AVAILABLE, LOADING, END, ...).",
             labels=("model", "version", "state"),
         )
+        traces = GaugeMetricFamily(
+            "graphserve_function_traces",
+            "Traces of each signature's tf.function in the eager server's function mode: "
+            "more than one means the model retraced on new shapes.",
+            labels=("model", "version", "signature"),
+        )
         for name in self.registry.names():
             for status in self.registry.known(name).values():
                 family.add_metric((name, str(status.version), status.state), 1.0)
+            for servable in self.registry.available(name):
+                counts: dict[str, int] = getattr(servable.runner, "trace_counts", dict)()
+                for signature, count in counts.items():
+                    traces.add_metric((name, str(servable.version), signature), float(count))
         yield family
+        yield traces

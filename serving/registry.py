@@ -159,8 +159,10 @@ class ModelRegistry:
         signature_file: Path | None = None,
         output_names: list[str] | None = None,
         allow_unsafe: bool = False,
+        mode: str = "call",
     ) -> Servable:
-        """Load a Python model source to run eagerly; errors surface as ModelLoadError."""
+        """Load a Python model source to run eagerly (`mode`: call, predict or function);
+        errors surface as ModelLoadError."""
         from exporter.errors import ExportError
 
         try:
@@ -170,6 +172,7 @@ class ModelRegistry:
                 signature_file=signature_file,
                 output_names=output_names,
                 allow_unsafe=allow_unsafe,
+                mode=mode,
             )
         except ExportError as exc:
             raise ModelLoadError(str(exc)) from exc

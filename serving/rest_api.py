@@ -16,12 +16,12 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from google.protobuf import json_format
+from google.protobuf import json_format, wrappers_pb2
 from google.protobuf.message import Message
 from tensorflow_serving.apis import get_model_metadata_pb2
 
 from serving.codec import decode_json_request, encode_json_response, parse_json_body
-from serving.dataplane import SIGNATURE_DEF_FIELD, DataPlane
+from serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
 from serving.defaults import DEFAULT_MAX_BODY_BYTES
 from serving.errors import InvalidInput, ServingError, Unimplemented
 from serving.registry import VersionRef
@@ -105,13 +105,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _metadata_json(plane: DataPlane, name: str, version: VersionRef) -> bytes:
-        response = plane.metadata(name, version)
+        response = plane.metadata(name, version, (SIGNATURE_DEF_FIELD, RUNNER_FIELD))
         sigmap = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(sigmap)
+        runner = wrappers_pb2.StringValue()
+        response.metadata[RUNNER_FIELD].Unpack(runner)
+        # TF Serving's shape, plus "runner": how this server runs the model.
         return json.dumps(
             {
                 "model_spec": _proto_json(response.model_spec),
-                "metadata": {SIGNATURE_DEF_FIELD: _proto_json(sigmap)},
+                "metadata": {SIGNATURE_DEF_FIELD: _proto_json(sigmap), RUNNER_FIELD: runner.value},
             }
         ).encode()
 

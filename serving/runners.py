@@ -9,6 +9,7 @@ the inputs against `signatures`.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Protocol
 
@@ -16,10 +17,11 @@ import numpy as np
 import tensorflow as tf
 
 from exporter.contract import SignatureContract, load_signature_file
+from exporter.errors import SignatureError
 from exporter.savedmodel import signature_defs
 from exporter.signature import TensorSpec, sample_inputs
 from exporter.sources import load_source, resolve_contracts
-from exporter.trace import call_signature
+from exporter.trace import call_signature, predict_signature
 from serving.codec import numpy_dtype_name
 from serving.errors import InvalidInput, ServingError
 from serving.signature import ServedSignature
@@ -64,14 +66,21 @@ class GraphRunner:
         return {name: t.numpy() for name, t in outputs.items()}
 
 
+EAGER_MODES = ("call", "predict", "function")
+
+
 class EagerRunner:
     """Serves a Python model source (examples:NAME, module:factory, .keras) run eagerly.
 
     It serves the signatures the exporter would export from the same source and flags, calling
     the model through the same `call_signature`, so both servers name inputs and outputs alike.
-    """
+    `mode` picks how the model runs, the approaches users compare:
 
-    kind = "eager"
+        call      `model(x)`: every op dispatched from Python (kind "eager")
+        predict   Keras `model.predict(x)`: its batch machinery per request ("eager-predict")
+        function  `tf.function` without an input signature: traced per new shape, so varying
+                  batch sizes retrace ("eager-function"; traces are counted)
+    """
 
     def __init__(
         self,
@@ -81,7 +90,12 @@ class EagerRunner:
         signature_file: Path | None = None,
         output_names: list[str] | None = None,
         allow_unsafe: bool = False,
+        mode: str = "call",
     ) -> None:
+        if mode not in EAGER_MODES:
+            raise SignatureError(f"eager mode {mode!r} is not one of {', '.join(EAGER_MODES)}")
+        self.mode = mode
+        self.kind = "eager" if mode == "call" else f"eager-{mode}"
         self.source = load_source(source, allow_unsafe=allow_unsafe)
         contracts = resolve_contracts(
             self.source,
@@ -90,7 +104,15 @@ class EagerRunner:
             output_names=output_names or [],
         )
         self._contracts = {c.name: c for c in contracts}
+        self._functions = {
+            c.name: tf.function(functools.partial(call_signature, self.source.model, c))
+            for c in (contracts if mode == "function" else [])
+        }
         self.signatures = {c.name: self._describe(c) for c in contracts}
+
+    def trace_counts(self) -> dict[str, int]:
+        """Traces per signature in `function` mode (retracing made visible); empty otherwise."""
+        return {k: f.experimental_get_tracing_count() for k, f in self._functions.items()}
 
     def _describe(self, contract: SignatureContract) -> ServedSignature:
         """One eager call on a sample batch tells the outputs' names, dtypes and shapes (and
@@ -111,8 +133,14 @@ class EagerRunner:
     def _call(
         self, contract: SignatureContract, inputs: dict[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        tensors = {k: tf.constant(v) for k, v in inputs.items()}
-        outputs = call_signature(self.source.model, contract, tensors)
+        if self.mode == "predict":
+            outputs = predict_signature(self.source.model, contract, inputs)
+        else:
+            tensors = {k: tf.constant(v) for k, v in inputs.items()}
+            if self.mode == "function":
+                outputs = self._functions[contract.name](tensors)
+            else:
+                outputs = call_signature(self.source.model, contract, tensors)
         return {k: np.asarray(v) for k, v in outputs.items()}
 
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

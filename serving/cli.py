@@ -6,6 +6,7 @@ Both run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,6 +57,17 @@ InterOp = Annotated[
         "--tensorflow-inter-op-parallelism", min=0, help="Ops run in parallel (0: TF's choice)."
     ),
 ]
+EnableBatching = Annotated[
+    bool, typer.Option("--enable-batching", help="Batch concurrent requests (TF Serving's).")
+]
+BatchingFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--batching-parameters-file",
+        help="TF Serving batching parameters (text proto: max_batch_size { value: 32 } ...); "
+        "implies --enable-batching.",
+    ),
+]
 LogFormat = Annotated[
     str, typer.Option("--log-format", help="'text' or 'json' (one JSON object per line).")
 ]
@@ -75,6 +87,30 @@ class _Serve:
     intra_op: int
     inter_op: int
     log_format: str
+    enable_batching: bool = False
+    batching_parameters_file: Path | None = None
+
+    def batching(self) -> Callable[[Any], Any]:
+        """Wraps a runner in TF Serving-style batching when asked; the identity otherwise."""
+        if not (self.enable_batching or self.batching_parameters_file):
+            return lambda runner: runner
+        from serving.batching import (
+            BatchingConfigError,
+            BatchingParameters,
+            BatchingRunner,
+            load_batching_parameters,
+        )
+
+        try:
+            params = (
+                load_batching_parameters(self.batching_parameters_file)
+                if self.batching_parameters_file
+                else BatchingParameters()
+            )
+        except BatchingConfigError as exc:
+            stderr.print(f"[red]error:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_USAGE) from None
+        return lambda runner: BatchingRunner(runner, params)
 
     def run(self, load: Any) -> None:
         """Load with `load(registry)` (returns a ModelManager to stop at exit, or None), then
@@ -186,6 +222,8 @@ def graph(
     intra_op: IntraOp = 0,
     inter_op: InterOp = 0,
     log_format: LogFormat = "text",
+    enable_batching: EnableBatching = False,
+    batching_parameters_file: BatchingFile = None,
 ) -> None:
     """Serve SavedModel versions (the graph runner): new versions are picked up while serving,
     warmed, and only then take traffic; the old ones are unloaded after."""
@@ -206,14 +244,7 @@ def graph(
         stderr.print("[red]error:[/] give --model-base-path (and --model-name) or a config file")
         raise typer.Exit(EXIT_USAGE)
 
-    def load(registry: Any) -> Any:
-        from serving.manager import ModelManager
-
-        manager = ModelManager(registry, models).start()
-        manager.poll(poll_seconds)
-        return manager
-
-    _Serve(
+    serve = _Serve(
         host,
         grpc_port,
         rest_port,
@@ -224,7 +255,19 @@ def graph(
         intra_op,
         inter_op,
         log_format,
-    ).run(load)
+        enable_batching,
+        batching_parameters_file,
+    )
+    wrap = serve.batching()
+
+    def load(registry: Any) -> Any:
+        from serving.manager import ModelManager, load_version
+
+        manager = ModelManager(registry, models, lambda path: wrap(load_version(path))).start()
+        manager.poll(poll_seconds)
+        return manager
+
+    serve.run(load)
 
 
 @app.command("eager")
@@ -264,6 +307,8 @@ def eager(
     intra_op: IntraOp = 0,
     inter_op: InterOp = 0,
     log_format: LogFormat = "text",
+    enable_batching: EnableBatching = False,
+    batching_parameters_file: BatchingFile = None,
 ) -> None:
     """Serve SOURCE run eagerly, op by op from Python (the baseline)."""
     from exporter.errors import ExportError
@@ -281,18 +326,7 @@ def eager(
     if allow_unsafe:
         stderr.print("[yellow]warning:[/] --allow-unsafe: Keras safe mode is off for this source")
 
-    def load(registry: Any) -> None:
-        registry.load_eager(
-            model_name,
-            source,
-            specs,
-            signature_file=signature_file,
-            output_names=names,
-            allow_unsafe=allow_unsafe,
-            mode=mode,
-        )
-
-    _Serve(
+    serve = _Serve(
         host,
         grpc_port,
         rest_port,
@@ -303,4 +337,23 @@ def eager(
         intra_op,
         inter_op,
         log_format,
-    ).run(load)
+        enable_batching,
+        batching_parameters_file,
+    )
+    wrap = serve.batching()
+
+    def load(registry: Any) -> None:
+        from serving.registry import Servable
+
+        servable = registry.load_eager(
+            model_name,
+            source,
+            specs,
+            signature_file=signature_file,
+            output_names=names,
+            allow_unsafe=allow_unsafe,
+            mode=mode,
+        )
+        registry.add(Servable(servable.name, servable.version, wrap(servable.runner)))
+
+    serve.run(load)

@@ -1,0 +1,536 @@
+"""Server-side batching as TensorFlow Serving does it (`--enable_batching`).
+
+`BatchingRunner` wraps any runner. Concurrent requests to one signature wait in a queue; a batch
+thread merges them along dimension 0, pads the batch up to an allowed size, runs it once and hands
+each request its own rows. The knobs are TF Serving's `BatchingParameters`, read from the same
+text-proto file as TF Serving's `--batching_parameters_file`:
+
+    max_batch_size { value: 32 }
+    batch_timeout_micros { value: 2000 }
+    max_enqueued_batches { value: 8 }
+    num_batch_threads { value: 4 }
+    allowed_batch_sizes: 8
+    allowed_batch_sizes: 32
+
+The behaviour follows TF Serving's SharedBatchScheduler (queueing, timeout, rejection) and its
+BatchingSession (merging, padding, splitting the outputs):
+
+- a batch runs once a batch thread is free and the batch holds max_batch_size rows, or
+  batch_timeout_micros have passed since its first request;
+- a request that needs a new batch while max_enqueued_batches are queued fails at once with
+  Unavailable, so queueing delay stays bounded;
+- a request larger than max_batch_size fails with InvalidInput. With enable_large_batch_splitting
+  a request may be split across batches of max_execution_batch_size rows;
+- padding repeats a real row (the first row of the batch's last request), so it is always a valid
+  input, and the padded rows are dropped from the outputs;
+- every output must have the batch as its first dimension; any other output fails the batch with
+  FailedPrecondition.
+
+One difference from TF Serving: requests whose inputs differ in dtype or non-batch shape never
+share a batch. They wait in separate queues instead of failing the batch they land in.
+
+    ValueError
+    └── BatchingConfigError   the parameters are unreadable, malformed or inconsistent
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from collections.abc import Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from google.protobuf import message, text_format
+
+from serving.errors import FailedPrecondition, InvalidInput, ServingError, Unavailable
+from serving.textproto import message_class
+
+if TYPE_CHECKING:  # runners import TensorFlow; parsing a parameters file must not
+    from serving.runners import Runner
+    from serving.signature import ServedSignature
+
+__all__ = [
+    "BatchingConfigError",
+    "BatchingParameters",
+    "BatchingRunner",
+    "BatchingStats",
+    "load_batching_parameters",
+]
+
+Arrays = dict[str, np.ndarray]
+_QueueKey = tuple[str, Hashable]  # (signature, what requests must share to share a batch)
+
+
+class BatchingConfigError(ValueError):
+    """Batching parameters that TF Serving would refuse, or a file that cannot be read."""
+
+
+def _max_parallelism() -> int:
+    """TensorFlow's `port::MaxParallelism()`: the CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class BatchingParameters:
+    """TF Serving's BatchingParameters with its defaults for unset fields.
+
+    The defaults are those of `SharedBatchScheduler::Options` and `QueueOptions` in
+    tensorflow/core/kernels/batching_util/shared_batch_scheduler.h, which TF Serving keeps when
+    a field is absent (bundle_factory_util.h). Raises BatchingConfigError for values TF Serving
+    rejects when it loads a model with them.
+    """
+
+    max_batch_size: int = 1000
+    batch_timeout_micros: int = 0
+    max_enqueued_batches: int = 10
+    num_batch_threads: int = field(default_factory=_max_parallelism)
+    thread_pool_name: str = "batch_threads"
+    enable_large_batch_splitting: bool = False
+    max_execution_batch_size: int | None = None  # None: max_batch_size
+    allowed_batch_sizes: tuple[int, ...] = ()
+    pad_variable_length_inputs: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed_batch_sizes", tuple(self.allowed_batch_sizes))
+        problem = self._problem()
+        if problem:
+            raise BatchingConfigError(problem)
+
+    @property
+    def execution_batch_size(self) -> int:
+        """The most rows one run of the model gets (before padding)."""
+        if self.enable_large_batch_splitting and self.max_execution_batch_size is not None:
+            return self.max_execution_batch_size
+        return self.max_batch_size
+
+    @property
+    def queue_limit(self) -> int:
+        """Batches a queue may hold. TF Serving quietly turns 0 into 1 when not splitting,
+        because old low-traffic configs rely on it."""
+        return self.max_enqueued_batches or 1
+
+    def _problem(self) -> str | None:
+        if self.num_batch_threads < 1:
+            return f"num_batch_threads must be positive; was {self.num_batch_threads}"
+        if self.max_batch_size < 1:
+            return f"max_batch_size must be positive; was {self.max_batch_size}"
+        if self.batch_timeout_micros < 0:
+            return f"batch_timeout_micros must be non-negative; was {self.batch_timeout_micros}"
+        if self.max_enqueued_batches < 0 or (
+            self.max_enqueued_batches == 0 and self.enable_large_batch_splitting
+        ):
+            return f"max_enqueued_batches must be positive; was {self.max_enqueued_batches}"
+        execution = self.execution_batch_size
+        if not 1 <= execution <= self.max_batch_size:
+            return (
+                "with enable_large_batch_splitting, max_execution_batch_size must be between 1 "
+                f"and max_batch_size ({self.max_batch_size}); was {execution}"
+            )
+        return self._allowed_sizes_problem()
+
+    def _allowed_sizes_problem(self) -> str | None:
+        sizes = list(self.allowed_batch_sizes)
+        if not sizes:
+            return None
+        if sizes[0] < 1 or any(b <= a for a, b in itertools.pairwise(sizes)):
+            return (
+                "allowed_batch_sizes entries must be positive and monotonically increasing; "
+                f"got {sizes}"
+            )
+        if sizes[-1] != self.max_batch_size:
+            return (
+                "Last entry in allowed_batch_sizes must match max_batch_size; last entry was "
+                f"{sizes[-1]}; expected {self.max_batch_size}"
+            )
+        return None
+
+    def padded_size(self, rows: int) -> int:
+        """The smallest allowed batch size that holds `rows` (`rows` if none is configured)."""
+        return next((size for size in self.allowed_batch_sizes if size >= rows), rows)
+
+
+# -- the parameters file ---------------------------------------------------------------------
+
+# session_bundle_config.proto, message BatchingParameters: (field, number, wrapper type).
+# session_bundle_config.proto's BatchingParameters: same package, field names and numbers, so
+# text that TF Serving parses parses here, and a typo fails alike (the wheel lacks this proto).
+_BATCHING_PARAMETERS = {
+    "BatchingParameters": {
+        "max_batch_size": (1, "google.protobuf.Int64Value"),
+        "batch_timeout_micros": (2, "google.protobuf.Int64Value"),
+        "max_enqueued_batches": (3, "google.protobuf.Int64Value"),
+        "num_batch_threads": (4, "google.protobuf.Int64Value"),
+        "thread_pool_name": (5, "google.protobuf.StringValue"),
+        "allowed_batch_sizes": (6, "repeated int64"),
+        "pad_variable_length_inputs": (7, "bool"),
+        "enable_large_batch_splitting": (8, "google.protobuf.BoolValue"),
+        "max_execution_batch_size": (9, "google.protobuf.Int64Value"),
+    }
+}
+
+
+def _batching_parameters_message() -> type[message.Message]:
+    return message_class("tensorflow.serving", _BATCHING_PARAMETERS, "BatchingParameters")
+
+
+def load_batching_parameters(path: Path) -> BatchingParameters:
+    """Parse a TF Serving `--batching_parameters_file` (text-format BatchingParameters).
+
+    Raises BatchingConfigError naming the file and the problem: unreadable, a syntax error or
+    unknown field (with its line and column), or values TF Serving would reject.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BatchingConfigError(f"cannot read batching parameters file {path}: {exc}") from None
+    parsed: Any = _batching_parameters_message()()
+    try:
+        text_format.Parse(text, parsed)
+    except text_format.ParseError as exc:
+        raise BatchingConfigError(f"batching parameters file {path}: {exc}") from None
+    given = {
+        name: getattr(parsed, name).value
+        for name, (_, kind) in _BATCHING_PARAMETERS["BatchingParameters"].items()
+        if kind.startswith("google.") and parsed.HasField(name)
+    }
+    try:
+        return BatchingParameters(
+            **given,
+            allowed_batch_sizes=tuple(parsed.allowed_batch_sizes),
+            pad_variable_length_inputs=parsed.pad_variable_length_inputs,
+        )
+    except BatchingConfigError as exc:
+        raise BatchingConfigError(f"batching parameters file {path}: {exc}") from None
+
+
+# -- the batching runner ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchingStats:
+    """Counters since the runner started, plus the rows waiting now."""
+
+    batches: int = 0  # runs of the wrapped runner
+    requests: int = 0  # requests (or pieces of split requests) in those runs
+    rows: int = 0  # rows the requests brought
+    padding_rows: int = 0  # rows added to reach an allowed batch size
+    rejected: int = 0  # requests turned away because the queue was full
+    failed_batches: int = 0  # runs that raised; every request in them got the error
+    queued_rows: int = 0  # rows waiting in the queues at the time of the snapshot
+
+
+@dataclass
+class _Piece:
+    """A request, or one piece of a request split across batches."""
+
+    inputs: Arrays
+    rows: int
+    result: Future[Arrays] = field(default_factory=Future)
+
+
+@dataclass
+class _Batch:
+    pieces: list[_Piece] = field(default_factory=list)
+    rows: int = 0
+    opened: float = 0.0  # time.monotonic() when its first piece arrived
+
+
+class BatchingRunner:
+    """A Runner that batches concurrent requests for the runner it wraps, as TF Serving does.
+
+    Requests to one signature with the same input names, dtypes and non-batch shapes (with
+    pad_variable_length_inputs: ranks) share a queue; `num_batch_threads` threads serve all
+    queues round-robin. `run` blocks until its rows come back. Call `close()` to stop; it
+    first runs what is queued.
+    """
+
+    def __init__(self, runner: Runner, params: BatchingParameters | None = None) -> None:
+        self.runner = runner
+        self.params = params or BatchingParameters()
+        self.kind: str = runner.kind
+        self.signatures: dict[str, ServedSignature] = runner.signatures
+        self._cond = threading.Condition()
+        # Each deque holds non-empty batches; the last is open, the others are full.
+        self._queues: OrderedDict[_QueueKey, deque[_Batch]] = OrderedDict()
+        self._counts: Counter[str] = Counter()
+        self._closed = False
+        self._threads = [
+            threading.Thread(
+                target=self._work, name=f"{self.params.thread_pool_name}_{i}", daemon=True
+            )
+            for i in range(self.params.num_batch_threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    # -- the Runner protocol ---------------------------------------------------------------
+
+    def run(self, signature: str, inputs: Arrays) -> Arrays:
+        """Queue the request, wait for its batch, return its rows of every output.
+
+        Raises InvalidInput (no batch dimension, more than max_batch_size rows), Unavailable
+        (queue full, or closed), and whatever the wrapped runner raised for the batch.
+        """
+        if signature not in self.signatures:
+            raise FailedPrecondition(f"unknown signature {signature!r}")
+        rows = _batch_rows(inputs)
+        if rows == 0:  # nothing to merge or pad
+            return self.runner.run(signature, inputs)
+        pieces = self._enqueue(self._queue_key(signature, inputs), inputs, rows)
+        parts = [piece.result.result() for piece in pieces]
+        if len(parts) == 1:
+            return parts[0]
+        # With pad_variable_length_inputs, pieces may come from batches padded to different
+        # lengths: pad them alike (TF Serving's concat would fail the request instead).
+        return {
+            name: np.concatenate(_pad_to_common_shape(name, [part[name] for part in parts]))
+            for name in parts[0]
+        }
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def stats(self) -> BatchingStats:
+        with self._cond:
+            queued = sum(b.rows for batches in self._queues.values() for b in batches)
+            return BatchingStats(**self._counts, queued_rows=queued)
+
+    def close(self) -> None:
+        """Refuse new requests, run every queued one, then stop the batch threads."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def __enter__(self) -> BatchingRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- enqueueing (request threads) ------------------------------------------------------
+
+    def _queue_key(self, signature: str, inputs: Arrays) -> _QueueKey:
+        if self.params.pad_variable_length_inputs:
+            return signature, tuple(sorted((k, v.dtype.str, v.ndim) for k, v in inputs.items()))
+        return signature, tuple(sorted((k, v.dtype.str, v.shape[1:]) for k, v in inputs.items()))
+
+    def _enqueue(self, key: _QueueKey, inputs: Arrays, rows: int) -> list[_Piece]:
+        limit = self.params.execution_batch_size
+        with self._cond:
+            if self._closed:
+                raise Unavailable("the batching runner is closed: the model is being unloaded")
+            batches = self._queues.get(key) or deque()
+            self._check_capacity(batches, rows)
+            pieces = []
+            start = 0
+            for size in self._piece_sizes(batches[-1].rows if batches else 0, rows):
+                piece_inputs = inputs if size == rows else _rows(inputs, start, size)
+                pieces.append(_Piece(piece_inputs, size))
+                start += size
+                if not batches or batches[-1].rows + size > limit:
+                    batches.append(_Batch(opened=time.monotonic()))
+                batches[-1].pieces.append(pieces[-1])
+                batches[-1].rows += size
+            self._queues[key] = batches
+            self._cond.notify_all()  # every idle thread recomputes its deadline
+        return pieces
+
+    def _check_capacity(self, batches: deque[_Batch], rows: int) -> None:
+        """TF Serving's admission rules (`ValidateBatchTaskQueueCapacity`)."""
+        p = self.params
+        if rows > p.max_batch_size:
+            raise InvalidInput(
+                f"Task size {rows} is larger than maximum input batch size {p.max_batch_size}: "
+                f"send at most {p.max_batch_size} rows per request"
+            )
+        open_rows = batches[-1].rows if batches else 0
+        enqueued = max(len(batches), 1)  # TF Serving always counts the open batch
+        if p.enable_large_batch_splitting:
+            limit = p.execution_batch_size
+            capacity = (p.queue_limit - enqueued) * limit + (limit - open_rows)
+            if rows <= capacity:
+                return
+            detail = f"the request has {rows} rows but only {capacity} more fit"
+        elif open_rows + rows <= p.max_batch_size or enqueued < p.queue_limit:
+            return
+        else:
+            detail = f"{enqueued} batches are enqueued"
+        self._counts["rejected"] += 1
+        raise Unavailable(
+            f"the batch queue is full: {detail} (max_enqueued_batches is "
+            f"{p.max_enqueued_batches}); retry later or raise max_enqueued_batches"
+        )
+
+    def _piece_sizes(self, open_rows: int, rows: int) -> list[int]:
+        """Without splitting, the whole request. With it, fill the open batch first, then
+        batches of max_execution_batch_size rows."""
+        limit = self.params.execution_batch_size
+        room = limit - open_rows
+        if rows <= room or not self.params.enable_large_batch_splitting:
+            return [rows]
+        sizes = [room] if room > 0 else []
+        left = rows - sum(sizes)
+        while left > 0:
+            sizes.append(min(limit, left))
+            left -= sizes[-1]
+        return sizes
+
+    # -- batch threads ---------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                picked = self._next_batch()
+                while picked is None:
+                    if self._closed and not self._queues:
+                        return
+                    self._cond.wait(self._wait_seconds())
+                    picked = self._next_batch()
+            self._process(*picked)
+
+    def _next_batch(self) -> tuple[str, _Batch] | None:
+        """The front batch of the first queue, in round-robin order, that may run now."""
+        key = next((k for k, batches in self._queues.items() if self._ready(batches)), None)
+        if key is None:
+            return None
+        batches = self._queues[key]
+        front = batches.popleft()
+        if batches:
+            self._queues.move_to_end(key)
+        else:
+            del self._queues[key]
+        return key[0], front
+
+    def _ready(self, batches: deque[_Batch]) -> bool:
+        front = batches[0]
+        return (
+            len(batches) > 1
+            or self._closed
+            or front.rows >= self.params.execution_batch_size
+            or time.monotonic() >= front.opened + self.params.batch_timeout_micros / 1e6
+        )
+
+    def _wait_seconds(self) -> float | None:
+        """Until the earliest open batch times out; None (until notified) if nothing waits."""
+        deadlines = [b[0].opened for b in self._queues.values()]
+        if not deadlines:
+            return None
+        due = min(deadlines) + self.params.batch_timeout_micros / 1e6
+        return max(due - time.monotonic(), 0.0)
+
+    def _process(self, signature: str, batch: _Batch) -> None:
+        pieces = batch.pieces
+        padding = self.params.padded_size(batch.rows) - batch.rows
+        with self._cond:
+            self._counts.update(
+                batches=1, requests=len(pieces), rows=batch.rows, padding_rows=padding
+            )
+        try:
+            merged = self._merge(pieces, padding)
+            outputs = self.runner.run(signature, merged)
+            parts = _split_outputs(outputs, [p.rows for p in pieces], padding)
+        except Exception as exc:
+            error = (
+                exc
+                if isinstance(exc, ServingError)
+                else ServingError(f"{type(exc).__name__}: {exc}")
+            )
+            with self._cond:
+                self._counts["failed_batches"] += 1
+            for piece in pieces:
+                piece.result.set_exception(error)
+            return
+        for piece, part in zip(pieces, parts, strict=True):
+            piece.result.set_result(part)
+
+    def _merge(self, pieces: list[_Piece], padding: int) -> Arrays:
+        if len(pieces) == 1 and not padding:
+            return pieces[0].inputs
+        merged = {}
+        for name in pieces[0].inputs:
+            arrays = [piece.inputs[name] for piece in pieces]
+            if self.params.pad_variable_length_inputs:
+                arrays = _pad_to_common_shape(name, arrays)
+            if padding:
+                arrays.append(np.repeat(arrays[-1][:1], padding, axis=0))
+            merged[name] = np.concatenate(arrays)
+        return merged
+
+
+def _batch_rows(inputs: Arrays) -> int:
+    """The request's batch size; InvalidInput unless every input shares dimension 0."""
+    if not inputs:
+        raise InvalidInput("batching needs at least one input tensor")
+    for name, array in inputs.items():
+        if array.ndim == 0:
+            raise InvalidInput(
+                f"input {name!r} is a scalar: with batching, every input needs the batch as "
+                "its first dimension"
+            )
+    rows = {name: int(array.shape[0]) for name, array in inputs.items()}
+    if len(set(rows.values())) > 1:
+        sizes = ", ".join(f"{name!r} has {size}" for name, size in rows.items())
+        raise InvalidInput(
+            f"with batching, every input needs the same batch size (first dimension): {sizes}"
+        )
+    return next(iter(rows.values()))
+
+
+def _rows(inputs: Arrays, start: int, count: int) -> Arrays:
+    return {name: array[start : start + count] for name, array in inputs.items()}
+
+
+def _pad_to_common_shape(name: str, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """TF Serving's pad_variable_length_inputs: pad every non-batch dimension at its end up to
+    the largest among `arrays`, with each array's own first element."""
+    target = np.max([array.shape for array in arrays], axis=0)
+    padded = []
+    for array in arrays:
+        widths = [(0, 0)] + [
+            (0, int(t - s)) for s, t in zip(array.shape[1:], target[1:], strict=True)
+        ]
+        if any(after for _, after in widths):
+            if array.size == 0:
+                raise InvalidInput(
+                    f"tensor {name!r} is empty but shares a batch with longer ones; "
+                    "it cannot be padded"
+                )
+            array = np.pad(array, widths, constant_values=array.flat[0])
+        padded.append(array)
+    return padded
+
+
+def _split_outputs(outputs: Arrays, sizes: list[int], padding: int) -> list[Arrays]:
+    """Each piece's rows of every output. FailedPrecondition for an output that does not have
+    the batch as its first dimension: its values cannot be attributed to requests."""
+    total = sum(sizes) + padding
+    for name, array in outputs.items():
+        if array.ndim == 0 or array.shape[0] != total:
+            raise FailedPrecondition(
+                f"output {name!r} has shape {list(array.shape)}, so it cannot be split between "
+                f"the requests of a batch of {total} rows: with batching, every output needs "
+                "the batch as its first dimension"
+            )
+    if len(sizes) == 1 and not padding:
+        return [outputs]
+    bounds = np.cumsum(sizes)[:-1]
+    split = {name: np.split(array[: sum(sizes)], bounds) for name, array in outputs.items()}
+    return [{name: parts[i] for name, parts in split.items()} for i in range(len(sizes))]

@@ -20,7 +20,7 @@ from tensorflow_serving.apis import (
     status_pb2,
 )
 
-from serving.codec import validate_inputs
+from serving.codec import as_bytes, validate_inputs
 from serving.errors import FailedPrecondition, InvalidInput
 from serving.metrics import Measure, ServingMetrics
 from serving.registry import ModelRegistry, Servable, VersionRef
@@ -30,6 +30,8 @@ __all__ = ["DataPlane"]
 
 SIGNATURE_DEF_FIELD = "signature_def"
 RUNNER_FIELD = "runner"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
 _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
 
 
@@ -83,6 +85,62 @@ class DataPlane:
         if output_filter:
             return {alias: outputs[alias] for alias in output_filter}
         return outputs
+
+    def classify(
+        self, servable: Servable, signature: ServedSignature, examples: list[bytes]
+    ) -> list[list[tuple[str, float]]]:
+        """Per example, its (label, score) pairs: the signature's `classes` and/or `scores`."""
+        outputs = self._run_examples(servable, signature, CLASSIFY_METHOD, examples)
+        classes, scores = outputs.get("classes"), outputs.get("scores")
+        if classes is None and scores is None:
+            raise FailedPrecondition(
+                f"classification signature {signature.name!r} has neither 'classes' nor 'scores'"
+            )
+        n = len(examples)
+        labels = None if classes is None else classes.reshape(n, -1)
+        values = None if scores is None else scores.reshape(n, -1)
+        width = (values if values is not None else labels).shape[1]  # type: ignore[union-attr]
+        return [
+            [
+                (
+                    "" if labels is None else as_bytes(labels[i, k]).decode(),
+                    0.0 if values is None else float(values[i, k]),
+                )
+                for k in range(width)
+            ]
+            for i in range(n)
+        ]
+
+    def regress(
+        self, servable: Servable, signature: ServedSignature, examples: list[bytes]
+    ) -> list[float]:
+        """Per example, the signature's `outputs` value."""
+        outputs = self._run_examples(servable, signature, REGRESS_METHOD, examples)
+        if "outputs" not in outputs:
+            raise FailedPrecondition(f"regression signature {signature.name!r} has no 'outputs'")
+        values = outputs["outputs"].reshape(len(examples), -1)
+        if values.shape[1] != 1:
+            raise FailedPrecondition(
+                f"regression output of {signature.name!r} has {values.shape[1]} values per "
+                "example, expected 1"
+            )
+        return [float(v) for v in values[:, 0]]
+
+    def _run_examples(
+        self, servable: Servable, signature: ServedSignature, method: str, examples: list[bytes]
+    ) -> dict[str, np.ndarray]:
+        if signature.method_name != method:
+            raise FailedPrecondition(
+                f"Expected {method.rsplit('/', 1)[-1]} signature method_name to be {method}. "
+                f"Was: {signature.method_name}"
+            )
+        if len(signature.inputs) != 1:
+            raise FailedPrecondition(
+                f"signature {signature.name!r} must have exactly one input (the serialized "
+                f"tf.Examples), has {len(signature.inputs)}"
+            )
+        (name,) = signature.inputs
+        return self.predict(servable, signature, {name: np.array(examples, dtype=object)})
 
     def metadata(
         self, name: str, version: VersionRef, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)

@@ -13,15 +13,18 @@ from typing import Any, TypeVar
 
 import grpc
 from tensorflow_serving.apis import (
+    classification_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
+    regression_pb2,
 )
 
 from serving.codec import array_from_proto, array_to_proto
 from serving.dataplane import DataPlane, model_spec
 from serving.errors import DeadlineExceeded, ServingError, Unimplemented
 from serving.registry import VersionRef
+from serving.tfexample import examples_from_input
 
 __all__ = ["add_services"]
 
@@ -91,11 +94,35 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_mapped
     def Classify(self, request: Any, context: Any) -> Any:
-        raise Unimplemented("Classify is not supported by this server yet; use Predict")
+        spec = request.model_spec
+        with self.plane.measure(spec.name, "grpc") as measure:
+            _check_deadline(context)
+            servable = measure.servable = self.plane.servable(spec.name, _version(spec))
+            signature = self.plane.signature(servable, spec.signature_name)
+            measure.signature = signature.name
+            result = self.plane.classify(servable, signature, examples_from_input(request.input))
+            response = classification_pb2.ClassificationResponse()
+            response.model_spec.CopyFrom(model_spec(servable, signature.name))
+            for row in result:
+                classifications = response.result.classifications.add()
+                for label, score in row:
+                    classifications.classes.add(label=label, score=score)
+            return response
 
     @_mapped
     def Regress(self, request: Any, context: Any) -> Any:
-        raise Unimplemented("Regress is not supported by this server yet; use Predict")
+        spec = request.model_spec
+        with self.plane.measure(spec.name, "grpc") as measure:
+            _check_deadline(context)
+            servable = measure.servable = self.plane.servable(spec.name, _version(spec))
+            signature = self.plane.signature(servable, spec.signature_name)
+            measure.signature = signature.name
+            values = self.plane.regress(servable, signature, examples_from_input(request.input))
+            response = regression_pb2.RegressionResponse()
+            response.model_spec.CopyFrom(model_spec(servable, signature.name))
+            for value in values:
+                response.result.regressions.add(value=value)
+            return response
 
     @_mapped
     def MultiInference(self, request: Any, context: Any) -> Any:

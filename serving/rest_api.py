@@ -3,6 +3,8 @@
     GET  /v1/models/NAME[/versions/V|/labels/L]  model status (GetModelStatusResponse as JSON)
     GET  /v1/models/NAME[/versions/V]/metadata   model metadata (signature_def as JSON)
     POST /v1/models/NAME[/versions/V]:predict    row (`instances`) or columnar (`inputs`) format
+    POST /v1/models/NAME[/versions/V]:classify   tf.Example features (`examples`, `context`)
+    POST /v1/models/NAME[/versions/V]:regress    the same, for regression signatures
 
 Errors are `{"error": "..."}` with the HTTP status of the ServingError (see serving.errors).
 """
@@ -23,8 +25,9 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 from serving.codec import decode_json_request, encode_json_response, parse_json_body
 from serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
 from serving.defaults import DEFAULT_MAX_BODY_BYTES
-from serving.errors import InvalidInput, ServingError, Unimplemented
+from serving.errors import InvalidInput, ServingError
 from serving.registry import VersionRef
+from serving.tfexample import examples_from_json
 
 __all__ = ["RestServer"]
 
@@ -35,7 +38,6 @@ _ROUTE = re.compile(
     r"(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
     r"(?:/(?P<metadata>metadata)|:(?P<verb>predict|classify|regress))?$"
 )
-
 
 
 def _proto_json(message: Message) -> Any:
@@ -99,9 +101,9 @@ class _Handler(BaseHTTPRequestHandler):
             return HTTPStatus.OK, self._metadata_json(plane, name, version)
         if method == "GET":
             return HTTPStatus.OK, json.dumps(_proto_json(plane.status(name, version))).encode()
-        if verb != "predict":
-            raise Unimplemented(f":{verb} is not supported by this server yet; use :predict")
-        return HTTPStatus.OK, self._predict(plane, name, version, body)
+        if verb == "predict":
+            return HTTPStatus.OK, self._predict(plane, name, version, body)
+        return HTTPStatus.OK, self._examples(plane, name, version, body, str(verb))
 
     @staticmethod
     def _metadata_json(plane: DataPlane, name: str, version: VersionRef) -> bytes:
@@ -129,6 +131,26 @@ class _Handler(BaseHTTPRequestHandler):
             inputs, fmt = decode_json_request(request, signature.inputs)
             outputs = plane.predict(servable, signature, inputs)
             return encode_json_response(outputs, row_format=fmt == "row")
+
+    @staticmethod
+    def _examples(
+        plane: DataPlane, name: str, version: VersionRef, body: bytes, verb: str
+    ) -> bytes:
+        """:classify and :regress: tf.Example features in, TF Serving's `result` out."""
+        with plane.measure(name, "rest") as measure:
+            servable = measure.servable = plane.servable(name, version)
+            request = parse_json_body(body)
+            signature = plane.signature(servable, str(request.get("signature_name") or ""))
+            measure.signature = signature.name
+            examples = examples_from_json(request)
+            if verb == "classify":
+                result: list[Any] = [
+                    [[label, score] for label, score in row]
+                    for row in plane.classify(servable, signature, examples)
+                ]
+            else:
+                result = plane.regress(servable, signature, examples)
+            return json.dumps({"result": result}).encode()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)

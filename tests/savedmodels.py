@@ -143,3 +143,39 @@ def write_with_py_function(path: Path) -> Path:
         return tf.ensure_shape(doubled, [None, 2]) * scale
 
     return _save(path, body)
+
+
+def write_half_plus_two(path: Path) -> Path:
+    """TF Serving's own test model, rebuilt: y = 0.5 * x + 2 as a TF1 SavedModel.
+
+    serving_default  predict   x: float32 [-1] → y: float32 [-1]
+    classify_x_to_y  classify  inputs: serialized tf.Examples with feature x → scores [-1, 1]
+    regress_x_to_y   regress   inputs: serialized tf.Examples with feature x → outputs [-1, 1]
+    """
+    v1 = tf.compat.v1
+    graph = tf.Graph()
+    with graph.as_default():
+        a = v1.get_variable("a", initializer=tf.constant(0.5))
+        b = v1.get_variable("b", initializer=tf.constant(2.0))
+        serialized = v1.placeholder(tf.string, [None], name="tf_example")
+        parsed = v1.io.parse_example(
+            serialized, {"x": v1.io.FixedLenFeature([1], tf.float32, default_value=[0.0])}
+        )
+        from_examples = tf.add(tf.multiply(a, parsed["x"]), b, name="y_from_examples")
+        x = v1.placeholder(tf.float32, [None], name="x")
+        y = tf.add(tf.multiply(a, x), b, name="y")
+        signatures = {
+            "serving_default": v1.saved_model.predict_signature_def({"x": x}, {"y": y}),
+            "classify_x_to_y": v1.saved_model.classification_signature_def(
+                serialized, None, from_examples
+            ),
+            "regress_x_to_y": v1.saved_model.regression_signature_def(serialized, from_examples),
+        }
+        with v1.Session(graph=graph) as session:
+            session.run(v1.global_variables_initializer())
+            builder = v1.saved_model.Builder(str(path))
+            builder.add_meta_graph_and_variables(
+                session, [tf.saved_model.SERVING], signature_def_map=signatures
+            )
+            builder.save()
+    return path

@@ -1,0 +1,180 @@
+"""TF Serving's documented request/response formats against a model laid out as TF Serving's own
+`half_plus_two` (a TF1 SavedModel with predict, classify and regress signatures), and models
+other tools write (Keras `model.export()`)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from tensorflow.core.example import example_pb2
+from tensorflow_serving.apis import (
+    classification_pb2,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+
+from serving import ModelRegistry, ModelServer, ServerOptions
+from serving.codec import array_from_proto, array_to_proto
+from tests.savedmodels import write_half_plus_two
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
+    base = tmp_path_factory.mktemp("hp2") / "half_plus_two"
+    write_half_plus_two(base / "123")
+    registry = ModelRegistry()
+    registry.load_graph("half_plus_two", base)
+    with ModelServer(registry, ServerOptions("127.0.0.1", 0, 0)) as running:
+        yield running
+
+
+def _post(server: ModelServer, path: str, body: Any) -> tuple[int, Any]:
+    url = f"http://127.0.0.1:{server.rest_port}{path}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _stub(server: ModelServer) -> prediction_service_pb2_grpc.PredictionServiceStub:
+    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+
+# The documented examples of TF Serving's api_rest.md, with their documented answers.
+@pytest.mark.parametrize(
+    ("path", "body", "expected"),
+    [
+        (":predict", {"instances": [1.0, 2.0, 5.0]}, {"predictions": [2.5, 3.0, 4.5]}),
+        (":predict", {"inputs": [1.0, 2.0, 5.0]}, {"outputs": [2.5, 3.0, 4.5]}),
+        (":predict", {"instances": [{"x": 1.0}, {"x": 3.0}]}, {"predictions": [2.5, 3.5]}),
+        (
+            ":regress",
+            {"signature_name": "regress_x_to_y", "examples": [{"x": 1.0}, {"x": 2.0}]},
+            {"result": [2.5, 3.0]},
+        ),
+        (
+            ":classify",
+            {"signature_name": "classify_x_to_y", "examples": [{"x": 1.0}, {"x": -2.0}]},
+            {"result": [[["", 2.5]], [["", 1.0]]]},
+        ),
+        (
+            ":regress",
+            {"signature_name": "regress_x_to_y", "context": {"x": 4.0}, "examples": [{}]},
+            {"result": [4.0]},
+        ),
+    ],
+)
+def test_rest_formats(server: ModelServer, path: str, body: Any, expected: Any) -> None:
+    status, got = _post(server, f"/v1/models/half_plus_two{path}", body)
+    assert status == 200, got
+    assert got == expected
+
+
+def test_rest_versions_and_metadata_of_a_tf1_model(server: ModelServer) -> None:
+    status, got = _post(server, "/v1/models/half_plus_two/versions/123:predict", {"inputs": [0]})
+    assert status == 200 and got == {"outputs": [2.0]}
+    url = f"http://127.0.0.1:{server.rest_port}/v1/models/half_plus_two/metadata"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        metadata = json.loads(response.read())
+    signatures = metadata["metadata"]["signature_def"]["signature_def"]
+    assert signatures["classify_x_to_y"]["method_name"] == "tensorflow/serving/classify"
+    assert signatures["regress_x_to_y"]["method_name"] == "tensorflow/serving/regress"
+    assert metadata["model_spec"]["version"] == "123"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        (":classify", {"examples": [{"x": 1.0}]}, 400, "Expected classify signature method_name"),
+        (
+            ":regress",
+            {"signature_name": "classify_x_to_y", "examples": [{"x": 1.0}]},
+            400,
+            "Expected regress signature method_name to be tensorflow/serving/regress",
+        ),
+        (":regress", {"signature_name": "regress_x_to_y", "examples": []}, 400, "non-empty"),
+        (
+            ":regress",
+            {"signature_name": "regress_x_to_y", "examples": [{"x": [True]}]},
+            400,
+            "feature examples[0].x",
+        ),
+    ],
+)
+def test_rest_classify_regress_errors(
+    server: ModelServer, path: str, body: Any, status: int, message: str
+) -> None:
+    got_status, got = _post(server, f"/v1/models/half_plus_two{path}", body)
+    assert got_status == status and message in got["error"]
+
+
+def _examples(*xs: float) -> list[example_pb2.Example]:
+    examples = []
+    for x in xs:
+        example = example_pb2.Example()
+        example.features.feature["x"].float_list.value.append(x)
+        examples.append(example)
+    return examples
+
+
+def test_grpc_predict_classify_regress(server: ModelServer) -> None:
+    stub = _stub(server)
+    predict = predict_pb2.PredictRequest()
+    predict.model_spec.name = "half_plus_two"
+    predict.inputs["x"].CopyFrom(array_to_proto(np.array([1.0, 6.0], np.float32)))
+    response = stub.Predict(predict, timeout=30)
+    np.testing.assert_allclose(array_from_proto(response.outputs["y"]), [2.5, 5.0])
+
+    regress = regression_pb2.RegressionRequest()
+    regress.model_spec.name = "half_plus_two"
+    regress.model_spec.signature_name = "regress_x_to_y"
+    regress.input.example_list.examples.extend(_examples(1.0, 2.0))
+    result = stub.Regress(regress, timeout=30)
+    assert [r.value for r in result.result.regressions] == [2.5, 3.0]
+    assert result.model_spec.signature_name == "regress_x_to_y"
+
+    classify = classification_pb2.ClassificationRequest()
+    classify.model_spec.name = "half_plus_two"
+    classify.model_spec.signature_name = "classify_x_to_y"
+    with_context = classify.input.example_list_with_context
+    with_context.examples.extend(_examples(10.0))
+    with_context.examples.add()  # takes x from the context
+    with_context.context.features.feature["x"].float_list.value.append(4.0)
+    result = stub.Classify(classify, timeout=30)
+    scores = [[c.score for c in row.classes] for row in result.result.classifications]
+    assert scores == [[7.0], [4.0]]
+
+    classify.model_spec.signature_name = "serving_default"
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Classify(classify, timeout=30)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_keras_export_is_served(tmp_path: Path) -> None:
+    from exporter.examples import mlp
+
+    model = mlp.build()
+    model.export(str(tmp_path / "keras_mlp" / "1"), verbose=False)
+    registry = ModelRegistry()
+    registry.load_graph("keras_mlp", tmp_path / "keras_mlp")
+    signature = registry.get("keras_mlp").runner.signatures["serving_default"]
+    (input_name,) = signature.inputs
+    (output_name,) = signature.outputs
+    x = np.random.default_rng(4).standard_normal((2, 784)).astype(np.float32)
+    with ModelServer(registry, ServerOptions("127.0.0.1", 0, 0)) as server:
+        status, got = _post(server, "/v1/models/keras_mlp:predict", {"instances": x.tolist()})
+    assert status == 200
+    np.testing.assert_allclose(got["predictions"], model(x).numpy(), atol=1e-5)
+    assert output_name == "output_0" and input_name

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from deploy.cli import app as deploy_app
 from exporter.cli import export, inspect
 from graphserve import __version__
 from graphserve.demo import demo
@@ -21,6 +22,7 @@ app.command("export")(export)
 app.command("inspect")(inspect)
 app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
+app.add_typer(deploy_app, name="deploy")
 app.command("demo")(demo)
 
 

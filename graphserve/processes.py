@@ -83,15 +83,6 @@ class ServerProcess:
 
 def model_available(grpc_address: str, model_name: str) -> bool:
     """True when the server at `grpc_address` reports a version of `model_name` AVAILABLE."""
-    import grpc
-    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
+    from deploy.wait import model_status
 
-    with grpc.insecure_channel(grpc_address) as channel:
-        stub = model_service_pb2_grpc.ModelServiceStub(channel)
-        request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": model_name})
-        try:
-            response = stub.GetModelStatus(request, timeout=2)
-        except grpc.RpcError:
-            return False
-    available = get_model_status_pb2.ModelVersionStatus.AVAILABLE
-    return any(v.state == available for v in response.model_version_status)
+    return any(v.state == "AVAILABLE" for v in model_status(grpc_address, model_name))

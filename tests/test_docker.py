@@ -1,18 +1,40 @@
-"""The TF Serving GPU compose file: validated here; brought up only where docker runs."""
+"""The files in docker/: validated here as data; built and brought up only where docker runs.
 
+- compose.yaml: TF Serving on NVIDIA GPUs, the hand-written example (`graphserve deploy
+  tfserving` generates projects like it);
+- Dockerfile (targets `graph` and `eager`) and compose.embedded.yaml: the embedded servers in
+  containers. Each container's command line is parsed by the real `graphserve` CLI here, so a
+  renamed option fails this test rather than a container start.
+"""
+
+from __future__ import annotations
+
+import json
+import re
 import subprocess
+import tomllib
 from pathlib import Path
+from typing import Any
 
+import click
 import pytest
+import typer.main
 import yaml
 
-COMPOSE = Path(__file__).resolve().parent.parent / "docker" / "compose.yaml"
+from exporter.compat import DEFAULT_TFSERVING_IMAGE
+from graphserve.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "docker"
+COMPOSE = DOCKER / "compose.yaml"
+EMBEDDED = DOCKER / "compose.embedded.yaml"
+DOCKERFILE = DOCKER / "Dockerfile"
 
 
 def test_compose_runs_tf_serving_gpu_with_the_model_base_path_mounted() -> None:
     project = yaml.safe_load(COMPOSE.read_text())
     service = project["services"]["tfserving"]
-    assert service["image"].startswith("${TFSERVING_IMAGE:-tensorflow/serving:")
+    assert service["image"] == f"${{TFSERVING_IMAGE:-{DEFAULT_TFSERVING_IMAGE}}}"
     assert service["image"].endswith("-gpu}")
     assert service["environment"] == {
         "MODEL_NAME": "${MODEL_NAME:-mlp}",
@@ -28,10 +50,129 @@ def test_compose_runs_tf_serving_gpu_with_the_model_base_path_mounted() -> None:
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
 
 
+# -- the embedded servers' images ------------------------------------------------------------
+
+
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """Instructions per stage name, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = stages.setdefault("", [])
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, rest = line.partition(" ")
+        if instruction == "FROM":
+            current = stages.setdefault(rest.split(" AS ")[-1].strip(), [])
+        current.append((instruction, rest.strip()))
+    return stages
+
+
+def instruction(stage: list[tuple[str, str]], name: str) -> list[str]:
+    return [rest for instr, rest in stage if instr == name]
+
+
+def parse_cli(argv: list[str]) -> click.Context:
+    """Parse `graphserve ARGV` with the real CLI, down to the subcommand; runs nothing."""
+    command: Any = typer.main.get_command(app)
+    args = list(argv)
+    while hasattr(command, "get_command"):  # a group (typer's groups are not click.Group)
+        name, *args = args
+        found = command.get_command(click.Context(command), name)
+        assert found is not None, f"graphserve has no command {name!r}"
+        command = found
+    context: click.Context = command.make_context(command.name or "", args)
+    return context
+
+
+def defaults(value: str) -> str:
+    """A compose value with every ${VAR:-default} replaced by its default."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
+
+
+def test_dockerfile_builds_graph_and_eager_servers_from_this_project() -> None:
+    stages = dockerfile_stages()
+    assert list(stages)[-1] == "graph"  # the default target
+    assert {"base", "graph", "eager"} <= set(stages)
+    assert instruction(stages[""], "ARG") == ["PYTHON_IMAGE=python:3.11-slim"]
+    assert instruction(stages["base"], "FROM") == ["${PYTHON_IMAGE} AS base"]
+
+    # Every package pyproject.toml installs is copied in and let through the ignore file.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = pyproject["tool"]["setuptools"]["packages"]
+    copied = {rest.split()[0] for rest in instruction(stages["base"], "COPY")}
+    assert set(packages) <= copied
+    allowed = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+    assert "**" in allowed and {f"!{p}/" for p in packages} <= set(allowed)
+    assert any("pip install --no-deps ." in r for r in instruction(stages["base"], "RUN"))
+    assert instruction(stages["base"], "USER") == ["graphserve"]  # not root
+    assert instruction(stages["base"], "EXPOSE") == ["8500 8501"]
+
+    for target, command in (("graph", "graph"), ("eager", "eager")):
+        (entrypoint,) = map(json.loads, instruction(stages[target], "ENTRYPOINT"))
+        (cmd,) = map(json.loads, instruction(stages[target], "CMD"))
+        assert entrypoint[:3] == ["graphserve", "serve", command]
+        params = parse_cli(entrypoint[1:] + cmd).params
+        assert (params["host"], params["grpc_port"], params["rest_port"]) == ("0.0.0.0", 8500, 8501)
+        assert params["model_name"] == "mlp"
+
+
+def test_embedded_compose_runs_both_servers_and_the_comparison() -> None:
+    project = yaml.safe_load(EMBEDDED.read_text())
+    services: dict[str, Any] = project["services"]
+    stages = dockerfile_stages()
+    entrypoints = {
+        target: json.loads(instruction(stages[target], "ENTRYPOINT")[0])
+        for target in ("graph", "eager")
+    }
+    for name in ("graph", "eager", "compare"):
+        build = services[name]["build"]
+        assert (EMBEDDED.parent / build["context"]).resolve() == ROOT
+        assert ROOT / build["dockerfile"] == DOCKERFILE
+    assert services["compare"]["build"]["target"] == "graph"
+
+    ports = {}
+    for name in ("graph", "eager"):
+        service = services[name]
+        assert service["build"]["target"] == name
+        published = [defaults(p) for p in service["ports"]]
+        assert all(p.startswith("127.0.0.1:") for p in published)  # loopback only
+        ports[name] = [p.split(":")[1] for p in published]
+        assert [p.split(":")[2] for p in published] == ["8500", "8501"]
+        argv = entrypoints[name][1:] + [defaults(a) for a in service["command"]]
+        params = parse_cli(argv).params
+        assert (params["grpc_port"], params["rest_port"]) == (8500, 8501)
+        assert params["model_name"] == "mlp"
+    # Both arms up at once, on the ports the README's `loadtest compare` line uses.
+    assert ports == {"graph": ["8500", "8501"], "eager": ["9500", "9501"]}
+
+    (volume,) = services["graph"]["volumes"]
+    assert volume["target"] == "/models" and volume["read_only"] is True
+    assert (EMBEDDED.parent / defaults(volume["source"])).resolve() == ROOT / "models"
+    graph_command = [defaults(a) for a in services["graph"]["command"]]
+    graph_params = parse_cli(entrypoints["graph"][1:] + graph_command).params
+    assert str(graph_params["model_base_path"]) == "/models/mlp"
+    assert defaults(services["eager"]["command"][0]) == "examples:mlp"
+
+    compare = services["compare"]
+    assert compare["profiles"] == ["compare"]  # not started by `up`
+    assert {d: c["condition"] for d, c in compare["depends_on"].items()} == {
+        "graph": "service_healthy",
+        "eager": "service_healthy",
+    }
+    argv = compare["entrypoint"][1:] + [defaults(a) for a in compare["command"]]
+    params = parse_cli(argv).params
+    assert (params["graph"], params["eager"]) == ("graph:8500", "eager:8500")
+    assert params["allow_remote"] is True
+    assert str(params["out"]) == compare["volumes"][0]["target"] == "/reports"
+
+
 @pytest.mark.docker
-def test_docker_compose_accepts_the_file() -> None:
+@pytest.mark.parametrize("compose_file", [COMPOSE, EMBEDDED], ids=lambda p: p.name)
+def test_docker_compose_accepts_the_file(compose_file: Path) -> None:
     result = subprocess.run(
-        ["docker", "compose", "-f", str(COMPOSE), "config", "--quiet"],
+        ["docker", "compose", "-f", str(compose_file), "config", "--quiet"],
         capture_output=True,
         text=True,
         check=False,

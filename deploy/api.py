@@ -1,0 +1,171 @@
+"""The deploy step as functions a deployment script can call; `deploy.cli` only renders them.
+
+    plan = plan_serving(TFServingSpec(model_base_path=Path("models")))
+    result = deploy_tfserving(plan, ComposeOptions(gpus=1), wait=True, timeout=300)
+    write_k8s(plan, K8sOptions(model_pvc="models", hpa=True))
+
+Each raises a DeployError (deploy.errors) naming what was wrong and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploy.compose import COMPOSE_FILE, SERVICE, ComposeOptions, write_compose_project
+from deploy.errors import DeployError, NotAvailableError
+from deploy.k8s import K8sOptions, write_manifests
+from deploy.plan import ServingPlan
+from deploy.wait import VersionStatus
+
+__all__ = ["ComposeResult", "K8sResult", "compose_down", "deploy_tfserving", "write_k8s"]
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass
+class ComposeResult:
+    plan: ServingPlan
+    options: ComposeOptions
+    files: list[Path]
+    dry_run: bool
+    started: bool = False
+    statuses: dict[str, list[VersionStatus]] = field(default_factory=dict)
+
+    @property
+    def grpc_address(self) -> str:
+        """Where this machine reaches the gRPC port (loopback when published on every address)."""
+        host = self.options.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{self.options.grpc_port}"
+
+    @property
+    def rest_address(self) -> str:
+        return self.grpc_address.rpartition(":")[0] + f":{self.options.rest_port}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": "compose",
+            "project_name": self.options.project_name,
+            "project_dir": str(self.options.project_dir),
+            "files": [str(p) for p in self.files],
+            "gpus": self.options.gpus,
+            "grpc": self.grpc_address,
+            "rest": f"http://{self.rest_address}",
+            **self.plan.to_json(),
+            "dry_run": self.dry_run,
+            "started": self.started,
+            "status": {
+                name: [s.to_json() for s in statuses] for name, statuses in self.statuses.items()
+            },
+        }
+
+
+@dataclass
+class K8sResult:
+    plan: ServingPlan
+    options: K8sOptions
+    files: list[Path]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": "kubernetes",
+            "namespace": self.options.namespace,
+            "name": self.options.name,
+            "out_dir": str(self.options.out_dir),
+            "files": [str(p) for p in self.files],
+            "apply": f"kubectl apply -f {self.options.out_dir}",
+            **self.plan.to_json(),
+        }
+
+
+def deploy_tfserving(
+    plan: ServingPlan,
+    options: ComposeOptions,
+    *,
+    dry_run: bool = False,
+    wait: bool = True,
+    timeout: float = 300.0,
+    progress: Progress = _quiet,
+) -> ComposeResult:
+    """Write the compose project; unless `dry_run`, `up -d` it and (with `wait`) block until
+    every model is AVAILABLE.
+
+    Raises DeployUsageError for options that cannot work, DockerError when docker or compose is
+    missing or fails, NotAvailableError (with the containers' last log lines) when a model fails
+    to load, the container stops, or `timeout` seconds pass.
+    """
+    files = write_compose_project(plan, options)
+    result = ComposeResult(plan, options, files, dry_run)
+    if dry_run:
+        return result
+    for path in files:
+        progress(f"wrote {path}")
+
+    from deploy.docker import Compose, require_compose
+
+    compose = Compose(require_compose(), options.project_dir / COMPOSE_FILE, options.project_name)
+    progress(f"docker compose -p {options.project_name} up -d ({plan.image})")
+    compose.up()
+    result.started = True
+    if not wait:
+        return result
+
+    from deploy.wait import wait_until_available
+
+    def still_running() -> None:
+        state = compose.states().get(SERVICE, "missing")
+        if state not in ("running", "created"):
+            raise NotAvailableError(f"the {SERVICE} container is {state}")
+
+    names = [m.name for m in plan.models]
+    progress(f"waiting up to {timeout:g}s for {', '.join(names)} on {result.grpc_address}")
+    try:
+        result.statuses = wait_until_available(
+            result.grpc_address, names, timeout=timeout, check=still_running
+        )
+    except DeployError as exc:
+        raise NotAvailableError(
+            f"{exc}\n`docker compose logs --tail 50`:\n{compose.logs(50)}\n"
+            f"(still running: inspect it, then `graphserve deploy down --project-dir "
+            f"{options.project_dir}`)"
+        ) from None
+    return result
+
+
+def compose_down(project_dir: Path, project_name: str | None = None) -> str:
+    """`docker compose down` for the project written in `project_dir`; returns its name.
+
+    Raises DeployError when `project_dir` holds no compose.yaml, DockerError as for deploying.
+    """
+    import yaml
+
+    from deploy.docker import Compose, require_compose
+
+    compose_file = Path(project_dir) / COMPOSE_FILE
+    if not compose_file.is_file():
+        raise DeployError(
+            f"no {COMPOSE_FILE} in {project_dir}: nothing was deployed from there "
+            "(pass the --project-dir you deployed with)"
+        )
+    if project_name is None:
+        document = yaml.safe_load(compose_file.read_text()) or {}
+        project_name = str(document.get("name") or Path(project_dir).resolve().name)
+    Compose(require_compose(), compose_file, project_name).down()
+    return project_name
+
+
+def write_k8s(plan: ServingPlan, options: K8sOptions) -> K8sResult:
+    """Write the Kubernetes manifests; applying them is `kubectl apply -f OUT/`.
+
+    Raises DeployUsageError for options Kubernetes would refuse.
+    """
+    return K8sResult(plan, options, write_manifests(plan, options))

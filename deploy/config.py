@@ -1,0 +1,204 @@
+"""TF Serving's config files: which models to serve (ModelServerConfig), monitoring, batching.
+
+Host paths become container paths here. The model base path is mounted read-only at /models and
+the generated config files at /config, in docker compose and Kubernetes alike:
+
+    models/mlp/1/saved_model.pb      ->  /models/mlp/1/saved_model.pb
+    .graphserve/deploy/config/*      ->  /config/models.config, monitoring.config, batching.config
+
+`models.config` is TF Serving's own text-proto ModelServerConfig, built and parsed with its proto
+(`tensorflow_serving.config.model_server_config_pb2`), so what is written is what TF Serving reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from deploy.errors import DeployUsageError, NoModelsError
+
+__all__ = [
+    "BATCHING_CONFIG",
+    "CONTAINER_CONFIG_DIR",
+    "CONTAINER_MODELS_DIR",
+    "MODELS_CONFIG",
+    "MONITORING_CONFIG",
+    "PROMETHEUS_PATH",
+    "ModelDir",
+    "batching_parameters",
+    "discover_models",
+    "model_server_config",
+    "monitoring_config",
+    "rewrite_model_config",
+]
+
+CONTAINER_MODELS_DIR = PurePosixPath("/models")
+CONTAINER_CONFIG_DIR = PurePosixPath("/config")
+MODELS_CONFIG = "models.config"
+MONITORING_CONFIG = "monitoring.config"
+BATCHING_CONFIG = "batching.config"
+# TF Serving's documented default path, served on the REST port.
+PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+
+
+@dataclass(frozen=True)
+class ModelDir:
+    """One model to serve: BASE/NAME on the host, holding numeric version directories."""
+
+    name: str
+    host_path: Path  # absolute
+    container_path: str  # under /models
+    versions: tuple[int, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "host_path": str(self.host_path),
+            "container_path": self.container_path,
+            "versions": list(self.versions),
+        }
+
+
+def _versions(path: Path) -> tuple[int, ...]:
+    from exporter.versions import existing_versions
+
+    return tuple(existing_versions(path))
+
+
+def _container_path(host_path: Path, base: Path) -> str:
+    return str(CONTAINER_MODELS_DIR.joinpath(*host_path.relative_to(base).parts))
+
+
+def discover_models(base: Path, model_name: str | None = None) -> list[ModelDir]:
+    """The models under `base`: every directory that holds numeric versions (hidden ones, such
+    as an export's temporaries, are skipped), or only `model_name`. `base` may itself be a model
+    directory (BASE/NAME), named `model_name` or its directory name.
+
+    Raises NoModelsError when `base` is not a directory or holds no model (or not `model_name`).
+    """
+    base = Path(base).resolve()
+    if not base.is_dir():
+        raise NoModelsError(
+            f"model base path {base} is not a directory: expected BASE holding NAME/VERSION "
+            "directories (graphserve export --base-path BASE writes them)"
+        )
+    if versions := _versions(base):
+        return [ModelDir(model_name or base.name, base, str(CONTAINER_MODELS_DIR), versions)]
+    if model_name is not None:
+        model_dir = base / model_name
+        if not (versions := _versions(model_dir)):
+            raise NoModelsError(
+                f"no model {model_name!r} under {base}: expected numeric version directories "
+                f"in {model_dir}"
+            )
+        return [ModelDir(model_name, model_dir, _container_path(model_dir, base), versions)]
+    models = [
+        ModelDir(path.name, path, _container_path(path, base), versions)
+        for path in sorted(base.iterdir())
+        if path.is_dir() and not path.name.startswith(".") and (versions := _versions(path))
+    ]
+    if not models:
+        raise NoModelsError(
+            f"no model under {base}: expected BASE/NAME/VERSION directories "
+            "(graphserve export --base-path BASE writes them)"
+        )
+    return models
+
+
+def model_server_config(models: list[ModelDir]) -> str:
+    """A text-proto ModelServerConfig serving `models` from their container paths, each with TF
+    Serving's default version policy (the newest version)."""
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config = model_server_config_pb2.ModelServerConfig()
+    for model in models:
+        entry = config.model_config_list.config.add()
+        entry.name = model.name
+        entry.base_path = model.container_path
+        entry.model_platform = "tensorflow"
+    return str(text_format.MessageToString(config))
+
+
+def _host_path(base_path: str, config_file: Path, base: Path) -> Path:
+    """Where a config's base_path is on this machine: a container path (/models/...) maps into
+    `base`; a relative path is taken from the config file's directory."""
+    path = PurePosixPath(base_path)
+    if path.is_relative_to(CONTAINER_MODELS_DIR) and not Path(base_path).exists():
+        return base.joinpath(*path.relative_to(CONTAINER_MODELS_DIR).parts)
+    host = Path(base_path)
+    return (host if host.is_absolute() else config_file.parent / host).resolve()
+
+
+def rewrite_model_config(config_file: Path, base: Path) -> tuple[str, list[ModelDir]]:
+    """`config_file` (a text-proto ModelServerConfig) with every base_path rewritten to its
+    container path; version policies, labels and the rest are kept as written.
+
+    Raises DeployUsageError when the file does not parse, is not a model_config_list, names a
+    model twice, or a base_path is outside `base` (only `base` is mounted) or does not exist;
+    NoModelsError when a model directory holds no version.
+    """
+    from google.protobuf import text_format
+    from tensorflow_serving.config import model_server_config_pb2
+
+    config_file, base = Path(config_file), Path(base).resolve()
+    config = model_server_config_pb2.ModelServerConfig()
+    try:
+        text_format.Parse(config_file.read_text(), config)
+    except OSError as exc:
+        raise DeployUsageError(f"cannot read --model-config-file {config_file}: {exc}") from None
+    except text_format.ParseError as exc:
+        raise DeployUsageError(
+            f"--model-config-file {config_file} is not a text-proto ModelServerConfig: {exc}"
+        ) from None
+    if config.WhichOneof("config") != "model_config_list" or not config.model_config_list.config:
+        raise DeployUsageError(
+            f"--model-config-file {config_file}: expected a model_config_list with at least one "
+            "config { name: ... base_path: ... }"
+        )
+    models, seen = [], set()
+    for entry in config.model_config_list.config:
+        where = f"--model-config-file {config_file}, model {entry.name!r}"
+        if not entry.name or not entry.base_path:
+            raise DeployUsageError(f"{where}: every config needs a name and a base_path")
+        if entry.name in seen:
+            raise DeployUsageError(f"{where}: the name appears twice")
+        seen.add(entry.name)
+        host = _host_path(entry.base_path, config_file, base)
+        if not host.is_relative_to(base):
+            raise DeployUsageError(
+                f"{where}: base_path {entry.base_path} ({host}) is outside --model-base-path "
+                f"{base}, the only directory mounted into the container"
+            )
+        if not host.is_dir():
+            raise DeployUsageError(f"{where}: base_path {entry.base_path} ({host}) does not exist")
+        if not (versions := _versions(host)):
+            raise NoModelsError(f"{where}: {host} holds no numeric version directory")
+        entry.base_path = _container_path(host, base)
+        models.append(ModelDir(entry.name, host, entry.base_path, versions))
+    return str(text_format.MessageToString(config)), models
+
+
+def monitoring_config(path: str = PROMETHEUS_PATH) -> str:
+    """A text-proto MonitoringConfig exposing Prometheus metrics at `path` on the REST port.
+
+    Written by hand: `monitoring_config.proto` is not in the tensorflow-serving-api package. Its
+    two fields (`bool enable = 1; string path = 2;`) are all there is.
+    """
+    escaped = path.replace("\\", "\\\\").replace('"', '\\"')
+    return f'prometheus_config {{\n  enable: true\n  path: "{escaped}"\n}}\n'
+
+
+def batching_parameters(path: Path) -> str:
+    """The text of a --batching_parameters_file, once it parses as TF Serving's BatchingParameters
+    and its values are ones TF Serving accepts (`serving.batching`, the parser the embedded
+    server uses). TF Serving crashes at start on a file it cannot use; this fails first, naming
+    the line. Raises DeployUsageError.
+    """
+    from serving.batching import BatchingConfigError, load_batching_parameters
+
+    try:
+        load_batching_parameters(Path(path))
+    except BatchingConfigError as exc:
+        raise DeployUsageError(f"--batching-parameters-file: {exc}") from None
+    return Path(path).read_text()

@@ -1,0 +1,259 @@
+"""Kubernetes manifests for TF Serving replicas on GPU nodes, rendered from a ServingPlan.
+
+OUT/configmap.yaml    models.config (+ batching.config, monitoring.config), mounted at /config
+OUT/deployment.yaml   the TF Serving pods: `nvidia.com/gpu` limits, models at /models (read-only)
+OUT/service.yaml      ClusterIP: 8500 grpc, 8501 http
+OUT/hpa.yaml          autoscaling/v2 on CPU utilisation (with --hpa)
+
+Applying is yours: `kubectl apply -f OUT/`. The probes:
+- readiness: HTTP GET /v1/models/NAME/metadata on 8501. TF Serving answers it 200 only while a
+  version of NAME is loaded and serving; model status (/v1/models/NAME) answers 200 as soon as
+  a version is known, LOADING included. TF Serving opens its ports only once every model of its
+  initial config has loaded, so probing the first model speaks for all of them at start.
+- liveness and startup: a TCP connect to 8500. TF Serving implements no grpc.health.v1 service,
+  which Kubernetes' `grpc` probe needs. The startup probe allows 10 minutes for loading before
+  liveness starts counting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from deploy.config import (
+    CONTAINER_CONFIG_DIR,
+    CONTAINER_MODELS_DIR,
+    MONITORING_CONFIG,
+    PROMETHEUS_PATH,
+)
+from deploy.errors import DeployUsageError
+from deploy.files import dump_yaml, write_atomic
+from deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, ServingPlan
+
+__all__ = ["MANIFEST_FILES", "K8sOptions", "manifests", "write_manifests"]
+
+MANIFEST_FILES = ("configmap.yaml", "deployment.yaml", "service.yaml", "hpa.yaml")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    out_dir: Path = Path("k8s")
+    name: str = "tfserving"
+    namespace: str = "default"
+    replicas: int = 2
+    gpus: int = 1  # nvidia.com/gpu per pod; 0: none
+    model_pvc: str | None = None  # a PersistentVolumeClaim holding BASE's layout
+    model_host_path: Path | None = None  # else a hostPath (default: the model base path)
+    hpa: bool = False
+    min_replicas: int = 1
+    max_replicas: int = 8
+    target_cpu: int = 70  # average CPU utilisation, percent of the request
+    cpu_request: str = "1"
+    memory_request: str = "2Gi"
+
+    def validate(self) -> None:
+        """Raises DeployUsageError for names, counts or quantities Kubernetes would refuse."""
+        for flag, value in (("--name", self.name), ("--namespace", self.namespace)):
+            if not _DNS_LABEL.match(value):
+                raise DeployUsageError(
+                    f"{flag} {value!r}: expected a DNS label (lowercase letters, digits, '-')"
+                )
+        if self.model_pvc is not None and self.model_host_path is not None:
+            raise DeployUsageError("--model-pvc and --model-host-path exclude each other")
+        if self.replicas < 1 or self.gpus < 0:
+            raise DeployUsageError("--replicas must be at least 1 and --gpus at least 0")
+        if self.hpa and not 1 <= self.min_replicas <= self.max_replicas:
+            raise DeployUsageError(
+                f"--min-replicas {self.min_replicas} / --max-replicas {self.max_replicas}: "
+                "expected 1 <= min <= max"
+            )
+        if not 1 <= self.target_cpu <= 100:
+            raise DeployUsageError(f"--target-cpu {self.target_cpu}: expected 1..100 (percent)")
+        for flag, value in (
+            ("--cpu-request", self.cpu_request),
+            ("--memory-request", self.memory_request),
+        ):
+            if not _QUANTITY.match(value):
+                raise DeployUsageError(f"{flag} {value!r}: expected a quantity such as 500m, 2Gi")
+
+
+def _metadata(options: K8sOptions, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": options.namespace,
+        "labels": {
+            "app.kubernetes.io/name": options.name,
+            "app.kubernetes.io/component": "tfserving",
+            "app.kubernetes.io/managed-by": "graphserve",
+        },
+    }
+
+
+def _models_volume(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
+    if options.model_pvc is not None:
+        return {
+            "name": "models",
+            "persistentVolumeClaim": {"claimName": options.model_pvc, "readOnly": True},
+        }
+    host_path = options.model_host_path or plan.base_path
+    return {"name": "models", "hostPath": {"path": str(host_path), "type": "Directory"}}
+
+
+def _escape_args(args: tuple[str, ...]) -> list[str]:
+    # Kubernetes expands $(VAR) in args; $$( keeps a literal one.
+    return [a.replace("$(", "$$(") for a in args]
+
+
+def _container(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
+    readiness_path = f"/v1/models/{quote(plan.models[0].name, safe='')}/metadata"
+    resources: dict[str, Any] = {
+        "requests": {"cpu": options.cpu_request, "memory": options.memory_request}
+    }
+    if options.gpus:
+        resources["limits"] = {"nvidia.com/gpu": options.gpus}
+    mounts = [{"name": "models", "mountPath": str(CONTAINER_MODELS_DIR), "readOnly": True}]
+    if plan.config_files:
+        mounts.append({"name": "config", "mountPath": str(CONTAINER_CONFIG_DIR), "readOnly": True})
+    grpc_check = {"tcpSocket": {"port": "grpc"}}
+    return {
+        "name": "tfserving",
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["tensorflow_model_server"],  # the image's script would add its own flags
+        "args": _escape_args(plan.args),
+        "ports": [
+            {"name": "grpc", "containerPort": CONTAINER_GRPC_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": CONTAINER_REST_PORT, "protocol": "TCP"},
+        ],
+        "resources": resources,
+        "volumeMounts": mounts,
+        "startupProbe": {**grpc_check, "periodSeconds": 5, "failureThreshold": 120},
+        "readinessProbe": {
+            "httpGet": {"path": readiness_path, "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {**grpc_check, "periodSeconds": 10, "failureThreshold": 3},
+    }
+
+
+def _deployment(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": options.name}
+    # A changed config rolls the pods: TF Serving re-reads models.config by itself, but reads
+    # the batching and monitoring files only at start.
+    digest = hashlib.sha256(repr(sorted(plan.config_files.items())).encode()).hexdigest()[:16]
+    annotations = {"graphserve/config-sha256": digest}
+    if MONITORING_CONFIG in plan.config_files:
+        annotations |= {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(CONTAINER_REST_PORT),
+            "prometheus.io/path": PROMETHEUS_PATH,
+        }
+    volumes = [_models_volume(plan, options)]
+    if plan.config_files:
+        volumes.append({"name": "config", "configMap": {"name": f"{options.name}-config"}})
+    spec: dict[str, Any] = {}
+    if not options.hpa:  # with an HPA, a replicas field would reset its count on every apply
+        spec["replicas"] = options.replicas
+    spec |= {
+        "selector": {"matchLabels": labels},
+        "template": {
+            "metadata": {"labels": _metadata(options, "")["labels"], "annotations": annotations},
+            "spec": {"containers": [_container(plan, options)], "volumes": volumes},
+        },
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(options, options.name),
+        "spec": spec,
+    }
+
+
+def _service(options: K8sOptions) -> dict[str, Any]:
+    # ClusterIP balances connections, not requests: a client's long-lived gRPC channel stays on
+    # one pod. Spread load with several channels, client-side balancing or a mesh.
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(options, options.name),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"app.kubernetes.io/name": options.name},
+            "ports": [
+                {"name": "grpc", "port": CONTAINER_GRPC_PORT, "targetPort": "grpc"},
+                {"name": "http", "port": CONTAINER_REST_PORT, "targetPort": "http"},
+            ],
+        },
+    }
+
+
+def _hpa(options: K8sOptions) -> dict[str, Any]:
+    # CPU is a proxy: a GPU-bound server may scale late. GPU utilisation needs the DCGM exporter
+    # and a custom-metrics adapter, which this file cannot assume.
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(options, options.name),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": options.name},
+            "minReplicas": options.min_replicas,
+            "maxReplicas": options.max_replicas,
+            "metrics": [
+                {
+                    "type": "Resource",
+                    "resource": {
+                        "name": "cpu",
+                        "target": {"type": "Utilization", "averageUtilization": options.target_cpu},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def manifests(plan: ServingPlan, options: K8sOptions) -> dict[str, dict[str, Any]]:
+    """The objects to write, by file name. Raises DeployUsageError as K8sOptions.validate."""
+    options.validate()
+    objects: dict[str, dict[str, Any]] = {}
+    if plan.config_files:
+        objects["configmap.yaml"] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _metadata(options, f"{options.name}-config"),
+            "data": dict(sorted(plan.config_files.items())),
+        }
+    objects["deployment.yaml"] = _deployment(plan, options)
+    objects["service.yaml"] = _service(options)
+    if options.hpa:
+        objects["hpa.yaml"] = _hpa(options)
+    return objects
+
+
+def write_manifests(plan: ServingPlan, options: K8sOptions) -> list[Path]:
+    """Write the manifests into options.out_dir, one object per file; returns their paths.
+
+    A configmap.yaml or hpa.yaml an earlier run wrote and this one does not is removed, so
+    `kubectl apply -f OUT/` applies exactly this set.
+    """
+    objects = manifests(plan, options)
+    written = []
+    for name in MANIFEST_FILES:
+        path = options.out_dir / name
+        if name not in objects:
+            path.unlink(missing_ok=True)
+            continue
+        header = (
+            f"# Generated by graphserve deploy k8s. Apply: kubectl apply -f {options.out_dir}\n"
+        )
+        body = dump_yaml(objects[name])
+        write_atomic(path, header + body)
+        written.append(path)
+    return written

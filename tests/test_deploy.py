@@ -1,0 +1,632 @@
+"""`graphserve deploy`: the generated compose project and Kubernetes manifests, checked as data.
+
+A real MLP is exported first; every test runs the CLI as users do and parses what it wrote:
+compose.yaml and the manifests with pyyaml, models.config with TF Serving's own proto. Where
+docker would run, a stand-in `docker` on PATH records its arguments (this machine has no engine),
+and the wait is real: GetModelStatus against the embedded graph server on loopback. The tests
+marked `docker` bring TF Serving up for real where an engine runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from google.protobuf import text_format
+from tensorflow_serving.config import model_server_config_pb2
+from typer.testing import CliRunner, Result
+
+from exporter import ExportSpec, export_model
+from exporter.compat import DEFAULT_TFSERVING_IMAGE
+from graphserve.cli import app
+from graphserve.processes import free_port
+
+runner = CliRunner()
+BATCHING = "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 2000 }\n"
+COMPATIBLE_IMAGE = "tensorflow/serving:2.21.0-gpu"  # no older than the TF these tests export with
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BASE holding mlp/1, exported for real."""
+    base = tmp_path_factory.mktemp("deploy") / "models"
+    export_model(
+        ExportSpec(
+            source="examples:mlp",
+            name="mlp",
+            base_path=base,
+            parity_batches=1,
+            warmup_samples=1,
+        )
+    )
+    return base
+
+
+def deploy(*args: object) -> Result:
+    return runner.invoke(app, ["deploy", *map(str, args)])
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def summary(result: Result) -> dict[str, Any]:
+    return dict(json.loads(ok(result).stdout))
+
+
+def load_compose(project: Path) -> dict[str, Any]:
+    service: dict[str, Any] = yaml.safe_load((project / "compose.yaml").read_text())["services"][
+        "tfserving"
+    ]
+    return service
+
+
+def flags(args: list[str]) -> dict[str, str]:
+    """`--name=value` flags by name (a bare `--name` is "true")."""
+    parsed = {}
+    for arg in args:
+        name, _, value = arg.removeprefix("--").partition("=")
+        parsed[name] = value or "true"
+    return parsed
+
+
+def parse_models_config(text: str) -> model_server_config_pb2.ModelServerConfig:
+    config = model_server_config_pb2.ModelServerConfig()
+    text_format.Parse(text, config)
+    return config
+
+
+def host_file(project: Path, service: dict[str, Any], container_path: str) -> Path:
+    """The host file behind `container_path`, through the service's bind mounts."""
+    for volume in service["volumes"]:
+        target = volume["target"].rstrip("/") + "/"
+        if container_path.startswith(target):
+            source = Path(volume["source"])
+            source = source if source.is_absolute() else project / source
+            return source / container_path[len(target) :]
+    raise AssertionError(f"{container_path} is not under any mount: {service['volumes']}")
+
+
+# -- deploy tfserving: the compose project ---------------------------------------------------
+
+
+def test_tfserving_dry_run_writes_a_gpu_compose_project(base: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    batching = tmp_path / "batching.txt"
+    batching.write_text(BATCHING)
+    result = deploy(
+        "tfserving", "--model-base-path", base, "--image", COMPATIBLE_IMAGE, "--gpus", "2",
+        "--grpc-port", "9100", "--rest-port", "9101", "--monitoring",
+        "--batching-parameters-file", batching, "--per-process-gpu-memory-fraction", "0.5",
+        "--project-dir", project, "--dry-run", "--output", "json",
+    )  # fmt: skip
+    report = summary(result)
+    service = load_compose(project)
+
+    assert service["image"] == COMPATIBLE_IMAGE == report["image"]
+    assert service["entrypoint"] == ["tensorflow_model_server"]
+    (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+    assert device == {"driver": "nvidia", "count": 2, "capabilities": ["gpu"]}
+
+    command = flags(service["command"])
+    assert service["ports"] == [
+        f"127.0.0.1:9100:{command['port']}",
+        f"127.0.0.1:9101:{command['rest_api_port']}",
+    ]
+    models_mount = next(v for v in service["volumes"] if v["target"] == "/models")
+    assert models_mount == {
+        "type": "bind",
+        "source": str(base.resolve()),
+        "target": "/models",
+        "read_only": True,
+    }
+    assert all(v["read_only"] for v in service["volumes"])
+
+    # Every config file the command names is mounted, and is what was asked for.
+    config_text = host_file(project, service, command["model_config_file"]).read_text()
+    config = parse_models_config(config_text)
+    assert [(c.name, c.base_path) for c in config.model_config_list.config] == [
+        ("mlp", "/models/mlp")
+    ]
+    assert (host_file(project, service, "/models/mlp") / "1" / "saved_model.pb").is_file()
+    assert command["model_config_file_poll_wait_seconds"] == "60"
+    assert command["enable_batching"] == "true"
+    assert host_file(project, service, command["batching_parameters_file"]).read_text() == BATCHING
+    from serving.metrics import load_monitoring_config
+
+    monitoring = host_file(project, service, command["monitoring_config_file"])
+    assert load_monitoring_config(monitoring) == "/monitoring/prometheus/metrics"
+    assert command["per_process_gpu_memory_fraction"] == "0.5"
+
+    assert report["dry_run"] is True and report["started"] is False
+    assert report["grpc"] == "127.0.0.1:9100" and report["rest"] == "http://127.0.0.1:9101"
+    assert report["warnings"] == []
+    assert [c["compatible"] for c in report["tfserving"]["checks"]] == [True]
+    # The files, with their contents, on stderr; stdout is only the JSON.
+    assert f"--- {project / 'compose.yaml'}" in result.stderr
+    assert 'base_path: "/models/mlp"' in result.stderr
+
+
+def test_tfserving_defaults_serve_on_loopback_without_batching_or_monitoring(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TFSERVING_IMAGE", raising=False)
+    project = tmp_path / "project"
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
+              "--monitoring"))  # fmt: skip
+    assert (project / "config" / "monitoring.config").is_file()
+
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run"))
+    service = load_compose(project)
+    assert service["image"] == DEFAULT_TFSERVING_IMAGE
+    assert service["ports"] == ["127.0.0.1:8500:8500", "127.0.0.1:8501:8501"]
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] == "all"
+    command = flags(service["command"])
+    assert not {"enable_batching", "batching_parameters_file", "monitoring_config_file"} & set(
+        command
+    )
+    assert "per_process_gpu_memory_fraction" not in command
+    # The earlier run's monitoring.config is gone: the project is exactly this run's.
+    assert sorted(p.name for p in (project / "config").iterdir()) == ["models.config"]
+
+
+def test_tfserving_host_option_publishes_elsewhere(base: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
+              "--host", "0.0.0.0"))  # fmt: skip
+    assert load_compose(project)["ports"] == ["0.0.0.0:8500:8500", "0.0.0.0:8501:8501"]
+
+
+def test_model_name_serves_one_model_with_flags_and_gpus_0_reserves_none(
+    base: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    ok(deploy("tfserving", "--model-base-path", base, "--model-name", "mlp", "--gpus", "0",
+              "--project-dir", project, "--dry-run"))  # fmt: skip
+    service = load_compose(project)
+    command = flags(service["command"])
+    assert command["model_name"] == "mlp" and command["model_base_path"] == "/models/mlp"
+    assert "model_config_file" not in command
+    assert "deploy" not in service
+    assert [v["target"] for v in service["volumes"]] == ["/models"]
+
+
+def test_every_model_under_the_base_path_is_served(base: Path, tmp_path: Path) -> None:
+    two = tmp_path / "models"
+    shutil.copytree(base, two)
+    shutil.copytree(two / "mlp", two / "ranker")
+    (two / "notes").mkdir()  # no versions: not a model
+    (two / "mlp" / ".tmp-2-1-abcd").mkdir()  # an export's temporary: not a version
+    project = tmp_path / "project"
+    result = deploy("tfserving", "--model-base-path", two, "--project-dir", project,
+                    "--dry-run", "--output", "json")  # fmt: skip
+    report = summary(result)
+    config = parse_models_config((project / "config" / "models.config").read_text())
+    assert {(c.name, c.base_path, c.model_platform) for c in config.model_config_list.config} == {
+        ("mlp", "/models/mlp", "tensorflow"),
+        ("ranker", "/models/ranker", "tensorflow"),
+    }
+    assert {m["name"]: m["versions"] for m in report["models"]} == {"mlp": [1], "ranker": [1]}
+
+
+def test_model_config_file_is_kept_with_base_paths_rewritten(base: Path, tmp_path: Path) -> None:
+    config_file = tmp_path / "serving.config"
+    config_file.write_text(
+        "model_config_list {\n"
+        f'  config {{ name: "mlp" base_path: "{base / "mlp"}" model_platform: "tensorflow"\n'
+        "    model_version_policy { specific { versions: 1 } }\n"
+        '    version_labels { key: "stable" value: 1 } }\n'
+        '  config { name: "again" base_path: "/models/mlp" }\n'
+        "}\n"
+    )
+    project = tmp_path / "project"
+    ok(deploy("tfserving", "--model-base-path", base, "--model-config-file", config_file,
+              "--project-dir", project, "--dry-run"))  # fmt: skip
+    config = parse_models_config((project / "config" / "models.config").read_text())
+    mlp, again = config.model_config_list.config
+    assert (mlp.name, mlp.base_path, again.base_path) == ("mlp", "/models/mlp", "/models/mlp")
+    assert list(mlp.model_version_policy.specific.versions) == [1]
+    assert dict(mlp.version_labels) == {"stable": 1}
+
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(base / "mlp", outside / "mlp")
+    config_file.write_text(f'model_config_list {{ config {{ name: "x" base_path: "{outside}" }} }}')
+    result = deploy("tfserving", "--model-base-path", base, "--model-config-file", config_file,
+                    "--project-dir", project, "--dry-run")  # fmt: skip
+    assert result.exit_code == 2
+    assert "outside --model-base-path" in result.stderr
+
+
+# -- the image check -------------------------------------------------------------------------
+
+
+def test_newer_tensorflow_than_the_image_warns_and_strict_refuses(
+    base: Path, tmp_path: Path
+) -> None:
+    args = ["tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p", "--image",
+            "tensorflow/serving:2.18.0-gpu", "--dry-run", "--output", "json"]  # fmt: skip
+    result = deploy(*args)
+    report = summary(result)
+    (check,) = report["tfserving"]["checks"]
+    assert check["compatible"] is False and check["tensorflow_version"].startswith("2.")
+    assert "newer than tensorflow/serving:2.18.0-gpu" in report["warnings"][0]
+    assert "warning:" in result.stderr and "newer than" in result.stderr
+
+    strict = deploy(*args, "--strict", "--project-dir", tmp_path / "strict")
+    assert strict.exit_code == 1
+    assert strict.stdout == ""
+    assert "--strict" in strict.stderr and "newer than" in strict.stderr
+    assert not (tmp_path / "strict").exists()  # refused before writing anything
+
+
+def test_unpinned_latest_image_warns(base: Path, tmp_path: Path) -> None:
+    args = ["tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p", "--image",
+            "tensorflow/serving:latest-gpu", "--dry-run", "--output", "json"]  # fmt: skip
+    result = deploy(*args)
+    report = summary(result)
+    assert report["tfserving"]["pinned"] is False
+    assert "not pinned" in report["warnings"][0]
+    assert DEFAULT_TFSERVING_IMAGE in report["warnings"][0]  # the suggestion
+    assert "not pinned" in result.stderr
+    assert deploy(*args, "--strict").exit_code == 1
+
+
+def test_tensorflow_version_from_saved_model_pb_without_a_manifest(
+    base: Path, tmp_path: Path
+) -> None:
+    import tensorflow as tf
+
+    plain = tmp_path / "models"
+    shutil.copytree(base, plain)
+    (plain / "mlp" / "1" / "assets.extra" / "graphserve.json").unlink()
+    result = deploy("tfserving", "--model-base-path", plain, "--project-dir", tmp_path / "p",
+                    "--dry-run", "--output", "json")  # fmt: skip
+    report = summary(result)
+    (check,) = report["tfserving"]["checks"]
+    assert check["tensorflow_version"] == tf.__version__
+
+
+# -- errors and exit codes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model-name", "mlp", "--model-config-file", "x.config"], "exclude each other"),
+        (["--gpus", "two"], "expected 'all' or a count"),
+        (["--grpc-port", "9000", "--rest-port", "9000"], "both 9000"),
+        (["--per-process-gpu-memory-fraction", "1.5"], "expected a fraction in (0, 1]"),
+        (["--name", "Not A Name"], "compose project name"),
+        (["--model-name", "mlp", "--image", ""], "--image"),
+    ],
+)
+def test_usage_errors_exit_2(base: Path, tmp_path: Path, extra: list[str], message: str) -> None:
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path, "--dry-run",
+                    *extra)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_batching_file_tf_serving_would_refuse_exits_2(base: Path, tmp_path: Path) -> None:
+    batching = tmp_path / "batching.txt"
+    batching.write_text("max_batch_size { value: 32 }\nallowed_batch_sizes: 16\n")
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                    "--batching-parameters-file", batching, "--dry-run")  # fmt: skip
+    assert result.exit_code == 2
+    assert "allowed_batch_sizes" in result.stderr
+
+
+def test_no_model_under_the_base_path_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = deploy("tfserving", "--model-base-path", tmp_path / "empty", "--dry-run",
+                    "--project-dir", tmp_path / "p")  # fmt: skip
+    assert result.exit_code == 1
+    assert "no model under" in result.stderr
+
+
+def test_without_docker_deploy_and_down_exit_1_saying_so(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", project)
+    assert result.exit_code == 1
+    assert "docker is not on PATH" in result.stderr and "--dry-run" in result.stderr
+    assert (project / "compose.yaml").is_file()  # written, to inspect or run by hand
+
+    down = deploy("down", "--project-dir", project)
+    assert down.exit_code == 1
+    assert "docker is not on PATH" in down.stderr
+
+    nothing = deploy("down", "--project-dir", tmp_path / "never")
+    assert nothing.exit_code == 1
+    assert "no compose.yaml" in nothing.stderr
+
+
+# -- up, wait, down: a stand-in docker, a real server ----------------------------------------
+
+FAKE_DOCKER = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+with open({log!r}, "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:2] == ["compose", "version"]:
+    print("Docker Compose version v2.29.7")
+elif args[5:6] == ["ps"]:
+    print(json.dumps({{"Service": "tfserving", "State": os.environ.get("FAKE_STATE", "running")}}))
+elif args[5:6] == ["logs"]:
+    print("tfserving-1  | fake TF Serving log: Loading servable mlp")
+"""
+
+
+@pytest.fixture
+def fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A `docker` that only records its arguments (one JSON list per line of the returned log)."""
+    bin_dir, log = tmp_path / "fake-bin", tmp_path / "docker.log"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(FAKE_DOCKER.format(python=sys.executable, log=str(log)))
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return log
+
+
+def docker_calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def graph_server(base: Path) -> Iterator[int]:
+    """The embedded graph server serving BASE/mlp; yields its gRPC port."""
+    from serving import ModelRegistry, ModelServer, ServerOptions
+
+    registry = ModelRegistry()
+    registry.load_graph("mlp", base / "mlp")
+    with ModelServer(registry, ServerOptions(grpc_port=0, rest_port=0)) as server:
+        yield server.grpc_port
+
+
+def test_up_waits_for_available_then_down(
+    base: Path, tmp_path: Path, fake_docker: Path, graph_server: int
+) -> None:
+    project = tmp_path / "project"
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                    "--name", "gs-test", "--grpc-port", graph_server, "--timeout", "30",
+                    "--output", "json")  # fmt: skip
+    report = summary(result)
+    assert report["started"] is True
+    assert [s["state"] for s in report["status"]["mlp"]] == ["AVAILABLE"]
+    compose_file = str(project / "compose.yaml")
+    calls = docker_calls(fake_docker)
+    assert calls[0] == ["compose", "version"]
+    assert ["compose", "-p", "gs-test", "-f", compose_file, "up", "-d"] in calls
+
+    ok(deploy("down", "--project-dir", project))
+    assert docker_calls(fake_docker)[-1] == ["compose", "-p", "gs-test", "-f", compose_file, "down"]
+
+
+def test_not_available_in_time_exits_1_with_the_logs(
+    base: Path, tmp_path: Path, fake_docker: Path
+) -> None:
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                    "--grpc-port", free_port(), "--timeout", "1")  # fmt: skip
+    assert result.exit_code == 1
+    assert "not AVAILABLE after 1s" in result.stderr and "mlp: no answer" in result.stderr
+    assert "fake TF Serving log: Loading servable mlp" in result.stderr
+    assert docker_calls(fake_docker)[-1][5:] == ["logs", "--no-color", "--tail", "50"]
+
+
+def test_an_exited_container_fails_before_the_timeout(
+    base: Path, tmp_path: Path, fake_docker: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_STATE", "exited")
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                    "--grpc-port", free_port(), "--timeout", "120")  # fmt: skip
+    assert result.exit_code == 1
+    assert "the tfserving container is exited" in result.stderr
+
+
+def test_wait_reads_model_status_over_grpc(graph_server: int) -> None:
+    from deploy.errors import NotAvailableError
+    from deploy.wait import wait_until_available
+
+    address = f"127.0.0.1:{graph_server}"
+    statuses = wait_until_available(address, ["mlp"], timeout=10)
+    assert [(s.version, s.state, s.error_code) for s in statuses["mlp"]] == [(1, "AVAILABLE", 0)]
+    with pytest.raises(NotAvailableError, match=r"not AVAILABLE after 0.5s .*nope: no answer"):
+        wait_until_available(address, ["mlp", "nope"], timeout=0.5, interval=0.1)
+
+
+# -- deploy k8s ------------------------------------------------------------------------------
+
+
+def load_manifests(out: Path) -> dict[str, dict[str, Any]]:
+    objects = {}
+    for path in sorted(out.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            objects[document["kind"]] = document
+    return objects
+
+
+def test_k8s_manifests_for_gpu_replicas_with_an_autoscaler(base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    batching = tmp_path / "batching.txt"
+    batching.write_text(BATCHING)
+    result = deploy(
+        "k8s", "--model-base-path", base, "--image", COMPATIBLE_IMAGE, "--gpus", "2",
+        "--hpa", "--min-replicas", "2", "--max-replicas", "5", "--target-cpu", "60",
+        "--model-pvc", "models", "--namespace", "serving", "--monitoring",
+        "--batching-parameters-file", batching, "--out", out, "--dry-run", "--output", "json",
+    )  # fmt: skip
+    report = summary(result)
+    objects = load_manifests(out)
+    assert set(objects) == {"ConfigMap", "Deployment", "Service", "HorizontalPodAutoscaler"}
+    assert {o["metadata"]["namespace"] for o in objects.values()} == {"serving"}
+    assert sorted(report["files"]) == sorted(str(p) for p in out.glob("*.yaml"))
+
+    deployment = objects["Deployment"]
+    assert "replicas" not in deployment["spec"]  # the autoscaler owns the count
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == COMPATIBLE_IMAGE
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"grpc": 8500, "http": 8501}
+    args = flags(container["args"])
+    assert (args["port"], args["rest_api_port"]) == ("8500", "8501")
+    readiness = container["readinessProbe"]["httpGet"]
+    assert readiness["path"] == "/v1/models/mlp/metadata" and ports[readiness["port"]] == 8501
+    assert ports[container["livenessProbe"]["tcpSocket"]["port"]] == 8500
+    assert ports[container["startupProbe"]["tcpSocket"]["port"]] == 8500
+
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["models"] == {"name": "models", "mountPath": "/models", "readOnly": True}
+    assert mounts["config"]["mountPath"] == "/config" and mounts["config"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    configmap = objects["ConfigMap"]
+    assert volumes["config"]["configMap"]["name"] == configmap["metadata"]["name"]
+
+    # Every config file in the args is a key of the ConfigMap mounted at /config.
+    data = configmap["data"]
+    for flag in ("model_config_file", "batching_parameters_file", "monitoring_config_file"):
+        assert args[flag].removeprefix("/config/") in data
+    config = parse_models_config(data["models.config"])
+    assert [(c.name, c.base_path) for c in config.model_config_list.config] == [
+        ("mlp", "/models/mlp")
+    ]
+    assert data["batching.config"] == BATCHING
+    assert args["enable_batching"] == "true"
+
+    service = objects["Service"]
+    assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == {
+        ("grpc", 8500),
+        ("http", 8501),
+    }
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    hpa = objects["HorizontalPodAutoscaler"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 5)
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    assert metric["resource"]["target"] == {"type": "Utilization", "averageUtilization": 60}
+    assert "--- " in result.stderr and "kind: Deployment" in result.stderr
+
+
+def test_k8s_without_hpa_has_replicas_and_a_host_path(base: Path, tmp_path: Path) -> None:
+    out = tmp_path / "k8s"
+    ok(deploy("k8s", "--model-base-path", base, "--out", out, "--hpa"))
+    result = ok(deploy("k8s", "--model-base-path", base, "--out", out, "--replicas", "3"))
+    objects = load_manifests(out)
+    assert "HorizontalPodAutoscaler" not in objects  # the earlier run's hpa.yaml is gone
+    deployment = objects["Deployment"]
+    assert deployment["spec"]["replicas"] == 3
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["models"]["hostPath"] == {"path": str(base.resolve()), "type": "Directory"}
+    assert "--model-pvc" in result.stderr  # the hostPath caveat
+    assert f"kubectl apply -f {out}" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--model-pvc", "m", "--model-host-path", "/srv/models"], "exclude each other"),
+        (["--name", "Bad_Name"], "DNS label"),
+        (["--hpa", "--min-replicas", "5", "--max-replicas", "2"], "min <= max"),
+        (["--memory-request", "lots"], "quantity"),
+    ],
+)
+def test_k8s_usage_errors_exit_2(
+    base: Path, tmp_path: Path, extra: list[str], message: str
+) -> None:
+    result = deploy("k8s", "--model-base-path", base, "--out", tmp_path / "k8s", *extra)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+
+
+def test_deploy_help_and_a_dry_run_import_no_tensorflow(base: Path, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from graphserve.cli import app\n"
+        "runner = CliRunner()\n"
+        "assert runner.invoke(app, ['deploy', '--help']).exit_code == 0\n"
+        "assert runner.invoke(app, ['deploy', 'tfserving', '--help']).exit_code == 0\n"
+        "result = runner.invoke(app, ['deploy', 'tfserving', '--model-base-path', sys.argv[1],\n"
+        "                             '--project-dir', sys.argv[2], '--dry-run'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print('TF_IMPORTED' if 'tensorflow' in sys.modules else 'TF_NOT_IMPORTED')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(base), str(tmp_path / "p")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "TF_NOT_IMPORTED" in out.stdout
+
+
+# -- with a Docker engine --------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_docker_compose_accepts_the_generated_project(base: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
+              "--monitoring"))  # fmt: skip
+    result = subprocess.run(
+        ["docker", "compose", "-f", str(project / "compose.yaml"), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.docker
+def test_tf_serving_in_docker_serves_the_export(base: Path, tmp_path: Path) -> None:
+    """The CPU build of the pinned release (no GPU here), brought up, waited for, predicted."""
+    import grpc
+    import numpy as np
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+    from serving.codec import array_from_proto, array_to_proto
+
+    project = tmp_path / "project"
+    grpc_port, rest_port = free_port(), free_port()
+    image = DEFAULT_TFSERVING_IMAGE.removesuffix("-gpu")
+    name = f"gs-test-{uuid.uuid4().hex[:8]}"
+    try:
+        result = deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                        "--image", image, "--gpus", "0", "--name", name,
+                        "--grpc-port", grpc_port, "--rest-port", rest_port,
+                        "--timeout", "300", "--output", "json")  # fmt: skip
+        report = summary(result)
+        assert [s["state"] for s in report["status"]["mlp"]] == ["AVAILABLE"]
+        images = np.random.default_rng(0).random((2, 784), dtype=np.float32)
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "mlp"
+        request.inputs["images"].CopyFrom(array_to_proto(images))
+        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            response = stub.Predict(request, timeout=30)
+        assert array_from_proto(response.outputs["logits"]).shape == (2, 10)
+    finally:
+        if (project / "compose.yaml").exists():
+            deploy("down", "--project-dir", project)

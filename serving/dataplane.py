@@ -7,9 +7,10 @@ bytes to these calls and errors to their status codes.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 from google.protobuf import wrappers_pb2
@@ -21,7 +22,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving.codec import as_bytes, validate_inputs
-from serving.errors import FailedPrecondition, InvalidInput
+from serving.errors import FailedPrecondition, InvalidInput, Unavailable
 from serving.metrics import Measure, ServingMetrics
 from serving.registry import ModelRegistry, Servable, VersionRef
 from serving.signature import SERVING_DEFAULT, ServedSignature
@@ -39,13 +40,34 @@ class DataPlane:
     def __init__(self, registry: ModelRegistry, metrics: ServingMetrics | None = None) -> None:
         self.registry = registry
         self.metrics = metrics
+        self._draining = False
+        self._in_flight = 0
+        self._idle = threading.Condition()
 
-    def measure(self, model: str, protocol: str) -> AbstractContextManager[Measure]:
-        """Count and time one request (a no-op without metrics); the front end fills in the
-        servable and signature as it resolves them."""
-        if self.metrics is None:
-            return nullcontext(Measure(model, protocol))
-        return self.metrics.measure(model, protocol)
+    @contextmanager
+    def measure(self, model: str, protocol: str) -> Iterator[Measure]:
+        """Track one request: refused with UNAVAILABLE once draining, counted in flight until it
+        ends, and counted and timed in the metrics. The front end fills in the servable and
+        signature as it resolves them."""
+        with self._idle:
+            if self._draining:
+                raise Unavailable("the server is shutting down; retry on another replica")
+            self._in_flight += 1
+        try:
+            timed = self.metrics.measure(model, protocol) if self.metrics else None
+            with timed or nullcontext(Measure(model, protocol)) as measure:
+                yield measure
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Refuse new requests and wait up to `timeout` s for in-flight ones; True if none is
+        left."""
+        with self._idle:
+            self._draining = True
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
     def servable(self, name: str, version: VersionRef = None) -> Servable:
         return self.registry.get(name, version)

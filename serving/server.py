@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -55,6 +56,7 @@ class ModelServer:
         self._grpc: grpc.Server | None = None
         self._rest: RestServer | None = None
         self._rest_thread: threading.Thread | None = None
+        self._health: health.HealthServicer | None = None
         self._stopped = threading.Event()
 
     def start(self) -> ModelServer:
@@ -69,7 +71,7 @@ class ModelServer:
             options=limits,
         )
         add_services(self._grpc, self.plane)
-        health_servicer = health.HealthServicer()
+        health_servicer = self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
         address = f"[{opts.host}]" if ":" in opts.host else opts.host
         self.grpc_port = self._grpc.add_insecure_port(f"{address}:{opts.grpc_port}")
@@ -95,12 +97,22 @@ class ModelServer:
         return self
 
     def stop(self, grace: float = 5.0) -> None:
-        """Stop accepting requests, let in-flight ones finish (up to `grace` s), then close."""
+        """Stop accepting requests, let in-flight ones finish (up to `grace` s), then close.
+
+        New requests get UNAVAILABLE from the moment draining starts (a status clients retry),
+        health turns NOT_SERVING, and the transports close only once in-flight requests ended.
+        """
+        started = time.monotonic()
+        if self._health is not None:
+            self._health.enter_graceful_shutdown()
+        if not self.plane.drain(grace):
+            log.warning("requests still in flight after %.1f s; stopping anyway", grace)
+        remaining = max(grace - (time.monotonic() - started), 0.1)
         if self._rest is not None:
             self._rest.shutdown()
             self._rest.server_close()
         if self._grpc is not None:
-            self._grpc.stop(grace).wait()
+            self._grpc.stop(remaining).wait()
         self._stopped.set()
 
     def wait(self) -> None:

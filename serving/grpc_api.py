@@ -7,7 +7,8 @@ own. Every ServingError is mapped to its status code in one place, `_abort`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -23,7 +24,8 @@ from tensorflow_serving.apis import (
 from serving.codec import array_from_proto, array_to_proto
 from serving.dataplane import DataPlane, model_spec
 from serving.errors import DeadlineExceeded, ServingError, Unimplemented
-from serving.registry import VersionRef
+from serving.registry import Servable, VersionRef
+from serving.signature import ServedSignature
 from serving.tfexample import examples_from_input
 
 __all__ = ["add_services"]
@@ -69,14 +71,21 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
 
-    @_mapped
-    def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
-        spec = request.model_spec
+    @contextmanager
+    def _resolve(
+        self, spec: Any, context: grpc.ServicerContext
+    ) -> Iterator[tuple[Servable, ServedSignature]]:
+        """The servable and signature a request names, resolved inside its measurement."""
         with self.plane.measure(spec.name, "grpc") as measure:
             _check_deadline(context)
             servable = measure.servable = self.plane.servable(spec.name, _version(spec))
             signature = self.plane.signature(servable, spec.signature_name)
             measure.signature = signature.name
+            yield servable, signature
+
+    @_mapped
+    def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
+        with self._resolve(request.model_spec, context) as (servable, signature):
             inputs = {name: array_from_proto(t, name) for name, t in request.inputs.items()}
             outputs = self.plane.predict(servable, signature, inputs, list(request.output_filter))
             response = predict_pb2.PredictResponse()
@@ -94,12 +103,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_mapped
     def Classify(self, request: Any, context: Any) -> Any:
-        spec = request.model_spec
-        with self.plane.measure(spec.name, "grpc") as measure:
-            _check_deadline(context)
-            servable = measure.servable = self.plane.servable(spec.name, _version(spec))
-            signature = self.plane.signature(servable, spec.signature_name)
-            measure.signature = signature.name
+        with self._resolve(request.model_spec, context) as (servable, signature):
             result = self.plane.classify(servable, signature, examples_from_input(request.input))
             response = classification_pb2.ClassificationResponse()
             response.model_spec.CopyFrom(model_spec(servable, signature.name))
@@ -111,12 +115,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_mapped
     def Regress(self, request: Any, context: Any) -> Any:
-        spec = request.model_spec
-        with self.plane.measure(spec.name, "grpc") as measure:
-            _check_deadline(context)
-            servable = measure.servable = self.plane.servable(spec.name, _version(spec))
-            signature = self.plane.signature(servable, spec.signature_name)
-            measure.signature = signature.name
+        with self._resolve(request.model_spec, context) as (servable, signature):
             values = self.plane.regress(servable, signature, examples_from_input(request.input))
             response = regression_pb2.RegressionResponse()
             response.model_spec.CopyFrom(model_spec(servable, signature.name))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -26,7 +28,8 @@ from serving.codec import decode_json_request, encode_json_response, parse_json_
 from serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
 from serving.defaults import DEFAULT_MAX_BODY_BYTES
 from serving.errors import InvalidInput, ServingError
-from serving.registry import VersionRef
+from serving.registry import Servable, VersionRef
+from serving.signature import ServedSignature
 from serving.tfexample import examples_from_json
 
 __all__ = ["RestServer"]
@@ -44,6 +47,20 @@ def _proto_json(message: Message) -> Any:
     return json_format.MessageToDict(
         message, always_print_fields_with_no_presence=True, preserving_proto_field_name=True
     )
+
+
+@contextmanager
+def _resolve(
+    plane: DataPlane, name: str, version: VersionRef, body: bytes
+) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any]]]:
+    """The servable, signature and parsed body of a POST, resolved inside its measurement."""
+    with plane.measure(name, "rest") as measure:
+        servable = measure.servable = plane.servable(name, version)
+        # The signature name sits inside the body, so the body is parsed once, up front.
+        request = parse_json_body(body)
+        signature = plane.signature(servable, str(request.get("signature_name") or ""))
+        measure.signature = signature.name
+        yield servable, signature, request
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -122,12 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _predict(plane: DataPlane, name: str, version: VersionRef, body: bytes) -> bytes:
-        with plane.measure(name, "rest") as measure:
-            servable = measure.servable = plane.servable(name, version)
-            # The signature name sits inside the body, so the body is parsed once, up front.
-            request = parse_json_body(body)
-            signature = plane.signature(servable, str(request.get("signature_name") or ""))
-            measure.signature = signature.name
+        with _resolve(plane, name, version, body) as (servable, signature, request):
             inputs, fmt = decode_json_request(request, signature.inputs)
             outputs = plane.predict(servable, signature, inputs)
             return encode_json_response(outputs, row_format=fmt == "row")
@@ -137,11 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
         plane: DataPlane, name: str, version: VersionRef, body: bytes, verb: str
     ) -> bytes:
         """:classify and :regress: tf.Example features in, TF Serving's `result` out."""
-        with plane.measure(name, "rest") as measure:
-            servable = measure.servable = plane.servable(name, version)
-            request = parse_json_body(body)
-            signature = plane.signature(servable, str(request.get("signature_name") or ""))
-            measure.signature = signature.name
+        with _resolve(plane, name, version, body) as (servable, signature, request):
             examples = examples_from_json(request)
             if verb == "classify":
                 result: list[Any] = [

@@ -7,6 +7,7 @@ loopback ports, run the locust comparison against both, print the table, stop bo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -14,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from graphserve.console import EXIT_FAILED, progress, quiet_tensorflow, stderr
-from loadtest.cli import OutputFormat, Protocol, parse_duration
+from loadtest.cli import OutputFormat, Protocol, parse_duration, parse_loads
 
 
 def demo(
@@ -25,8 +26,12 @@ def demo(
     base_path: Annotated[Path, typer.Option("--base-path", help="Model base path.")] = Path(
         "models"
     ),
-    duration: Annotated[str, typer.Option("--duration", help="Load per arm: 20s, 1m, 90.")] = "20s",
-    users: Annotated[int, typer.Option("--users", min=1, help="Concurrent locust users.")] = 1,
+    duration: Annotated[
+        str, typer.Option("--duration", help="Measured time per arm and step: 20s, 1m, 90.")
+    ] = "20s",
+    users: Annotated[
+        str, typer.Option("--users", help="Concurrent locust users per step, e.g. 1,4.")
+    ] = "1",
     protocol: Annotated[Protocol, typer.Option("--protocol", help="Load-test protocol.")] = (
         Protocol.grpc
     ),
@@ -37,13 +42,14 @@ def demo(
 ) -> None:
     """Export, serve graph and eager on loopback, compare them with locust, stop, report."""
     duration_s = parse_duration(duration)
+    loads = parse_loads(users, "--users")
     quiet_tensorflow()
     from exporter import ExportError, ExportSpec, export_model
-    from graphserve.processes import ServerProcess, free_port
-    from loadtest import LoadTestError, compare
-    from loadtest.report import render_table
+    from loadtest import CompareSpec, LoadSpec, LoadTestError
+    from loadtest.cli import ProgressPrinter, finish
+    from loadtest.managed import run_managed
 
-    stderr.rule("1/3 export")
+    stderr.rule("1/2 export")
     try:
         result = export_model(
             ExportSpec(source=source, name=name, base_path=base_path),
@@ -54,62 +60,31 @@ def demo(
         raise typer.Exit(EXIT_FAILED) from None
     stderr.print(f"exported {result.path}; parity max abs error {result.parity.max_abs_error:.2g}")
 
-    stderr.rule("2/3 serve")
-    servers = {
-        "graph": ["graph", "--model-base-path", str(base_path / name)],
-        "eager": ["eager", source],
-    }
-    started: dict[str, ServerProcess] = {}
-    targets: dict[str, str] = {}  # arm -> the address locust loads, for the chosen protocol
+    stderr.rule(f"2/2 serve graph and eager, load both: {duration}/arm/step, {protocol}")
+    window_s = min(5.0, duration_s)
+    windows = max(1, math.ceil(duration_s / window_s))
+    spec = CompareSpec(
+        arms=(),
+        protocol=protocol.value,
+        model_name=name,
+        model_base_path=base_path / name,
+        load=LoadSpec(
+            loads=loads, window_s=window_s, min_windows=windows, max_windows=windows
+        ),
+    )
+    quiet = output is OutputFormat.json
     try:
-        for arm, args in servers.items():
-            grpc_port, rest_port = free_port(), free_port()
-            process = ServerProcess(
-                [
-                    *args,
-                    "--model-name",
-                    name,
-                    "--grpc-port",
-                    str(grpc_port),
-                    "--rest-port",
-                    str(rest_port),
-                ],
-                grpc_address=f"127.0.0.1:{grpc_port}",
-                model_name=name,
-                log_path=out / f"{arm}-server.log",
-            )
-            started[arm] = process.start()
-            rest_address = f"127.0.0.1:{rest_port}"
-            targets[arm] = process.grpc_address if protocol == "grpc" else rest_address
-            stderr.print(f"{arm} server ready: gRPC {process.grpc_address}, REST {rest_address}")
-
-        stderr.rule(f"3/3 load test: {duration_s}s per arm, {users} user(s), {protocol}")
-        report = compare(
-            targets,
+        report = run_managed(
+            spec,
             out,
-            protocol=protocol.value,
-            users=users,
-            duration_s=duration_s,
-            model_name=name,
-            progress=progress,
+            kinds=["graph", "eager"],
+            source=source,
+            say=progress,
+            progress=None if quiet else ProgressPrinter(),
         )
-    except (RuntimeError, LoadTestError) as exc:
-        stderr.print(f"[red]demo failed:[/] {exc}")
+    except LoadTestError as exc:
+        stderr.print(f"[red]demo failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
-    finally:
-        for process in started.values():
-            process.stop()
-
-    if output is OutputFormat.json:
-        typer.echo(json.dumps({"export": result.to_json(), "report": report.to_dict()}, indent=2))
-    else:
-        from rich.console import Console
-
-        typer.echo("")
-        Console().print(render_table(report))
-    stderr.print(f"report: {out / 'report.md'} and {out / 'report.json'}")
-    if report.arms_without_successes():
-        stderr.print(
-            f"[red]no successful requests:[/] {', '.join(report.arms_without_successes())}"
-        )
-        raise typer.Exit(EXIT_FAILED)
+    if quiet:
+        typer.echo(json.dumps({"export": result.to_json(), "report": report}, indent=2))
+    finish(report, out, quiet, print_json=False)

@@ -1,23 +1,30 @@
-"""Load tests of TF Serving-compatible servers with locust, and the graph-vs-eager comparison.
+"""Load tests of TF Serving-compatible servers with locust, and the A/B comparison report.
 
 Importing this package is light: TensorFlow and locust load only when a comparison runs (and in
-the locust processes, which import `loadtest/locustfile.py`).
+the locust processes, which import `loadtest/sweepfile.py` or `loadtest/locustfile.py`).
 """
 
-from loadtest.compare import compare
-from loadtest.errors import LoadTestError, LocustRunError, PayloadError, RemoteTargetError
-from loadtest.report import ArmResult, ComparisonReport, RunSettings, write_report
+from loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+from loadtest.errors import (
+    LoadTestError,
+    LocustRunError,
+    PayloadError,
+    RemoteTargetError,
+    ServerStartError,
+    SloError,
+)
 from loadtest.targets import check_loopback
 
 __all__ = [
-    "ArmResult",
-    "ComparisonReport",
+    "Arm",
+    "CompareSpec",
+    "LoadSpec",
     "LoadTestError",
     "LocustRunError",
     "PayloadError",
     "RemoteTargetError",
-    "RunSettings",
+    "ServerStartError",
+    "SloError",
     "check_loopback",
     "compare",
-    "write_report",
 ]

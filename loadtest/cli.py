@@ -1,28 +1,33 @@
 """`graphserve loadtest ...`: parses arguments and renders results; the work is in `compare`.
 
-Only typer and the standard library load here, so `graphserve --help` stays fast: TensorFlow and
-locust are imported when a comparison actually runs.
+Only typer, rich and the standard library load here, so `graphserve --help` stays fast:
+TensorFlow and locust are imported when a comparison actually runs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from graphserve.console import stderr
 
-__all__ = ["app", "parse_duration"]
+if TYPE_CHECKING:
+    from loadtest.compare import CompareSpec
+
+__all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 
 app = typer.Typer(help="Load-test TF Serving-compatible servers with locust.", no_args_is_help=True)
 
-_DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s?)?$")
+EXIT_SLO = 3  # the run worked and a gate (--slo, --max-failures) was missed
+_DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?$")
 
 
 class Protocol(StrEnum):
@@ -30,29 +35,64 @@ class Protocol(StrEnum):
     rest = "rest"
 
 
+class RestFormat(StrEnum):
+    row = "row"
+    columnar = "columnar"
+
+
+class Arrivals(StrEnum):
+    constant = "constant"
+    poisson = "poisson"
+
+
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
 
 
-def parse_duration(text: str) -> int:
-    """Seconds in `20s`, `1m`, `1m30s`, `2h` or a bare `90`.
+def parse_duration(text: str, option: str = "--duration", minimum: float = 1.0) -> float:
+    """Seconds in `20s`, `1m`, `1m30s`, `2h`, `0.5s` or a bare `90`.
 
-    Raises typer.BadParameter (a usage error, exit 2, when raised inside a command) unless the
-    text is a duration of at least 1 s.
+    Raises typer.BadParameter (a usage error, exit 2) unless it is a duration of at least
+    `minimum` seconds.
     """
     match = _DURATION.match(text.strip().lower())
     if not text.strip() or match is None:
-        raise _bad_duration(f"{text!r} is not a duration: use e.g. 20s, 1m, 1m30s or 90")
-    parts = {k: int(v) if v else 0 for k, v in match.groupdict().items()}
+        raise typer.BadParameter(
+            f"{text!r} is not a duration: use e.g. 20s, 1m, 1m30s or 90", param_hint=option
+        )
+    parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
     seconds = parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
-    if seconds < 1:
-        raise _bad_duration(f"{text!r}: the duration must be at least 1 second")
+    if seconds < minimum:
+        raise typer.BadParameter(
+            f"{text!r}: must be at least {minimum:g} s", param_hint=option
+        )
     return seconds
 
 
-def _bad_duration(message: str) -> typer.BadParameter:
-    return typer.BadParameter(message, param_hint="'--duration'")
+def parse_loads(text: str, option: str) -> tuple[float, ...]:
+    """`1,4,16,64` -> (1, 4, 16, 64); each a positive number (users must be whole)."""
+    try:
+        loads = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        loads = ()
+    if not loads or min(loads) <= 0 or (option == "--users" and any(x % 1 for x in loads)):
+        kind = "whole numbers of users" if option == "--users" else "request rates (req/s)"
+        raise typer.BadParameter(
+            f"{text!r}: expected a comma-separated list of positive {kind}, e.g. 1,4,16",
+            param_hint=option,
+        )
+    return loads
+
+
+def _pairs(values: list[str], option: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values:
+        name, sep, address = value.partition("=")
+        if not sep or not name.strip() or not address.strip():
+            raise typer.BadParameter(f"{value!r}: expected NAME=ADDRESS", param_hint=option)
+        pairs[name.strip()] = address.strip()
+    return pairs
 
 
 @app.callback()
@@ -62,72 +102,299 @@ def loadtest() -> None:
 
 @app.command()
 def compare(
-    graph: Annotated[str, typer.Option(help="graph arm address, HOST:PORT (gRPC or REST port)")],
-    eager: Annotated[str, typer.Option(help="eager arm address, HOST:PORT (gRPC or REST port)")],
-    protocol: Annotated[Protocol, typer.Option(help="API to load")] = Protocol.grpc,
-    users: Annotated[int, typer.Option(min=1, help="concurrent locust users per arm")] = 1,
-    duration: Annotated[
-        str, typer.Option(help="run time per arm: 20s, 1m, 90", show_default=True)
-    ] = "20s",
-    out: Annotated[
-        Path | None,
-        typer.Option(help="output directory [default: loadtest-reports/<UTC time>]"),
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(help="an arm to load, NAME=HOST:PORT (repeat; the last is the baseline)"),
     ] = None,
+    graph: Annotated[str | None, typer.Option(help="shorthand for --arm graph=ADDR")] = None,
+    eager: Annotated[str | None, typer.Option(help="shorthand for --arm eager=ADDR")] = None,
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(help="an arm's Prometheus URL, NAME=URL (server-side time breakdown)"),
+    ] = None,
+    model_base_path: Annotated[
+        Path | None,
+        typer.Option(help="self-managed: serve BASE/NAME (and read the payload from it)"),
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="self-managed: the model source for the eager servers")
+    ] = None,
+    serve: Annotated[
+        str,
+        typer.Option(help="self-managed servers: graph,eager,eager-predict,eager-function"),
+    ] = "graph,eager",
+    calibrate: Annotated[
+        bool, typer.Option(help="self-managed: add the null endpoint (same stack, no model)")
+    ] = False,
+    cold_start: Annotated[
+        bool, typer.Option(help="self-managed: measure time to ready and first requests first")
+    ] = False,
+    protocol: Annotated[Protocol, typer.Option(help="API to load")] = Protocol.grpc,
+    rest_format: Annotated[RestFormat, typer.Option(help="REST body format")] = RestFormat.row,
+    users: Annotated[
+        str | None, typer.Option(help="closed loop: concurrent users per step, e.g. 1,4,16,64")
+    ] = None,
+    rate: Annotated[
+        str | None, typer.Option(help="open loop: target req/s per step, e.g. 100,200,400")
+    ] = None,
+    arrivals: Annotated[Arrivals, typer.Option(help="open loop arrivals")] = Arrivals.constant,
+    max_in_flight: Annotated[
+        int, typer.Option(min=1, help="open loop: users sending the arrivals")
+    ] = 64,
+    warmup: Annotated[str, typer.Option(help="per arm and step, not measured")] = "2s",
+    window: Annotated[str, typer.Option(help="length of one measurement window")] = "5s",
+    min_windows: Annotated[int, typer.Option(min=1, help="windows per arm and step")] = 3,
+    max_windows: Annotated[int, typer.Option(min=1, help="until stable, at most this")] = 10,
+    stability: Annotated[
+        float, typer.Option(min=0, help="stable: last windows' rps and p50 within this %")
+    ] = 10.0,
+    duration: Annotated[
+        str | None,
+        typer.Option(help="fixed measured time per arm and step (sets the window count)"),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="rows per request")] = 1,
+    payload_file: Annotated[
+        Path | None, typer.Option(help=".npz of inputs, or a REST .json body")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of the random payload and bootstrap")] = 0,
     model_name: Annotated[str, typer.Option(help="model to call")] = "mlp",
     signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
-    batch_size: Annotated[int, typer.Option(min=1, help="rows per request")] = 1,
+    workers: Annotated[
+        int, typer.Option(min=0, help="locust worker processes (0: one local process)")
+    ] = 0,
     max_requests: Annotated[
-        int | None, typer.Option(min=1, help="stop an arm after this many requests")
+        int | None, typer.Option(min=1, help="stop the run after this many requests")
     ] = None,
-    seed: Annotated[int, typer.Option(help="seed of the random payload")] = 0,
+    baseline: Annotated[
+        str | None, typer.Option(help="arm the ratios divide by [default: the last arm]")
+    ] = None,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(help="gate, e.g. 'p99<50ms', 'graph.p50<2ms', 'ratio.p50<0.6' (repeat)"),
+    ] = None,
+    max_failures: Annotated[
+        int | None, typer.Option(min=0, help="gate: at most this many failed requests")
+    ] = None,
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
     ] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="output directory [default: loadtest-reports/<UTC time>]")
+    ] = None,
     output: Annotated[
         OutputFormat, typer.Option(help="json: only the report JSON on stdout")
     ] = OutputFormat.text,
 ) -> None:
-    """Run the same locust load against the graph arm, then the eager arm, and compare them.
+    """Load every arm alike, in alternating windows, over a sweep of loads; write the report.
 
-    Writes OUT/report.json, OUT/report.md, the shared OUT/payload.npz and locust's own files.
-    Exits 1 when a run fails or an arm gets no successful request, 2 for a refused target.
+    Address mode loads running servers (--arm/--graph/--eager); self-managed mode
+    (--model-base-path with --source) starts the servers itself and stops them after.
+    Writes OUT/report.json, report.md, report.html, PNG plots, locust CSVs and raw/records.npz.
+    Exits 1 when the run fails or an arm gets no successful request, 2 for bad arguments or a
+    refused target, 3 when an --slo or --max-failures gate is missed.
     """
-    from loadtest.compare import compare as run_compare
+    from loadtest.compare import Arm, CompareSpec, LoadSpec
     from loadtest.errors import LoadTestError
-    from loadtest.report import render_table
 
-    seconds = parse_duration(duration)
+    addresses = _pairs(arm or [], "--arm")
+    for name, address in (("graph", graph), ("eager", eager)):
+        if address:
+            addresses[name] = address
+    metrics_urls = _pairs(metrics or [], "--metrics")
+    # Self-managed servers: the --serve kinds with a source, the graph server alone without one
+    # and without addresses, and the null endpoint for --calibrate.
+    kinds: list[str] = []
+    if model_base_path is not None:
+        if source:
+            kinds = [k.strip() for k in serve.split(",") if k.strip()]
+        elif not addresses:
+            kinds = ["graph"]
+        if calibrate:
+            kinds.append("null")
+    elif calibrate or source:
+        raise typer.BadParameter(
+            "--source and --calibrate start servers on a SavedModel: add --model-base-path",
+            param_hint="'--model-base-path'",
+        )
+    managed = bool(kinds)
+    if not addresses and not managed:
+        raise typer.BadParameter(
+            "name the arms (--arm NAME=HOST:PORT, --graph, --eager) or let graphserve start "
+            "them (--model-base-path BASE/NAME --source SOURCE)",
+            param_hint="'--arm'",
+        )
+    load = _load_spec(
+        LoadSpec, users, rate, arrivals, max_in_flight, warmup, window, min_windows, max_windows,
+        stability, duration,
+    )  # fmt: skip
+    spec = CompareSpec(
+        arms=tuple(Arm(n, a, metrics_urls.get(n)) for n, a in addresses.items()),
+        protocol=protocol.value,
+        rest_format=rest_format.value,
+        model_name=model_name,
+        signature_name=signature_name,
+        batch_size=batch_size,
+        payload_file=payload_file,
+        model_base_path=model_base_path,
+        seed=seed,
+        load=load,
+        workers=workers,
+        max_requests=max_requests,
+        allow_remote=allow_remote,
+        baseline=baseline,
+        slo=tuple(slo or ()),
+        max_failures=max_failures,
+    )
     out_dir = out or Path("loadtest-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     quiet = output is OutputFormat.json
     try:
-        report = run_compare(
-            {"graph": graph, "eager": eager},
-            out_dir,
-            protocol=protocol.value,
-            users=users,
-            duration_s=seconds,
-            model_name=model_name,
-            signature_name=signature_name,
-            batch_size=batch_size,
-            max_requests=max_requests,
-            seed=seed,
-            allow_remote=allow_remote,
-            progress=None if quiet else lambda message: stderr.print(f"[dim]{message}[/dim]"),
-        )
+        report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet)
     except LoadTestError as exc:
         stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
+    finish(report, out_dir, quiet)
+
+
+def _run(
+    spec: CompareSpec,
+    out_dir: Path,
+    managed: bool,
+    kinds: list[str],
+    source: str | None,
+    cold_start: bool,
+    quiet: bool,
+) -> dict[str, Any]:
+    from loadtest.compare import compare as run_compare
+    from loadtest.compare import with_metrics_probe
+    from loadtest.managed import run_managed
+
+    printer = None if quiet else ProgressPrinter()
+    say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{m}[/dim]"))
+    extra = with_metrics_probe(spec.arms, spec.protocol)
+    if managed:
+        return run_managed(
+            spec, out_dir, kinds=kinds, source=source, extra_arms=extra, cold_start=cold_start,
+            say=say, progress=printer,
+        )  # fmt: skip
+    from dataclasses import replace
+
+    return run_compare(replace(spec, arms=extra), out_dir, printer)
+
+
+def finish(
+    report: dict[str, Any], out_dir: Path, quiet: bool, print_json: bool = True
+) -> None:
+    """Print the report (table, or JSON on stdout when quiet and `print_json`), then exit 1 when
+    an arm got no successful request, 3 when a gate was missed."""
+    from loadtest.report import render_table
+    from loadtest.slo import describe
 
     if quiet:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
+        if print_json:
+            typer.echo(json.dumps(report, indent=2))
     else:
         Console().print(render_table(report))
-        stderr.print(f"report: {out_dir / 'report.md'} and {out_dir / 'report.json'}")
-    if report.arms_without_successes():
-        names = ", ".join(report.arms_without_successes())
+        stderr.print(f"report: {out_dir / 'report.html'} (and report.md, report.json)")
+    empty = [
+        name
+        for step in report["steps"]
+        for name, arm in step["arms"].items()
+        if arm["latency_ms"]["p50"] is None
+    ]
+    if empty or not report["steps"]:
+        names = ", ".join(sorted(set(empty))) or "every arm"
         stderr.print(
-            f"[red]error:[/red] no successful request on {names}; see the *_locust.log and "
-            f"*_failures.csv files in {out_dir}",
+            f"[red]error:[/red] no successful request on {names}; see the errors in "
+            f"{out_dir / 'report.md'} and {out_dir / 'locust.log'}",
             highlight=False,
         )
         raise typer.Exit(code=1)
+    slo = report["slo"]
+    if not slo["passed"]:
+        for line in describe(slo, mode=report["settings"]["mode"]):
+            stderr.print(f"[red]SLO missed:[/red] {line}", highlight=False)
+        raise typer.Exit(code=EXIT_SLO)
+
+
+def _load_spec(
+    load_spec: Any,
+    users: str | None,
+    rate: str | None,
+    arrivals: Arrivals,
+    max_in_flight: int,
+    warmup: str,
+    window: str,
+    min_windows: int,
+    max_windows: int,
+    stability: float,
+    duration: str | None,
+) -> Any:
+    if users and rate:
+        raise typer.BadParameter("use --users (closed loop) or --rate (open loop), not both")
+    window_s = parse_duration(window, "--window", minimum=0.5)
+    if duration is not None:
+        # A fixed measured time: exactly this many windows, no extension for stability.
+        min_windows = max_windows = max(1, math.ceil(parse_duration(duration) / window_s))
+    if max_windows < min_windows:
+        raise typer.BadParameter(
+            f"--max-windows {max_windows} is below --min-windows {min_windows}",
+            param_hint="'--max-windows'",
+        )
+    return load_spec(
+        mode="open" if rate else "closed",
+        loads=parse_loads(rate, "--rate") if rate else parse_loads(users or "1", "--users"),
+        arrivals=arrivals.value,
+        max_in_flight=max_in_flight,
+        warmup_s=parse_duration(warmup, "--warmup", minimum=0.0),
+        window_s=window_s,
+        min_windows=min_windows,
+        max_windows=max_windows,
+        stability_pct=stability,
+    )
+
+
+class ProgressPrinter:
+    """Relays the sweep's events to stderr: steps, each arm's windows, warnings."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "payload":
+            stderr.print("[dim]building the payload and starting locust[/dim]")
+        elif kind == "step":
+            self.steps += 1
+            load, users = event["load"], event["users"]
+            stderr.rule(f"step {event['step'] + 1}: load {load:g} ({users} users)")
+        elif kind == "window":
+            rps = event.get("rps")
+            p50 = event.get("p50_ms")
+            stderr.print(
+                f"  {event['arm']:<16} window {event['window'] + 1:>2}: "
+                f"{'-' if rps is None else f'{rps:,.1f}'} req/s, "
+                f"p50 {'-' if p50 is None else f'{p50:.3g}'} ms"
+                f"{'  [green]stable[/green]' if event.get('stable') else ''}",
+                highlight=False,
+            )
+        elif kind in ("warning", "error"):
+            stderr.print(f"[yellow]{kind}:[/yellow] {event.get('message')}", highlight=False)
+        elif kind == "done" and event.get("truncated"):
+            stderr.print(f"[yellow]run ended early:[/yellow] {event['truncated']}")
+
+
+@app.command("report")
+def report_command(
+    out: Annotated[Path, typer.Argument(help="a load-test output directory with report.json")],
+) -> None:
+    """Render report.md, report.html and the plots again from OUT/report.json."""
+    from loadtest.report import write_report
+
+    path = out / "report.json"
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        stderr.print(f"[red]error:[/red] cannot read {path}: {exc}")
+        raise typer.Exit(code=1) from None
+    write_report(document, out)
+    stderr.print(f"report: {out / 'report.html'} (and report.md)")

@@ -1,205 +1,465 @@
-"""The A/B comparison: the same locust load, the same payload, against each arm in turn.
+"""The A/B comparison: one locust sweep over every arm, then the report.
 
-    compare({"graph": "127.0.0.1:8500", "eager": "127.0.0.1:9500"}, out_dir=Path("out"))
+    spec = CompareSpec(arms=(Arm("graph", "127.0.0.1:8500"), Arm("eager", "127.0.0.1:9500")))
+    report = compare(spec, Path("out"))
 
-For every arm, locust runs headless in a subprocess on `loadtest/locustfile.py` (a fresh process per
-arm, so no arm inherits another's connections or warm caches), bounded in time by `-t` and by a hard
-timeout. The payload is built once, from the first arm's model metadata with a fixed seed, and
-written to `OUT/payload.npz`; every arm sends exactly those inputs.
+The payload is built once (from a payload file, the SavedModel's signature or the first arm's
+metadata, with a fixed seed) and encoded once into OUT/request.bin, so every arm gets exactly the
+same bytes. Locust runs in a subprocess on loadtest/sweepfile.py (or as a master and N workers),
+alternating the arms window by window; its raw records become the report (loadtest/analysis.py),
+rendered by loadtest/report.py and checked against the SLO gates (loadtest/slo.py).
 
-TensorFlow (through the metadata and payload modules) is imported inside `compare`, not at import.
+TensorFlow (through the payload and metadata modules) is imported inside `compare`, not at import.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
+import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
+from typing import Any
 
-from loadtest.errors import LoadTestError, LocustRunError
-from loadtest.report import ArmResult, ComparisonReport, RunSettings, write_report
+from loadtest.errors import LoadTestError, LocustRunError, PayloadError
+from loadtest.plan import PLAN_ENV, ArmTarget, Plan
 from loadtest.targets import check_loopback, http_base_url
 
-__all__ = ["LOCUSTFILE", "PROTOCOLS", "compare", "locust_command"]
+__all__ = [
+    "SWEEPFILE",
+    "Arm",
+    "CompareSpec",
+    "LoadSpec",
+    "compare",
+    "locust_commands",
+    "payload_specs",
+    "with_metrics_probe",
+]
 
-LOCUSTFILE = Path(__file__).with_name("locustfile.py")
-PROTOCOLS: dict[str, str] = {"grpc": "GrpcPredictUser", "rest": "RestPredictUser"}
-
-# Users get this long to finish the call they are in when the run time is up.
+SWEEPFILE = Path(__file__).with_name("sweepfile.py")
+# Beyond the plan's longest run: locust start-up and shut-down; a run still alive is stuck.
+_MARGIN_S = 120
 _STOP_TIMEOUT_S = 5
-# Beyond run time and stop timeout: a locust process imports TensorFlow (seconds on a small box)
-# and fetches nothing else; a process still alive after this is stuck and gets killed.
-_STARTUP_MARGIN_S = 90
-_VERSIONED = ("graphserve", "tensorflow", "tensorflow-serving-api", "grpcio", "locust")
+_VERSIONED = ("graphserve", "tensorflow", "tensorflow-serving-api", "grpcio", "locust", "numpy")
+METRICS_PATH = "/monitoring/prometheus/metrics"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A server to load: its name in the report, its address for the chosen protocol, and where
+    its Prometheus metrics are (None: no server-side breakdown)."""
+
+    name: str
+    address: str
+    metrics_url: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # runner, server command, ...
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """How hard and how long: closed loop over `loads` users, or open loop at `loads` req/s."""
+
+    mode: str = "closed"
+    loads: tuple[float, ...] = (1,)
+    arrivals: str = "constant"
+    max_in_flight: int = 64
+    warmup_s: float = 2.0
+    window_s: float = 5.0
+    min_windows: int = 3
+    max_windows: int = 10
+    stability_pct: float = 10.0
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    arms: tuple[Arm, ...]
+    protocol: str = "grpc"
+    rest_format: str = "row"
+    model_name: str = "mlp"
+    signature_name: str = "serving_default"
+    batch_size: int = 1
+    payload_file: Path | None = None
+    model_base_path: Path | None = None  # payload from the SavedModel, manifest in the report
+    seed: int = 0
+    load: LoadSpec = LoadSpec()
+    workers: int = 0
+    max_requests: int | None = None
+    allow_remote: bool = False
+    baseline: str | None = None  # default: the last arm
+    slo: tuple[str, ...] = ()
+    max_failures: int | None = None
+    cold_start: list[dict[str, Any]] | None = None
 
 
 def compare(
-    arms: Mapping[str, str],
-    out_dir: Path,
-    *,
-    protocol: str = "grpc",
-    users: int = 1,
-    duration_s: int = 20,
-    model_name: str = "mlp",
-    signature_name: str = "serving_default",
-    batch_size: int = 1,
-    max_requests: int | None = None,
-    seed: int = 0,
-    allow_remote: bool = False,
-    progress: Callable[[str], None] | None = None,
-) -> ComparisonReport:
-    """Load-test every arm (name -> `HOST:PORT`) in order; write and return the report.
+    spec: CompareSpec, out_dir: Path, progress: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Run the sweep, write OUT/report.{json,md,html}, plots and raw data; return the report.
 
-    The last arm is the baseline of the ratios (pass graph, then eager). Raises RemoteTargetError
-    for a non-loopback address without `allow_remote`, PayloadError when the first arm's metadata
-    gives no usable payload, LocustRunError when a locust run times out or leaves no statistics.
-    An arm that ran but got no successful requests is reported, not raised.
+    Raises RemoteTargetError for a non-loopback target without `allow_remote`, SloError for an
+    unreadable gate, PayloadError when no payload can be built, LocustRunError when locust fails
+    or leaves no results. A missed SLO is not raised: it is in report["slo"]["passed"].
     """
-    _check_settings(arms, protocol, users, duration_s, batch_size, max_requests)
-    hosts = {name: _locust_host(address, protocol, allow_remote) for name, address in arms.items()}
-    say = progress or (lambda _message: None)
+    from loadtest.slo import parse_gate
+
+    _check(spec)
+    gates = [parse_gate(text) for text in spec.slo]  # a bad gate fails before any load
     out_dir.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _event: None)
+    say({"event": "payload"})
+    inputs, payload_source = _payload(spec, out_dir)
+    plan = _plan(spec, out_dir)
+    plan.dump(out_dir / "plan.json")
+    started = time.time()
+    _run_locust(plan, out_dir, say)
 
-    # Late: these import TensorFlow's protobuf modules.
-    from loadtest.metadata import fetch_specs
-    from loadtest.payloads import build_payload, save_payload
+    from loadtest.analysis import analyze, read_raw
+    from loadtest.report import write_report
+    from loadtest.slo import evaluate
 
-    first_name, first_address = next(iter(arms.items()))
-    say(f"reading the signature of {model_name!r} from {first_name} ({first_address})")
-    specs = fetch_specs(protocol, hosts[first_name], model_name, signature_name)
-    payload_file = out_dir / "payload.npz"
-    save_payload(payload_file, build_payload(specs, batch_size, seed))
-
-    settings = RunSettings(
-        protocol=protocol,
-        users=users,
-        duration_s=duration_s,
-        model_name=model_name,
-        signature_name=signature_name,
-        batch_size=batch_size,
-        max_requests=max_requests,
-        seed=seed,
-        payload_file=str(payload_file),
-        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
-        versions=_versions(),
-    )
-    results: list[ArmResult] = []
-    for name, address in arms.items():
-        say(f"{name}: {users} user(s), {duration_s} s of {protocol} Predict on {address}")
-        results.append(_run_arm(name, address, hosts[name], settings, out_dir, allow_remote))
-    report = ComparisonReport(arms=results, settings=settings)
+    raw = read_raw(out_dir)
+    baseline = spec.baseline or spec.arms[-1].name
+    report: dict[str, Any] = {
+        "schema": "graphserve.loadtest/2",
+        "title": _title(spec, baseline),
+        "settings": _settings(spec, baseline, inputs, payload_source),
+        "environment": _environment(),
+        "arms": {arm.name: _arm_info(arm, spec) for arm in spec.arms},
+        "steps": analyze(raw, plan, baseline),
+        "truncated": raw.truncated or None,
+        "elapsed_s": round(time.time() - started, 1),
+        "calibration": _calibration(raw, plan),
+        "cold_start": spec.cold_start,
+        "manifest": _manifest(spec.model_base_path),
+    }
+    report["slo"] = evaluate(gates, report, spec.max_failures)
     write_report(report, out_dir)
     return report
 
 
-def locust_command(
-    host: str, settings: RunSettings, stats_prefix: Path, allow_remote: bool = False
-) -> list[str]:
-    """The headless locust command line for one arm; its stats go to `stats_prefix`*."""
-    command = [
-        sys.executable, "-m", "locust",
-        "-f", str(LOCUSTFILE),
+def locust_commands(plan: Plan, out_dir: Path, master_port: int = 0) -> list[list[str]]:
+    """The locust command lines: one local process, or a master and `plan.workers` workers."""
+    base = [sys.executable, "-m", "locust", "-f", str(SWEEPFILE), "--loglevel", "WARNING"]
+    head = [
+        *base,
         "--headless",
-        "-u", str(settings.users),
-        "-r", str(settings.users),  # all users start within the first second
-        "-t", f"{settings.duration_s}s",
-        "--host", host,
-        "--csv", str(stats_prefix),
-        "--json-file", str(stats_prefix),
+        "--csv", str(out_dir / "locust"),
         "--only-summary",
         "--stop-timeout", str(_STOP_TIMEOUT_S),
-        "--loglevel", "WARNING",
-        "--model-name", settings.model_name,
-        "--signature-name", settings.signature_name,
-        "--payload-file", settings.payload_file,
-        "--seed", str(settings.seed),
     ]  # fmt: skip
-    if settings.max_requests:
-        command += ["--max-requests", str(settings.max_requests)]
-    if allow_remote:
-        command.append("--allow-remote")
-    return [*command, PROTOCOLS[settings.protocol]]
+    if not plan.workers:
+        return [head]
+    master = [
+        *head,
+        "--master",
+        "--master-bind-host", "127.0.0.1",
+        "--master-bind-port", str(master_port),
+        "--expect-workers", str(plan.workers),
+    ]  # fmt: skip
+    worker = [
+        *base,
+        "--worker",
+        "--master-host", "127.0.0.1",
+        "--master-port", str(master_port),
+    ]  # fmt: skip
+    return [master, *([worker] * plan.workers)]
 
 
-def _run_arm(
-    name: str, address: str, host: str, settings: RunSettings, out_dir: Path, allow_remote: bool
-) -> ArmResult:
-    from loadtest.stats import arm_result, read_locust_json
-
-    stats_prefix = out_dir / name
-    command = locust_command(host, settings, stats_prefix, allow_remote)
-    # Quiet TensorFlow's C++ start-up logs in the locust process; they say nothing about the run.
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    timeout_s = settings.duration_s + _STOP_TIMEOUT_S + _STARTUP_MARGIN_S
-    log_path = out_dir / f"{name}_locust.log"
-    try:
-        done = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=timeout_s, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        log_path.write_text(_text(exc.stdout) + _text(exc.stderr))
-        raise LocustRunError(
-            f"locust on arm {name!r} ({address}) did not end within {timeout_s} s and was "
-            f"killed; its output is in {log_path}"
-        ) from None
-    log_path.write_text(done.stdout + done.stderr)
-    json_path = Path(f"{stats_prefix}.json")  # locust appends ".json" to --json-file
-    if not json_path.exists():
-        raise LocustRunError(
-            f"locust on arm {name!r} ({address}) exited with code {done.returncode} and wrote no "
-            f"statistics: {_last_lines(done.stderr)}"
-        )
-    return arm_result(name, address, read_locust_json(json_path))
+# ---------------------------------------------------------------------------------------------
 
 
-def _check_settings(
-    arms: Mapping[str, str],
-    protocol: str,
-    users: int,
-    duration_s: int,
-    batch_size: int,
-    max_requests: int | None,
-) -> None:
-    if not arms:
-        raise LoadTestError("no arms to compare: pass at least one name -> address")
-    if protocol not in PROTOCOLS:
-        raise LoadTestError(f"protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    for label, value in (("users", users), ("duration", duration_s), ("batch size", batch_size)):
-        if value < 1:
-            raise LoadTestError(f"{label} must be at least 1, got {value}")
-    if max_requests is not None and max_requests < 1:
-        raise LoadTestError(f"max requests must be at least 1, got {max_requests}")
-    for name in arms:
-        # The name becomes a file name in the output directory.
+def _check(spec: CompareSpec) -> None:
+    if not spec.arms:
+        raise LoadTestError("no arms to compare: pass at least one --arm NAME=HOST:PORT")
+    names = [arm.name for arm in spec.arms]
+    for name in names:
+        # The name becomes a file name and a locust request name.
         if not name or not name.replace("-", "").replace("_", "").isalnum():
             raise LoadTestError(f"arm name {name!r}: use letters, digits, '-' and '_' only")
+    if len(set(names)) != len(names):
+        raise LoadTestError(f"arm names must be unique, got {', '.join(names)}")
+    if spec.baseline is not None and spec.baseline not in names:
+        raise LoadTestError(f"baseline {spec.baseline!r} is not an arm: {', '.join(names)}")
+    if spec.protocol not in ("grpc", "rest"):
+        raise LoadTestError(f"protocol {spec.protocol!r}: expected grpc or rest")
+    load = spec.load
+    if load.mode not in ("closed", "open") or not load.loads or min(load.loads) <= 0:
+        raise LoadTestError("loads must be positive numbers of users (closed) or req/s (open)")
+    if load.min_windows < 1 or load.max_windows < load.min_windows:
+        raise LoadTestError(
+            f"windows: need 1 <= min ({load.min_windows}) <= max ({load.max_windows})"
+        )
+    if load.window_s <= 0 or load.warmup_s < 0:
+        raise LoadTestError("the window must be longer than 0 s and the warm-up at least 0 s")
+    for arm in spec.arms:
+        check_loopback(arm.address, spec.allow_remote)
+        if arm.metrics_url:
+            check_loopback(arm.metrics_url, spec.allow_remote)
 
 
-def _locust_host(address: str, protocol: str, allow_remote: bool) -> str:
-    check_loopback(address, allow_remote)
-    return http_base_url(address) if protocol == "rest" else address
+def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
+    """Write OUT/payload.npz and the encoded OUT/request.bin; return the inputs and their origin."""
+    from loadtest.payloads import (
+        build_payload,
+        grpc_request_bytes,
+        load_payload,
+        rest_body,
+        save_payload,
+    )
+
+    if spec.payload_file is not None and spec.payload_file.suffix == ".json":
+        if spec.protocol != "rest":
+            raise PayloadError(
+                f"{str(spec.payload_file)!r} is a REST body; gRPC needs an .npz of inputs"
+            )
+        body = spec.payload_file.read_bytes()
+        (out_dir / "request.bin").write_bytes(body)
+        return {}, f"file {spec.payload_file}"
+    if spec.payload_file is not None:
+        inputs, source = load_payload(spec.payload_file), f"file {spec.payload_file}"
+    else:
+        specs, source = payload_specs(spec)
+        inputs = build_payload(specs, spec.batch_size, spec.seed)
+    save_payload(out_dir / "payload.npz", inputs)
+    if spec.protocol == "grpc":
+        body = grpc_request_bytes(inputs, spec.model_name, spec.signature_name)
+    else:
+        body = rest_body(inputs, spec.signature_name, columnar=spec.rest_format == "columnar")
+    (out_dir / "request.bin").write_bytes(body)
+    return inputs, source
 
 
-def _versions() -> dict[str, str]:
+def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
+    from loadtest.metadata import fetch_specs
+
+    if spec.model_base_path is not None:
+        from tensorflow_serving.apis import get_model_metadata_pb2
+
+        from exporter.errors import ExportError
+        from exporter.savedmodel import signature_defs
+        from loadtest.metadata import specs_from_signature_map
+
+        version = _latest_version(spec.model_base_path)
+        try:
+            signature_map = get_model_metadata_pb2.SignatureDefMap()
+            for name, signature in signature_defs(version).items():
+                signature_map.signature_def[name].CopyFrom(signature)
+        except (ExportError, OSError) as exc:
+            raise PayloadError(f"cannot read the signatures of {version}: {exc}") from None
+        return specs_from_signature_map(signature_map, spec.signature_name), f"SavedModel {version}"
+    first = spec.arms[0]
+    target = http_base_url(first.address) if spec.protocol == "rest" else first.address
+    specs = fetch_specs(spec.protocol, target, spec.model_name, spec.signature_name)
+    return specs, f"metadata of {first.name} ({first.address})"
+
+
+def _latest_version(base: Path) -> Path:
+    found = base.iterdir() if base.is_dir() else iter(())
+    versions = [p for p in found if p.is_dir() and p.name.isdigit()]
+    if not versions:
+        raise PayloadError(f"{str(base)!r} holds no numbered version directory")
+    return max(versions, key=lambda p: int(p.name))
+
+
+def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
+    arms = tuple(
+        ArmTarget(
+            name=arm.name,
+            address=arm.address,
+            target=http_base_url(arm.address) if spec.protocol == "rest" else arm.address,
+            metrics_url=arm.metrics_url,
+        )
+        for arm in spec.arms
+    )
+    load = spec.load
+    return Plan(
+        arms=arms,
+        protocol=spec.protocol,
+        body_file=str((out_dir / "request.bin").resolve()),
+        rest_path=f"/v1/models/{spec.model_name}:predict",
+        model_name=spec.model_name,
+        mode=load.mode,
+        loads=tuple(load.loads),
+        out_dir=str(out_dir.resolve()),
+        arrivals=load.arrivals,
+        max_in_flight=load.max_in_flight,
+        warmup_s=load.warmup_s,
+        window_s=load.window_s,
+        min_windows=load.min_windows,
+        max_windows=load.max_windows,
+        stability_pct=load.stability_pct,
+        seed=spec.seed,
+        max_requests=spec.max_requests,
+        workers=spec.workers,
+        allow_remote=spec.allow_remote,
+    )
+
+
+def _run_locust(plan: Plan, out_dir: Path, say: Callable[[dict[str, Any]], None]) -> None:
+    """Run the sweep's locust processes to the end, relaying their progress events."""
+    from graphserve.processes import free_port
+
+    events = out_dir / "events.jsonl"
+    events.unlink(missing_ok=True)
+    for stale in (out_dir / "raw" / "records.npz", out_dir / "raw" / "phases.json"):
+        stale.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        PLAN_ENV: str((out_dir / "plan.json").resolve()),
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+    commands = locust_commands(plan, out_dir, free_port() if plan.workers else 0)
+    log = (out_dir / "locust.log").open("wb")
+    processes = [
+        subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        for command in commands
+    ]
+    deadline = time.monotonic() + plan.longest_s() + _MARGIN_S
+    offset = 0
+    try:
+        while processes[0].poll() is None:
+            if time.monotonic() > deadline:
+                raise LocustRunError(
+                    f"locust did not finish within {plan.longest_s() + _MARGIN_S:.0f} s and was "
+                    f"stopped; its output is in {out_dir / 'locust.log'}"
+                )
+            offset = _relay(events, offset, say)
+            time.sleep(0.2)
+        _relay(events, offset, say)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        log.close()
+    if not (out_dir / "raw" / "phases.json").exists():
+        tail = (out_dir / "locust.log").read_text(errors="replace").strip().splitlines()[-8:]
+        raise LocustRunError(
+            f"locust exited with code {processes[0].returncode} and wrote no results: "
+            + (" | ".join(tail) or "(no output)")
+        )
+
+
+def _relay(path: Path, offset: int, say: Callable[[dict[str, Any]], None]) -> int:
+    if not path.exists():
+        return offset
+    with path.open("rb") as f:
+        f.seek(offset)
+        chunk = f.read()
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    for line in complete.splitlines():
+        try:
+            say(json.loads(line))
+        except ValueError:
+            continue
+    return offset + len(complete)
+
+
+def _title(spec: CompareSpec, baseline: str) -> str:
+    others = [a.name for a in spec.arms if a.name != baseline]
+    loop = "closed loop" if spec.load.mode == "closed" else f"open loop ({spec.load.arrivals})"
+    protocol = "gRPC" if spec.protocol == "grpc" else f"REST ({spec.rest_format})"
+    arms = f"{' and '.join(others) or baseline} vs {baseline}"
+    return f"{spec.model_name}: {arms}, {protocol}, {loop}"
+
+
+def _settings(
+    spec: CompareSpec, baseline: str, inputs: dict[str, Any], payload_source: str
+) -> dict[str, Any]:
+    load = asdict(spec.load)
+    return {
+        "protocol": spec.protocol,
+        "rest_format": spec.rest_format,
+        **{k: v for k, v in load.items() if k != "loads"},
+        "loads": list(spec.load.loads),
+        "model_name": spec.model_name,
+        "signature_name": spec.signature_name,
+        "batch_size": spec.batch_size,
+        "seed": spec.seed,
+        "workers": spec.workers,
+        "max_requests": spec.max_requests,
+        "baseline": baseline,
+        "arm_order": [arm.name for arm in spec.arms],
+        "payload": {
+            "source": payload_source,
+            "file": "payload.npz" if inputs else "request.bin",
+            "inputs": {
+                name: {"dtype": str(array.dtype), "shape": list(array.shape)}
+                for name, array in inputs.items()
+            },
+        },
+        "locust": {"stop_timeout_s": _STOP_TIMEOUT_S, "sweepfile": SWEEPFILE.name},
+    }
+
+
+def _environment() -> dict[str, Any]:
     versions = {"python": sys.version.split()[0]}
     for dist in _VERSIONED:
         try:
             versions[dist] = importlib_metadata.version(dist)
         except importlib_metadata.PackageNotFoundError:
             versions[dist] = "not installed"
-    return versions
+    return {
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "python": versions["python"],
+        "versions": versions,
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+    }
 
 
-def _last_lines(text: str, count: int = 5) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return " | ".join(lines[-count:]) or "(no output)"
+def _arm_info(arm: Arm, spec: CompareSpec) -> dict[str, Any]:
+    return {
+        "address": arm.address,
+        "protocol": spec.protocol,
+        "metrics_url": arm.metrics_url,
+        **arm.details,
+    }
 
 
-def _text(value: str | bytes | None) -> str:
-    if value is None:
-        return ""
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
+def _calibration(raw: Any, plan: Plan) -> dict[str, Any] | None:
+    from loadtest.analysis import CALIBRATION_ARM
+
+    names = [arm.name for arm in plan.arms]
+    if CALIBRATION_ARM not in names:
+        return None
+    arm = plan.arms[names.index(CALIBRATION_ARM)]
+    return {"null_endpoint": arm.address, "arm": CALIBRATION_ARM}
+
+
+def _manifest(base: Path | None) -> dict[str, Any] | None:
+    if base is None:
+        return None
+    try:
+        path = _latest_version(base) / "assets.extra" / "graphserve.json"
+        document: dict[str, Any] = json.loads(path.read_text())
+        return document
+    except (PayloadError, OSError, ValueError):
+        return None
+
+
+def with_metrics_probe(arms: Sequence[Arm], protocol: str) -> tuple[Arm, ...]:
+    """REST arms without a metrics URL get the TF Serving path on their own port if it answers."""
+    from loadtest.scrape import scrape
+
+    probed = []
+    for arm in arms:
+        if arm.metrics_url is None and protocol == "rest":
+            url = http_base_url(arm.address) + METRICS_PATH
+            if scrape(url, "") is not None:
+                arm = replace(arm, metrics_url=url)
+        probed.append(arm)
+    return tuple(probed)

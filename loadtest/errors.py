@@ -3,12 +3,21 @@
 LoadTestError                 (exit 1) anything that stops a load test
 ├── RemoteTargetError         (exit 2) a target is not on loopback and --allow-remote is off
 ├── PayloadError              (exit 1) the request payload cannot be built, read or written
-└── LocustRunError            (exit 1) a locust run did not finish or left no statistics
+├── LocustRunError            (exit 1) a locust run did not finish or left no statistics
+├── ServerStartError          (exit 1) a self-managed server did not start or become ready
+└── SloError                  (exit 2) an --slo gate cannot be read or names an unknown arm
 """
 
 from __future__ import annotations
 
-__all__ = ["LoadTestError", "LocustRunError", "PayloadError", "RemoteTargetError"]
+__all__ = [
+    "LoadTestError",
+    "LocustRunError",
+    "PayloadError",
+    "RemoteTargetError",
+    "ServerStartError",
+    "SloError",
+]
 
 
 class LoadTestError(Exception):
@@ -27,3 +36,11 @@ class PayloadError(LoadTestError):
 
 class LocustRunError(LoadTestError):
     pass
+
+
+class ServerStartError(LoadTestError):
+    pass
+
+
+class SloError(LoadTestError):
+    exit_code = 2

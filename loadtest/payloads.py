@@ -110,13 +110,27 @@ def grpc_request_bytes(
     return request.SerializeToString()
 
 
-def rest_body(inputs: Mapping[str, np.ndarray], signature_name: str = "serving_default") -> bytes:
-    """A TF Serving predict body: the row format (`instances`) when every input has the same
-    batch size, else the columnar format (`inputs`), which has no such constraint."""
+def rest_body(
+    inputs: Mapping[str, np.ndarray],
+    signature_name: str = "serving_default",
+    columnar: bool | None = None,
+) -> bytes:
+    """A TF Serving predict body, columnar (`inputs`) or row (`instances`) format.
+
+    `columnar=None` picks the row format when every input has the same batch size, else the
+    columnar format, which has no such constraint. Raises PayloadError when the row format is
+    asked for inputs it cannot express.
+    """
     values = {name: to_json_value(name, array) for name, array in inputs.items()}
     body: dict[str, Any] = {"signature_name": signature_name}
     batches = {array.shape[0] if array.ndim else -1 for array in inputs.values()}
-    if len(batches) != 1 or -1 in batches:
+    row_ok = len(batches) == 1 and -1 not in batches
+    if columnar is False and not row_ok:
+        raise PayloadError(
+            "the row format (instances) needs every input batched alike, got batch sizes "
+            f"{sorted(batches)}: use the columnar format"
+        )
+    if columnar or not row_ok:
         body["inputs"] = values
     elif len(values) == 1:
         body["instances"] = next(iter(values.values()))

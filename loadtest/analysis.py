@@ -1,0 +1,250 @@
+"""From a sweep's raw files to the report's "steps": exact percentiles, CIs, windows, ratios.
+
+Input: OUT/raw/records.npz (one row per request) and OUT/raw/phases.json (phases with their
+times, the servers' metrics scraped around them, the load generator's CPU), both written by
+loadtest/sweepfile.py. Output: the "steps" list of report.json (see loadtest/report.py).
+
+Latency statistics use the successful requests that started inside measurement windows; warm-up
+requests are counted but never timed. In open loop a request's latency runs from its scheduled
+arrival, not from when it was sent, so a generator or server that falls behind shows up in the
+latencies instead of hiding behind fewer requests (the "coordinated omission" correction).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadtest.errors import LocustRunError
+from loadtest.plan import Plan
+from loadtest.scrape import Snapshot
+from loadtest.stats import percentile_cis, ratio_summary, stability, summarize, window_summary
+
+__all__ = ["CALIBRATION_ARM", "GENERATOR_CPU_LIMIT_PCT", "RawRun", "analyze", "read_raw"]
+
+# A load generator process above this CPU share was the bottleneck, not the server.
+GENERATOR_CPU_LIMIT_PCT = 90.0
+# An arm within this share of the null endpoint's throughput measured the stack, not the model.
+_NULL_SHARE = 0.9
+# An open-loop request sent this much after its scheduled time counts as late.
+_LATE_MS = 1.0
+CALIBRATION_ARM = "null"
+
+
+@dataclass(frozen=True)
+class RawRun:
+    records: dict[str, np.ndarray]
+    phases: list[dict[str, Any]]
+    scrapes: list[dict[str, Any]]
+    cpu: dict[int, dict[str, float]]
+    errors: list[tuple[int, int, str, int]]
+    truncated: str
+
+
+def read_raw(out_dir: Path) -> RawRun:
+    """Read what the sweep wrote; LocustRunError when the files are missing (the run died)."""
+    raw = out_dir / "raw"
+    try:
+        with np.load(raw / "records.npz", allow_pickle=False) as npz:
+            records = {key: npz[key] for key in npz.files}
+        document = json.loads((raw / "phases.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise LocustRunError(
+            f"the load test left no complete raw results in {str(raw)!r} ({exc}); see "
+            f"{str(out_dir / 'locust.log')!r}"
+        ) from None
+    return RawRun(
+        records=records,
+        phases=document["phases"],
+        scrapes=document["scrapes"],
+        cpu={int(seq): nodes for seq, nodes in document["cpu"].items()},
+        errors=[(int(a), int(s), str(m), int(n)) for a, s, m, n in document["errors"]],
+        truncated=document["truncated"],
+    )
+
+
+def analyze(run: RawRun, plan: Plan, baseline: str) -> list[dict[str, Any]]:
+    """The report's steps, one per load the sweep reached."""
+    names = [arm.name for arm in plan.arms]
+    steps: list[dict[str, Any]] = []
+    reached = sorted({p["step"] for p in run.phases if p["kind"] != "idle"})
+    for step in reached:
+        arms = {name: _arm_step(run, plan, step, index) for index, name in enumerate(names)}
+        _calibrate(arms)
+        steps.append(
+            {
+                "index": step,
+                "load": plan.loads[step],
+                "arms": {name: _public(a) for name, a in arms.items()},
+                "ratios": _ratios(arms, baseline, seed=plan.seed + step),
+            }
+        )
+    return steps
+
+
+def _arm_step(run: RawRun, plan: Plan, step: int, arm: int) -> dict[str, Any]:
+    r = run.records
+    mine = (r["step"] == step) & (r["arm"] == arm)
+    measured = mine & (r["window"] >= 0)
+    timed = r["latency_ms"] + (r["lag_ms"] if plan.mode == "open" else 0.0)
+    good_ms = np.sort(timed[measured & r["ok"]])
+    windows = [
+        p for p in run.phases if p["step"] == step and p["arm"] == arm and p["kind"] == "window"
+    ]
+    summaries = [_window(run, plan, p, timed) for p in windows]
+    duration = sum(p["ended"] - p["started"] for p in windows if p["ended"] is not None)
+    stable, spread = stability(summaries, last=plan.min_windows, tolerance_pct=plan.stability_pct)
+    seqs = {p["seq"] for p in run.phases if p["step"] == step and p["arm"] == arm}
+    errors = Counter({m: n for a, s, m, n in run.errors if a == arm and s in seqs})
+    latency = summarize(good_ms)
+    return {
+        "requests": int(mine.sum()),
+        "warmup_requests": int((mine & (r["window"] < 0)).sum()),
+        "measured_requests": int(measured.sum()),
+        "failures": int((measured & ~r["ok"]).sum()),
+        "errors": dict(errors.most_common()),
+        "duration_s": duration,
+        "throughput_rps": good_ms.size / duration if duration > 0 else None,
+        "latency_ms": latency,
+        "ci95_ms": percentile_cis(good_ms, seed=plan.seed + step),
+        "windows": summaries,
+        "stable": stable,
+        "stability": {"last_windows": plan.min_windows, "spread_pct": spread},
+        "generator": _generator(summaries),
+        "server": _server(run, step, arm, windows, int(mine.sum()), latency["mean"]),
+        "open_loop": _open_loop(plan, step, r, measured, duration),
+        "_ms": good_ms,
+    }
+
+
+def _window(
+    run: RawRun, plan: Plan, phase: Mapping[str, Any], timed: np.ndarray
+) -> dict[str, Any]:
+    r = run.records
+    chosen = r["seq"] == phase["seq"]
+    cpu = run.cpu.get(phase["seq"], {})
+    summary = window_summary(
+        timed[chosen],
+        r["ok"][chosen],
+        phase["started"],
+        phase["ended"] if phase["ended"] is not None else phase["started"] + 1e-6,
+        max(cpu.values()) if cpu else None,
+    )
+    return {"index": phase["window"], **summary, "machine_cpu_pct": phase.get("machine_cpu_pct")}
+
+
+def _generator(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    loads = [w["generator_cpu_pct"] for w in windows if w.get("generator_cpu_pct") is not None]
+    cpu = max(loads) if loads else None
+    bound = cpu is not None and cpu >= GENERATOR_CPU_LIMIT_PCT
+    reason = f"a locust process used {cpu:.0f}% CPU (limit {GENERATOR_CPU_LIMIT_PCT:.0f}%)"
+    return {"cpu_pct": cpu, "bound": bound, "reason": reason if bound else None}
+
+
+def _calibrate(arms: dict[str, dict[str, Any]]) -> None:
+    """Mark arms whose throughput is the null endpoint's: they measured the stack, not a model."""
+    null = arms.get(CALIBRATION_ARM)
+    ceiling = null["throughput_rps"] if null else None
+    if not ceiling:
+        return
+    for name, arm in arms.items():
+        rps = arm["throughput_rps"]
+        if name == CALIBRATION_ARM or rps is None or rps < _NULL_SHARE * ceiling:
+            continue
+        generator = arm["generator"]
+        generator["bound"] = True
+        reason = (
+            f"{rps:.0f} req/s is within {100 * (1 - _NULL_SHARE):.0f}% of the null endpoint's "
+            f"{ceiling:.0f} req/s"
+        )
+        generator["reason"] = "; ".join(filter(None, [generator["reason"], reason]))
+
+
+def _server(
+    run: RawRun,
+    step: int,
+    arm: int,
+    windows: Sequence[Mapping[str, Any]],
+    client_requests: int,
+    client_mean_ms: float | None,
+) -> dict[str, Any] | None:
+    """Server-side time over the measurement windows; the server's request count for the step."""
+
+    def snapshot(moment: str, seq: int | None = None) -> Snapshot | None:
+        for s in run.scrapes:
+            same = s["arm"] == arm and s["step"] == step and s["moment"] == moment
+            if same and (seq is None or s["seq"] == seq):
+                return Snapshot(**{k: s[k] for k in Snapshot.__dataclass_fields__})
+        return None
+
+    start, end = snapshot("step_start"), snapshot("step_end")
+    if start is None:
+        return None
+    total = Snapshot()
+    for phase in windows:
+        before, after = snapshot("phase_start", phase["seq"]), snapshot("phase_end", phase["seq"])
+        if before is not None and after is not None:
+            total = total.plus(after.minus(before))
+    request_ms = _mean_ms(total.request_sum_s, total.request_count)
+    runtime_ms = _mean_ms(total.runtime_sum_s, total.runtime_count)
+    return {
+        "requests": int(end.minus(start).requests) if end is not None else None,
+        "client_requests": client_requests,
+        "request_mean_ms": request_ms,
+        "runtime_mean_ms": runtime_ms,
+        "breakdown_ms": {
+            "model": runtime_ms,
+            "server": _minus(request_ms, runtime_ms),
+            "client_and_network": _minus(client_mean_ms, request_ms),
+        },
+    }
+
+
+def _open_loop(
+    plan: Plan, step: int, r: Mapping[str, np.ndarray], measured: np.ndarray, duration: float
+) -> dict[str, Any] | None:
+    if plan.mode != "open":
+        return None
+    sent = int(measured.sum())
+    late = int((measured & (r["lag_ms"] > _LATE_MS)).sum())
+    return {
+        "target_rps": plan.loads[step],
+        "achieved_rps": sent / duration if duration > 0 else None,
+        "late_pct": 100.0 * late / sent if sent else None,
+    }
+
+
+def _ratios(
+    arms: Mapping[str, Mapping[str, Any]], baseline: str, seed: int
+) -> dict[str, dict[str, Any]]:
+    base = arms.get(baseline)
+    if base is None:
+        return {}
+    ratios: dict[str, dict[str, Any]] = {}
+    for name, arm in arms.items():
+        if name in (baseline, CALIBRATION_ARM):
+            continue
+        entry = ratio_summary(arm["_ms"], base["_ms"], seed=seed)
+        rps, base_rps = arm["throughput_rps"], base["throughput_rps"]
+        value = rps / base_rps if rps is not None and base_rps else None
+        entry["throughput"] = {"value": value, "ci95": None}
+        ratios[f"{name}/{baseline}"] = entry
+    return ratios
+
+
+def _public(arm: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in arm.items() if not key.startswith("_")}
+
+
+def _mean_ms(total_s: float, count: float) -> float | None:
+    return 1000.0 * total_s / count if count > 0 else None
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return a - b if a is not None and b is not None else None

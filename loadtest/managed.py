@@ -1,0 +1,168 @@
+"""Self-managed comparisons: start the servers, load them, stop them.
+
+    graphserve loadtest compare --model-base-path models/mlp --source examples:mlp
+
+starts the embedded graph server on the SavedModel and the eager server on the source (and any
+other runner asked for with --serve: eager-predict, eager-function; --calibrate adds the null
+endpoint), each a child process on free loopback ports with metrics on, waits until each reports
+its model AVAILABLE, runs the sweep against them, and stops them (SIGTERM, drain) whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from loadtest.analysis import CALIBRATION_ARM
+from loadtest.compare import METRICS_PATH, Arm, CompareSpec, compare
+from loadtest.errors import LoadTestError, ServerStartError
+
+__all__ = ["SERVER_KINDS", "managed_servers", "run_managed"]
+
+# arm name -> `graphserve serve` arguments before the common ones ({base}, {source} filled in)
+SERVER_KINDS: dict[str, tuple[str, ...]] = {
+    "graph": ("graph", "--model-base-path", "{base}"),
+    "eager": ("eager", "{source}", "--mode", "call"),
+    "eager-predict": ("eager", "{source}", "--mode", "predict"),
+    "eager-function": ("eager", "{source}", "--mode", "function"),
+    CALIBRATION_ARM: ("null", "--model-base-path", "{base}"),
+}
+
+
+@contextmanager
+def managed_servers(
+    kinds: Sequence[str],
+    *,
+    model_base_path: Path,
+    source: str | None,
+    model_name: str,
+    protocol: str,
+    log_dir: Path,
+    say: Callable[[str], None] = lambda _message: None,
+) -> Iterator[list[Arm]]:
+    """Start one server per kind; yield their arms (address for `protocol`, metrics URL)."""
+    from graphserve.processes import ServerProcess, free_port
+
+    unknown = [k for k in kinds if k not in SERVER_KINDS]
+    if unknown:
+        raise LoadTestError(
+            f"unknown server kind {', '.join(unknown)}: expected {', '.join(SERVER_KINDS)}"
+        )
+    if source is None and any("{source}" in SERVER_KINDS[k] for k in kinds):
+        raise LoadTestError("the eager servers need --source (the model's Python source)")
+    started: list[ServerProcess] = []
+    arms: list[Arm] = []
+    try:
+        for kind in kinds:
+            grpc_port, rest_port = free_port(), free_port()
+            args = [
+                part.format(base=model_base_path, source=source) for part in SERVER_KINDS[kind]
+            ]
+            args += [
+                "--model-name", model_name,
+                "--grpc-port", str(grpc_port),
+                "--rest-port", str(rest_port),
+                "--metrics",
+            ]  # fmt: skip
+            process = ServerProcess(
+                args,
+                grpc_address=f"127.0.0.1:{grpc_port}",
+                model_name=model_name,
+                log_path=log_dir / f"{kind}-server.log",
+            )
+            say(f"starting the {kind} server")
+            try:
+                process.start()
+            except RuntimeError as exc:
+                raise ServerStartError(f"the {kind} server did not start: {exc}") from None
+            started.append(process)
+            rest = f"127.0.0.1:{rest_port}"
+            arms.append(
+                Arm(
+                    name=kind,
+                    address=process.grpc_address if protocol == "grpc" else rest,
+                    metrics_url=f"http://{rest}{METRICS_PATH}",
+                    details={
+                        "runner": kind,
+                        "managed": True,
+                        "grpc": process.grpc_address,
+                        "rest": rest,
+                        "server_command": ["graphserve", "serve", *args],
+                    },
+                )
+            )
+            say(f"{kind} server ready: gRPC {process.grpc_address}, REST {rest}")
+        yield arms
+    finally:
+        for process in started:
+            process.stop()
+
+
+def run_managed(
+    spec: CompareSpec,
+    out_dir: Path,
+    *,
+    kinds: Sequence[str],
+    source: str | None,
+    extra_arms: Sequence[Arm] = (),
+    cold_start: bool = False,
+    say: Callable[[str], None] = lambda _message: None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Start `kinds` on spec.model_base_path, add `extra_arms` (e.g. a TF Serving address),
+    optionally measure cold starts first, run the comparison, stop the servers."""
+    if spec.model_base_path is None:
+        raise LoadTestError("a self-managed comparison needs --model-base-path BASE/NAME")
+    cold: list[dict[str, Any]] | None = None
+    if cold_start:
+        cold = _cold_start(spec, out_dir, source, say)
+    with managed_servers(
+        kinds,
+        model_base_path=spec.model_base_path,
+        source=source,
+        model_name=spec.model_name,
+        protocol=spec.protocol,
+        log_dir=out_dir,
+        say=say,
+    ) as arms:
+        ordered = _order([*arms, *extra_arms])
+        return compare(replace(spec, arms=ordered, cold_start=cold), out_dir, progress)
+
+
+def _order(arms: Sequence[Arm]) -> tuple[Arm, ...]:
+    """Candidates first, eager baselines last (the very last is the default baseline), null
+    endpoint in between: `graph, tfserving, null, eager-predict, eager`."""
+
+    def rank(arm: Arm) -> int:
+        if arm.name == "eager":
+            return 3
+        if arm.name.startswith("eager"):
+            return 2
+        return 1 if arm.name == CALIBRATION_ARM else 0
+
+    return tuple(sorted(arms, key=rank))
+
+
+def _cold_start(
+    spec: CompareSpec, out_dir: Path, source: str | None, say: Callable[[str], None]
+) -> list[dict[str, Any]]:
+    from loadtest.coldstart import cold_start_suite
+    from loadtest.compare import payload_specs
+    from loadtest.payloads import build_payload
+
+    assert spec.model_base_path is not None
+    specs, _ = payload_specs(spec)
+    payload = build_payload(specs, spec.batch_size, spec.seed)
+    say("measuring cold starts (time to ready, first request against steady p50)")
+    runs = cold_start_suite(
+        spec.model_base_path,
+        source,
+        spec.model_name,
+        payload,
+        work_dir=out_dir / "cold-start",
+        log=say,
+    )
+    return [run.to_dict() for run in runs]

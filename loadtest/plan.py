@@ -1,0 +1,84 @@
+"""The plan of one load-test run: what the orchestrator decides and every locust process follows.
+
+`compare` writes it as JSON (OUT/plan.json) and passes its path in $GRAPHSERVE_PLAN to the locust
+master, the workers or the single local process, so all of them run the same plan without parsing
+extra command-line options. Only the standard library is imported: the locust processes read the
+plan and the pre-encoded request body and never import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PLAN_ENV", "ArmTarget", "Plan"]
+
+PLAN_ENV = "GRAPHSERVE_PLAN"
+
+
+@dataclass(frozen=True)
+class ArmTarget:
+    """One arm: its name, the address as given, what locust connects to, its metrics URL."""
+
+    name: str
+    address: str
+    target: str  # gRPC: HOST:PORT; REST: http://HOST:PORT
+    metrics_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a locust process needs; times in seconds.
+
+    mode "closed": `loads` are concurrent users, each sending back to back.
+    mode "open": `loads` are target request rates (req/s for the whole run, split over the
+    locust processes); arrivals are "constant" or "poisson" and `max_in_flight` users send them.
+    """
+
+    arms: tuple[ArmTarget, ...]
+    protocol: str  # "grpc" | "rest"
+    body_file: str  # the request, encoded once: a serialized PredictRequest or a JSON body
+    rest_path: str  # /v1/models/NAME:predict
+    model_name: str
+    mode: str
+    loads: tuple[float, ...]
+    out_dir: str
+    arrivals: str = "constant"
+    max_in_flight: int = 64
+    warmup_s: float = 2.0
+    window_s: float = 5.0
+    min_windows: int = 3
+    max_windows: int = 10
+    stability_pct: float = 10.0
+    seed: int = 0
+    max_requests: int | None = None
+    workers: int = 0
+    request_timeout_s: float = 30.0
+    allow_remote: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def users(self, load: float) -> int:
+        """Locust users for one step: the concurrency, or the open loop's in-flight cap."""
+        return int(load) if self.mode == "closed" else self.max_in_flight
+
+    def longest_s(self) -> float:
+        """An upper bound of the run's length when nothing stalls (every step at max windows)."""
+        per_step = len(self.arms) * (self.warmup_s + self.max_windows * self.window_s)
+        return len(self.loads) * (per_step + 10.0)  # + spawning and settling per step
+
+    def dump(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> Plan:
+        """Read a plan written by `dump`; ValueError names what is missing or wrong."""
+        try:
+            raw = json.loads(path.read_text())
+            raw["arms"] = tuple(ArmTarget(**arm) for arm in raw["arms"])
+            raw["loads"] = tuple(raw["loads"])
+            known = {f.name for f in fields(cls)}
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"load-test plan {str(path)!r} is unreadable: {exc}") from None

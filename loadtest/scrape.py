@@ -1,0 +1,93 @@
+"""Server-side time from Prometheus: scrape a target before and after a window, subtract.
+
+Two metric dialects are read, each for one model:
+
+    graphserve      graphserve_requests_total{model=...}              (counter)
+                    graphserve_request_latency_seconds{model=...}     (histogram, seconds)
+                    graphserve_runtime_latency_seconds{model=...}     (histogram, seconds)
+    TF Serving      :tensorflow:serving:request_count{model_name=...} (counter)
+    (--monitoring_config_file)
+                    :tensorflow:serving:request_latency{model_name=...} (histogram, microseconds)
+                    :tensorflow:serving:runtime_latency{model_name=...} (histogram, microseconds)
+
+Only sums and counts are used: mean request time and mean model time over a window, and the
+request count of a step (which a test compares with the client's).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["Snapshot", "scrape", "snapshot_from_text"]
+
+# family name -> (field of Snapshot, model label, unit in seconds)
+_FAMILIES: dict[str, tuple[str, str, float]] = {
+    "graphserve_requests": ("requests", "model", 1.0),
+    "graphserve_request_latency_seconds": ("request", "model", 1.0),
+    "graphserve_runtime_latency_seconds": ("runtime", "model", 1.0),
+    ":tensorflow:serving:request_count": ("requests", "model_name", 1.0),
+    ":tensorflow:serving:request_latency": ("request", "model_name", 1e-6),
+    ":tensorflow:serving:runtime_latency": ("runtime", "model_name", 1e-6),
+}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Cumulative counters of one model at one moment; `minus` gives a window's share."""
+
+    requests: float = 0.0
+    request_count: float = 0.0
+    request_sum_s: float = 0.0
+    runtime_count: float = 0.0
+    runtime_sum_s: float = 0.0
+
+    def minus(self, before: Snapshot) -> Snapshot:
+        return Snapshot(
+            *(getattr(self, f) - getattr(before, f) for f in self.__dataclass_fields__)
+        )
+
+    def plus(self, other: Snapshot) -> Snapshot:
+        return Snapshot(
+            *(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__)
+        )
+
+
+def snapshot_from_text(text: str, model_name: str) -> Snapshot:
+    """Sum the known families' samples for `model_name` in a Prometheus exposition text."""
+    totals = dict.fromkeys(Snapshot.__dataclass_fields__, 0.0)
+    for family in text_string_to_metric_families(text):
+        known = _FAMILIES.get(family.name)
+        if known is None:
+            continue
+        kind, label, unit = known
+        for sample in family.samples:
+            if sample.labels.get(label) != model_name:
+                continue
+            if kind == "requests" and sample.name.endswith("_total"):
+                totals["requests"] += sample.value
+            elif kind == "requests" and family.type == "counter" and not sample.name.endswith(
+                "_created"
+            ):
+                totals["requests"] += sample.value  # TF Serving's counters have no _total
+            elif kind != "requests" and sample.name.endswith("_count"):
+                totals[f"{kind}_count"] += sample.value
+            elif kind != "requests" and sample.name.endswith("_sum"):
+                totals[f"{kind}_sum_s"] += sample.value * unit
+    return Snapshot(**totals)
+
+
+def scrape(url: str, model_name: str, timeout_s: float = 2.0) -> Snapshot | None:
+    """GET `url` and read `model_name`'s counters; None when the endpoint does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            text = response.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    try:
+        return snapshot_from_text(text, model_name)
+    except ValueError:  # not Prometheus text
+        return None

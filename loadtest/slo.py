@@ -1,0 +1,247 @@
+"""SLO gates for CI: `--slo 'p99<50ms'`, `--slo 'ratio.p50<0.6'`, `--max-failures 0`.
+
+A gate is read once (`parse_gate`), checked against every step of a report (`evaluate`, which
+builds the report's "slo" section) and missed gates are told to people (`describe`).
+
+Grammar, whitespace allowed around the parts:
+
+    [ARM.]METRIC OP NUMBER[UNIT]     p99<50ms, graph.p99.9 <= 2.5ms, throughput>500
+    ratio[.ARM].METRIC OP NUMBER     ratio.p50<0.6, ratio.graph.p99<0.7
+
+METRIC is p50, p90, p95, p99, p99.9, mean, min or max (latency: ms by default, or s or us) or
+throughput / rps (req/s; unit rps or /s optional). Ratios take p50 ... p99.9, mean or throughput
+and no unit. OP is <, <=, > or >=. A gate without ARM checks the first arm of the report; a ratio
+gate without ARM checks the first arm that is not the baseline.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loadtest.errors import SloError
+from loadtest.stats import PERCENTILES
+
+__all__ = ["Gate", "describe", "evaluate", "parse_gate"]
+
+_PERCENTILE_KEYS = [name for name, _ in PERCENTILES]
+_LATENCY_METRICS = frozenset([*_PERCENTILE_KEYS, "mean", "min", "max"])
+_RATIO_METRICS = frozenset([*_PERCENTILE_KEYS, "mean", "throughput"])
+_LATENCY_UNITS_MS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 0.001}
+_THROUGHPUT_UNITS = frozenset(["", "rps", "/s"])
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+# Metric alternatives longest first, so "p99.9" is not read as "p99" followed by ".9".
+_METRIC_PATTERN = "|".join(
+    re.escape(m) for m in sorted([*_LATENCY_METRICS, "throughput", "rps"], key=len, reverse=True)
+)
+_GATE = re.compile(
+    rf"""
+    \s*(?:(?P<ratio>ratio)\s*\.\s*)?
+    (?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?
+    (?P<metric>{_METRIC_PATTERN})
+    \s*(?P<op><=|>=|<|>)
+    \s*(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
+    \s*(?P<unit>[A-Za-z/]*)\s*
+    """,
+    re.VERBOSE,
+)
+_EXPECTED = (
+    "expected [ARM.]METRIC<VALUE such as p99<50ms, graph.p50<=2ms, throughput>500, "
+    "ratio.p50<0.6 (METRIC: p50, p90, p95, p99, p99.9, mean, min, max, throughput; "
+    "OP: <, <=, >, >=)"
+)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One `--slo` gate. threshold is in ms for latencies, req/s for throughput, plain for ratios;
+    arm is None when the gate names none; metric "rps" is stored as "throughput"."""
+
+    expression: str
+    arm: str | None
+    ratio: bool
+    metric: str
+    op: str
+    threshold: float
+
+
+def _bad(text: str, reason: str = "") -> SloError:
+    return SloError(f"--slo {text!r}: {reason + '; ' if reason else ''}{_EXPECTED}")
+
+
+def parse_gate(text: str) -> Gate:
+    """Read one `--slo` gate; see the module docstring for the grammar.
+
+    Raises SloError naming the text and the expected forms when it does not fit the grammar,
+    uses a unit the metric does not take, or asks a ratio of min or max.
+    """
+    match = _GATE.fullmatch(text)
+    if match is None:
+        raise _bad(text)
+    ratio = match["ratio"] is not None
+    metric = "throughput" if match["metric"] == "rps" else match["metric"]
+    unit = match["unit"]
+    threshold = float(match["number"])
+    if ratio:
+        if metric not in _RATIO_METRICS:
+            raise _bad(text, f"a ratio gate takes p50 to p99.9, mean or throughput, not {metric}")
+        if unit:
+            raise _bad(text, f"a ratio has no unit, got {unit!r}")
+    elif metric == "throughput":
+        if unit not in _THROUGHPUT_UNITS:
+            raise _bad(text, f"throughput is in req/s (unit rps or /s), got {unit!r}")
+    else:
+        if unit not in _LATENCY_UNITS_MS:
+            raise _bad(text, f"{metric} takes a unit of ms, s or us, got {unit!r}")
+        threshold *= _LATENCY_UNITS_MS[unit]
+    return Gate(
+        expression=text.strip(),
+        arm=match["arm"],
+        ratio=ratio,
+        metric=metric,
+        op=match["op"],
+        threshold=threshold,
+    )
+
+
+def _resolve_arm(gate: Gate, arm_order: Sequence[str], baseline: str | None) -> str:
+    if gate.arm is not None and gate.arm not in arm_order:
+        raise SloError(
+            f"--slo {gate.expression!r} names arm {gate.arm!r}; "
+            f"the report has {', '.join(map(repr, arm_order))}"
+        )
+    if not gate.ratio:
+        if gate.arm is not None:
+            return gate.arm
+        if not arm_order:
+            raise SloError(f"--slo {gate.expression!r}: the report has no arms")
+        return arm_order[0]
+    if baseline is None:
+        raise SloError(f"--slo {gate.expression!r}: a ratio needs a baseline arm, the run has none")
+    if gate.arm == baseline:
+        raise SloError(
+            f"--slo {gate.expression!r}: {baseline!r} is the baseline; a ratio is ARM/{baseline}"
+        )
+    if gate.arm is not None:
+        return gate.arm
+    others = [arm for arm in arm_order if arm != baseline]
+    if not others:
+        raise SloError(f"--slo {gate.expression!r}: a ratio needs an arm besides the baseline")
+    return others[0]
+
+
+def _value(step: Mapping[str, Any], gate: Gate, arm: str, baseline: str | None) -> float | None:
+    # Missing data anywhere on the path is None, and None fails the gate.
+    if gate.ratio:
+        ratios = step.get("ratios") or {}
+        entry = (ratios.get(f"{arm}/{baseline}") or {}).get(gate.metric) or {}
+        return entry.get("value")
+    arm_step = (step.get("arms") or {}).get(arm) or {}
+    if gate.metric == "throughput":
+        return arm_step.get("throughput_rps")
+    return (arm_step.get("latency_ms") or {}).get(gate.metric)
+
+
+def _failures(steps: Sequence[Mapping[str, Any]]) -> int:
+    return sum(
+        sum((arm_step.get("errors") or {}).values())
+        for step in steps
+        for arm_step in (step.get("arms") or {}).values()
+    )
+
+
+def evaluate(
+    gates: Sequence[Gate], report: Mapping[str, Any], max_failures: int | None
+) -> dict[str, Any]:
+    """The report's "slo" section: every gate checked at every step, and the failure bound.
+
+    One row per gate and step. A value that is missing (None: no successful request, no ratio)
+    fails its gate, and gates given for a report without steps fail, since a gate that cannot
+    be checked must not pass. Failures are the summed `errors` of every arm and step;
+    `max_failures` None leaves them ungated. Raises SloError when a gate names an arm the report
+    does not have, or asks a ratio that the report cannot have (no baseline, of the baseline).
+    """
+    settings = report["settings"]
+    arm_order: Sequence[str] = settings["arm_order"]
+    baseline: str | None = settings.get("baseline")
+    steps: Sequence[Mapping[str, Any]] = report.get("steps") or []
+    arms = [_resolve_arm(gate, arm_order, baseline) for gate in gates]
+    rows: list[dict[str, Any]] = []
+    for position, step in enumerate(steps):
+        for gate, arm in zip(gates, arms, strict=True):
+            value = _value(step, gate, arm, baseline)
+            rows.append(
+                {
+                    "expression": gate.expression,
+                    "arm": arm,
+                    "step": step.get("index", position),
+                    "load": step.get("load"),
+                    "value": value,
+                    "threshold": gate.threshold,
+                    "passed": value is not None and _OPS[gate.op](value, gate.threshold),
+                }
+            )
+    failures = _failures(steps)
+    gates_passed = all(row["passed"] for row in rows) and (bool(rows) or not gates)
+    failures_passed = max_failures is None or failures <= max_failures
+    return {
+        "gates": rows,
+        "max_failures": max_failures,
+        "failures": failures,
+        "passed": gates_passed and failures_passed,
+    }
+
+
+def _number(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _load(load: Any, mode: str) -> str:
+    if load is None:
+        return "an unknown load"
+    if mode == "open":
+        return f"{_number(load)} req/s"
+    return f"{_number(load)} user{'' if load == 1 else 's'}"
+
+
+def describe(result: Mapping[str, Any], *, mode: str) -> list[str]:
+    """One line per missed gate and one for too many failures, for people; [] when all passed.
+
+    `mode` is the report's settings["mode"]: "closed" says loads in users, "open" in req/s.
+    For example: "p99<50ms missed on graph at 16 users: 61.2 ms".
+    """
+    lines = []
+    for row in result["gates"]:
+        if row["passed"]:
+            continue
+        gate = parse_gate(row["expression"])
+        value = row["value"]
+        if value is None:
+            shown = "no value (no successful request)"
+        elif gate.ratio:
+            shown = _number(value)
+        elif gate.metric == "throughput":
+            shown = f"{_number(value)} req/s"
+        else:
+            shown = f"{_number(value)} ms"
+        lines.append(
+            f"{row['expression']} missed on {row['arm']} at {_load(row['load'], mode)}: {shown}"
+        )
+    max_failures = result.get("max_failures")
+    if max_failures is not None and result["failures"] > max_failures:
+        lines.append(
+            f"{result['failures']} failed requests, more than --max-failures {max_failures}"
+        )
+    if not lines and not result["passed"]:
+        # Only gates given for a report without steps fail without a row to show.
+        lines.append("the gates were not checked: the report has no steps")
+    return lines

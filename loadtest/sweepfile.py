@@ -1,0 +1,572 @@
+"""The locustfile of `graphserve loadtest compare`: alternating A/B windows over a load sweep.
+
+    GRAPHSERVE_PLAN=out/plan.json locust -f loadtest/sweepfile.py --headless --csv out/locust
+
+The plan (loadtest/plan.py) lists the arms and the steps (closed loop: users; open loop: target
+req/s). `SweepShape`, a locust LoadTestShape, sets the users of each step, and its controller
+moves every user through the phases of the step together:
+
+    warm-up A, warm-up B, window A0, window B0, window B1, window A1, window A2, window B2 ...
+
+Each round reverses the order (A B, B A, ...), so a drift on a shared machine hits every arm alike
+and no arm always runs right after another. After `min_windows` rounds a step ends when every arm
+is stable (perf_analyzer's criterion: the last windows' throughput and p50 within the tolerance),
+or at `max_windows`. Users switch arms between two requests, never mid-request, and a request
+belongs to the phase in which it started.
+
+Every request is recorded with its exact latency (perf_counter, not locust's rounded buckets); at
+the end the controller writes OUT/raw/records.npz and OUT/raw/phases.json, which
+`loadtest.analysis` turns into the report. With `--workers N` locust runs distributed: the master
+runs the controller and broadcasts each phase; the workers send their records to the master
+every half second. Progress goes to OUT/events.jsonl, one JSON object per line.
+
+This file imports neither TensorFlow nor the TF Serving protos: the request is pre-encoded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.event
+import grpc
+import grpc.experimental.gevent as grpc_gevent
+import numpy as np
+import psutil
+from locust import LoadTestShape, User, constant, events, task
+from locust.contrib.fasthttp import FastHttpSession
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from loadtest.plan import PLAN_ENV, Plan
+from loadtest.scrape import scrape
+from loadtest.stats import stability, window_summary
+from loadtest.targets import check_loopback
+
+grpc_gevent.init_gevent()  # grpc's I/O must cooperate with gevent; before any channel
+
+_PREDICT = "/tensorflow.serving.PredictionService/Predict"
+_FLUSH_S = 0.5
+_JSON = {"Content-Type": "application/json"}
+
+
+def _read_plan() -> Plan:
+    path = os.environ.get(PLAN_ENV)
+    if not path:
+        raise SystemExit(
+            f"loadtest/sweepfile.py runs a plan written by `graphserve loadtest compare`: set "
+            f"{PLAN_ENV} to its plan.json (or use loadtest/locustfile.py for a plain run)"
+        )
+    plan = Plan.load(Path(path))
+    for arm in plan.arms:
+        check_loopback(arm.target, plan.allow_remote)
+    return plan
+
+
+PLAN = _read_plan()
+BODY = Path(PLAN.body_file).read_bytes()
+OUT = Path(PLAN.out_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# The phase every process follows, and the requests it records.
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What users do now. arm -1: nothing (between steps, or waiting for records)."""
+
+    seq: int
+    kind: str  # "idle" | "warmup" | "window"
+    step: int
+    window: int  # -1 outside measurement windows
+    arm: int
+    rate: float  # open loop: this process's arrivals per second
+    started: float  # time.time()
+
+
+class Arrivals:
+    """Open-loop send times for one phase: constant spacing or a Poisson process."""
+
+    def __init__(self, phase: Phase, poisson: bool, seed: int) -> None:
+        self.next_at = phase.started
+        self.spacing = 1.0 / phase.rate if phase.rate > 0 else float("inf")
+        self.rng = np.random.default_rng([seed, phase.seq, os.getpid()]) if poisson else None
+
+    def take(self) -> float:
+        due = self.next_at
+        gap = self.spacing if self.rng is None else float(self.rng.exponential(self.spacing))
+        self.next_at = due + gap
+        return due
+
+
+class Local:
+    """This process's view: the current phase, its arrivals, and the requests recorded."""
+
+    def __init__(self) -> None:
+        self.phase = Phase(seq=0, kind="idle", step=0, window=-1, arm=-1, rate=0.0, started=0.0)
+        self.changed = gevent.event.Event()
+        self.arrivals: Arrivals | None = None
+        self.columns: dict[str, list[float]] = {k: [] for k in _COLUMNS}
+        self.errors: Counter[tuple[int, int, str]] = Counter()  # (arm, seq, message)
+        self.in_flight: Counter[int] = Counter()  # seq -> requests not yet answered
+        self.cpu: dict[int, float] = {}  # seq -> this process's CPU % during that phase
+        self.sent = 0
+        self.budget = 0  # 0: no bound
+        self._cpu_mark = (time.process_time(), time.time())
+
+    def enter(self, phase: Phase) -> None:
+        cpu, wall = time.process_time(), time.time()
+        spent_wall = wall - self._cpu_mark[1]
+        if spent_wall > 0:
+            self.cpu[self.phase.seq] = 100.0 * (cpu - self._cpu_mark[0]) / spent_wall
+        self._cpu_mark = (cpu, wall)
+        self.phase = phase
+        poisson = PLAN.arrivals == "poisson"
+        self.arrivals = Arrivals(phase, poisson, PLAN.seed) if PLAN.mode == "open" else None
+        self.changed.set()
+        self.changed = gevent.event.Event()
+
+    def spent(self) -> bool:
+        return bool(self.budget) and self.sent >= self.budget
+
+    def done_through(self) -> int:
+        """The highest phase seq whose requests have all been answered here."""
+        current = self.phase.seq
+        busy = [seq for seq, n in self.in_flight.items() if n > 0]
+        done = min(busy) - 1 if busy else current
+        return done if self.phase.arm < 0 or busy else current - 1
+
+    def record(self, arm: int, seq: int, start: float, ms: float, ok: bool, lag_ms: float) -> None:
+        for key, value in zip(_COLUMNS, (arm, seq, start, ms, ok, lag_ms), strict=True):
+            self.columns[key].append(value)
+
+    def drain(self) -> dict[str, Any]:
+        """Records, errors and CPU taken since the last drain (a worker sends them away)."""
+        batch = {
+            "columns": self.columns,
+            "errors": [[a, s, m, n] for (a, s, m), n in self.errors.items()],
+            "cpu": {str(k): v for k, v in self.cpu.items()},
+            "done_through": self.done_through(),
+            "spent": self.spent(),
+        }
+        self.columns = {k: [] for k in _COLUMNS}
+        self.errors = Counter()
+        self.cpu = {}
+        return batch
+
+
+_COLUMNS = ("arm", "seq", "start", "latency_ms", "ok", "lag_ms")
+local = Local()
+
+
+@events.request.add_listener
+def _on_request(
+    name: str, response_time: float, exception: Any, context: dict[str, Any], **kwargs: Any
+) -> None:
+    tag = context.get("graphserve") if context else None
+    if tag is None:
+        return
+    arm, seq, lag_ms = tag
+    start = float(kwargs.get("start_time") or time.time() - response_time / 1000)
+    local.record(arm, seq, start, float(response_time), exception is None, lag_ms)
+    if exception is not None:
+        local.errors[(arm, seq, _message(exception))] += 1
+
+
+def _message(exception: Any) -> str:
+    if isinstance(exception, grpc.RpcError) and hasattr(exception, "code"):
+        return f"{exception.code().name}: {exception.details()}"[:300]
+    return str(exception)[:300] or type(exception).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# The user: one request at a time to the current phase's arm.
+
+_channels: dict[int, Any] = {}
+
+
+def _grpc_call(arm: int) -> Any:
+    """One channel per arm per process (gRPC multiplexes the users' calls over it)."""
+    if arm not in _channels:
+        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        channel = grpc.insecure_channel(PLAN.arms[arm].target, options=options)
+        _channels[arm] = channel.unary_unary(_PREDICT)  # bytes in, bytes out: nothing parsed
+    return _channels[arm]
+
+
+class SweepUser(User):
+    """Sends the plan's request to whichever arm the current phase names."""
+
+    wait_time = constant(0)
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        self._sessions: dict[int, FastHttpSession] = {}
+
+    @task
+    def send(self) -> None:
+        phase = local.phase
+        if phase.arm < 0 or local.spent():
+            local.changed.wait(timeout=0.25)
+            return
+        lag_ms = 0.0
+        if local.arrivals is not None:
+            due = local.arrivals.take()
+            delay = due - time.time()
+            if delay > 0 and local.changed.wait(timeout=delay):
+                return  # the phase changed before this arrival was due: it belongs to no phase
+            lag_ms = max(0.0, (time.time() - due) * 1000)
+        local.sent += 1
+        local.in_flight[phase.seq] += 1
+        try:
+            if PLAN.protocol == "grpc":
+                self._grpc(phase, lag_ms)
+            else:
+                self._rest(phase, lag_ms)
+        finally:
+            local.in_flight[phase.seq] -= 1
+
+    def _grpc(self, phase: Phase, lag_ms: float) -> None:
+        start, t0 = time.time(), time.perf_counter()
+        exception: Exception | None = None
+        length = 0
+        try:
+            length = len(_grpc_call(phase.arm)(BODY, timeout=PLAN.request_timeout_s))
+        except grpc.RpcError as exc:
+            exception = exc
+        self.environment.events.request.fire(
+            request_type="grpc",
+            name=PLAN.arms[phase.arm].name,
+            response_time=(time.perf_counter() - t0) * 1000,
+            response_length=length,
+            response=None,
+            context={"graphserve": (phase.arm, phase.seq, lag_ms)},
+            exception=exception,
+            start_time=start,
+        )
+
+    def _rest(self, phase: Phase, lag_ms: float) -> None:
+        session = self._sessions.get(phase.arm)
+        if session is None:
+            session = FastHttpSession(
+                base_url=PLAN.arms[phase.arm].target,
+                request_event=self.environment.events.request,
+                user=self,
+                network_timeout=PLAN.request_timeout_s,
+                connection_timeout=10.0,
+                max_retries=0,
+            )
+            self._sessions[phase.arm] = session
+        with session.post(
+            PLAN.rest_path,
+            data=BODY,  # type: ignore[arg-type]  # bytes go out as they are
+            headers=_JSON,
+            name=PLAN.arms[phase.arm].name,
+            context={"graphserve": (phase.arm, phase.seq, lag_ms)},
+            catch_response=True,
+        ) as response:
+            if response.status_code != 200:
+                response.failure(f"HTTP {response.status_code}: {(response.text or '')[:200]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller (local process or master) and the messages of a distributed run.
+
+
+@dataclass
+class Collector:
+    """Every request of the run, gathered from this process or from the workers."""
+
+    columns: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in _COLUMNS})
+    errors: Counter[tuple[int, int, str]] = field(default_factory=Counter)
+    cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    done: dict[str, int] = field(default_factory=dict)  # process -> done_through
+    spent: dict[str, bool] = field(default_factory=dict)
+
+    def add(self, node: str, batch: dict[str, Any]) -> None:
+        for key in _COLUMNS:
+            self.columns[key].extend(batch["columns"][key])
+        for arm, seq, message, count in batch["errors"]:
+            self.errors[(int(arm), int(seq), str(message))] += int(count)
+        for seq, pct in batch["cpu"].items():
+            self.cpu[int(seq)][node] = float(pct)
+        self.done[node] = int(batch["done_through"])
+        self.spent[node] = bool(batch["spent"])
+
+    def window(self, arm: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+        """Latencies (ms) and ok flags of the requests one phase sent to one arm."""
+        arms = np.asarray(self.columns["arm"], dtype=np.int64)
+        seqs = np.asarray(self.columns["seq"], dtype=np.int64)
+        chosen = (arms == arm) & (seqs == seq)
+        latency = np.asarray(self.columns["latency_ms"], dtype=np.float64)[chosen]
+        lag = np.asarray(self.columns["lag_ms"], dtype=np.float64)[chosen]
+        ok = np.asarray(self.columns["ok"], dtype=bool)[chosen]
+        return latency + lag, ok
+
+
+collector = Collector()
+
+
+@events.init.add_listener
+def _on_init(environment: Environment, **_: Any) -> None:
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        runner.register_message("graphserve_phase", _on_phase)
+        gevent.spawn(_flush_forever, runner)
+    elif isinstance(runner, MasterRunner):
+        runner.register_message("graphserve_records", _on_records)
+    if not isinstance(runner, MasterRunner) and PLAN.max_requests:
+        processes = max(1, PLAN.workers)
+        local.budget = max(1, PLAN.max_requests // processes)
+
+
+def _on_phase(environment: Environment, msg: Any, **_: Any) -> None:
+    local.enter(Phase(**msg.data))
+
+
+def _on_records(environment: Environment, msg: Any, **_: Any) -> None:
+    collector.add(str(msg.node_id), msg.data)
+
+
+def _flush_forever(runner: WorkerRunner) -> None:
+    while True:
+        gevent.sleep(_FLUSH_S)
+        runner.send_message("graphserve_records", local.drain())
+
+
+class Controller:
+    """Runs the plan's phases in the local process or the master, timed by gevent."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.env = environment
+        self.distributed = isinstance(environment.runner, MasterRunner)
+        self.users = 0
+        self.finished = False
+        self.truncated = ""
+        self.seq = 0
+        self.phases: list[dict[str, Any]] = []
+        self.scrapes: list[dict[str, Any]] = []
+        self.events = (OUT / "events.jsonl").open("a", buffering=1)
+        psutil.cpu_percent()  # the first call only starts psutil's clock
+
+    # -- the plan
+
+    def run(self) -> None:
+        try:
+            for step, load in enumerate(PLAN.loads):
+                if not self._step(step, load):
+                    break
+        except Exception as exc:  # recorded, then the run ends with what it has
+            self.truncated = f"controller failed: {type(exc).__name__}: {exc}"
+            self._emit("error", message=self.truncated)
+        finally:
+            self._enter("idle", step=len(PLAN.loads), window=-1, arm=-1)
+            self._settle()
+            self._write()
+            self.finished = True
+
+    def _step(self, step: int, load: float) -> bool:
+        self.users = PLAN.users(load)
+        self._emit("step", step=step, load=load, users=self.users)
+        self._wait_for_users(self.users)
+        self._scrape_all("step_start", step)
+        for arm in range(len(PLAN.arms)):
+            if not self._phase("warmup", step, -1, arm, PLAN.warmup_s):
+                return False
+        order = list(range(len(PLAN.arms)))
+        windows: dict[int, list[int]] = defaultdict(list)  # arm -> seqs of its windows
+        for window in range(PLAN.max_windows):
+            for arm in order if window % 2 == 0 else order[::-1]:
+                windows[arm].append(self.seq + 1)
+                if not self._phase("window", step, window, arm, PLAN.window_s):
+                    return False
+            if window + 1 >= PLAN.min_windows:
+                self._enter("idle", step=step, window=-1, arm=-1)
+                self._settle()
+                if self._stable(step, windows):
+                    break
+        self._enter("idle", step=step, window=-1, arm=-1)
+        self._settle()
+        self._scrape_all("step_end", step)
+        self._emit("step_done", step=step, load=load)
+        return True
+
+    def _phase(self, kind: str, step: int, window: int, arm: int, seconds: float) -> bool:
+        """Run one phase; False when the request budget is spent (the run ends)."""
+        self._scrape(arm, "phase_start", step, self.seq + 1)
+        self._enter(kind, step=step, window=window, arm=arm)
+        self._emit("phase", kind=kind, step=step, window=window, arm=PLAN.arms[arm].name)
+        seq = self.seq
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if self._spent():
+                self.truncated = f"max requests ({PLAN.max_requests}) reached"
+                return False
+            gevent.sleep(min(0.05, max(0.0, deadline - time.time())))
+        self._scrape(arm, "phase_end", step, seq)
+        return True
+
+    def _stable(self, step: int, windows: dict[int, list[int]]) -> bool:
+        """Each arm's last `min_windows` windows within the tolerance, as perf_analyzer checks."""
+        all_stable = True
+        for arm, seqs in windows.items():
+            summaries = [self._window_summary(arm, seq) for seq in seqs]
+            stable, _ = stability(
+                summaries, last=PLAN.min_windows, tolerance_pct=PLAN.stability_pct
+            )
+            all_stable = all_stable and stable
+            last = summaries[-1]
+            self._emit(
+                "window",
+                step=step,
+                arm=PLAN.arms[arm].name,
+                window=len(seqs) - 1,
+                requests=last["requests"],
+                rps=last["throughput_rps"],
+                p50_ms=last["p50_ms"],
+                stable=stable,
+            )
+        return all_stable
+
+    def _window_summary(self, arm: int, seq: int) -> dict[str, Any]:
+        if not self.distributed:
+            collector.add("local", local.drain())
+        latency, ok = collector.window(arm, seq)
+        phase = self.phases[seq - 1]
+        return window_summary(latency, ok, phase["started"], phase["ended"])
+
+    # -- phases, users and records
+
+    def _enter(self, kind: str, *, step: int, window: int, arm: int) -> None:
+        now = time.time()
+        if self.phases and self.phases[-1]["ended"] is None:
+            self.phases[-1]["ended"] = now
+            self.phases[-1]["machine_cpu_pct"] = psutil.cpu_percent()
+        self.seq += 1
+        load = PLAN.loads[min(step, len(PLAN.loads) - 1)]
+        processes = max(1, len(self._workers())) if self.distributed else 1
+        rate = load / processes if PLAN.mode == "open" and arm >= 0 else 0.0
+        phase = Phase(self.seq, kind, step, window, arm, rate, now)
+        self.phases.append({**asdict(phase), "ended": None, "users": self.users})
+        if self.distributed:
+            self.env.runner.send_message("graphserve_phase", asdict(phase))  # type: ignore[union-attr]
+        else:
+            local.enter(phase)
+
+    def _settle(self, timeout_s: float = 5.0) -> None:
+        """Wait until every request started before now has been answered and recorded."""
+        target = self.seq - 1
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.distributed:
+                workers = self._workers()
+                if workers and all(collector.done.get(w, -1) >= target for w in workers):
+                    return
+            elif local.done_through() >= target:
+                return
+            gevent.sleep(0.02)
+        self._emit("warning", message=f"requests still unanswered after {timeout_s:g} s")
+
+    def _wait_for_users(self, users: int, timeout_s: float = 30.0) -> None:
+        deadline = time.time() + timeout_s
+        runner = self.env.runner
+        while time.time() < deadline and runner is not None:
+            if runner.user_count >= users:
+                return
+            gevent.sleep(0.05)
+        self._emit("warning", message=f"only {runner and runner.user_count} of {users} users")
+
+    def _workers(self) -> list[str]:
+        runner = self.env.runner
+        if not isinstance(runner, MasterRunner):
+            return []
+        return [str(client.id) for client in runner.clients.values()]
+
+    def _spent(self) -> bool:
+        if not PLAN.max_requests:
+            return False
+        if self.distributed:
+            workers = self._workers()
+            return bool(workers) and all(collector.spent.get(w, False) for w in workers)
+        return local.spent()
+
+    # -- metrics, progress and the files
+
+    def _scrape(self, arm: int, moment: str, step: int, seq: int) -> None:
+        """Record the arm's server counters now (nothing when it has no metrics endpoint)."""
+        url = PLAN.arms[arm].metrics_url
+        snapshot = scrape(url, PLAN.model_name) if url else None
+        if snapshot is not None:
+            self.scrapes.append(
+                {"arm": arm, "moment": moment, "step": step, "seq": seq, **asdict(snapshot)}
+            )
+
+    def _scrape_all(self, moment: str, step: int) -> None:
+        for arm in range(len(PLAN.arms)):
+            self._scrape(arm, moment, step, -1)
+
+    def _emit(self, event: str, **data: Any) -> None:
+        self.events.write(json.dumps({"event": event, "time": time.time(), **data}) + "\n")
+
+    def _write(self) -> None:
+        if not self.distributed:
+            collector.add("local", local.drain())
+        raw = OUT / "raw"
+        raw.mkdir(parents=True, exist_ok=True)
+        columns = collector.columns
+        phase_of = {p["seq"]: p for p in self.phases}
+        seq = np.asarray(columns["seq"], dtype=np.int64)
+        np.savez_compressed(
+            raw / "records.npz",
+            arms=np.asarray([a.name for a in PLAN.arms]),
+            arm=np.asarray(columns["arm"], dtype=np.int16),
+            step=np.asarray([phase_of[s]["step"] for s in seq.tolist()], dtype=np.int16),
+            window=np.asarray([phase_of[s]["window"] for s in seq.tolist()], dtype=np.int16),
+            seq=seq.astype(np.int32),
+            start=np.asarray(columns["start"], dtype=np.float64),
+            latency_ms=np.asarray(columns["latency_ms"], dtype=np.float64),
+            ok=np.asarray(columns["ok"], dtype=bool),
+            lag_ms=np.asarray(columns["lag_ms"], dtype=np.float64),
+        )
+        document = {
+            "phases": self.phases,
+            "scrapes": self.scrapes,
+            "cpu": {str(seq): by_node for seq, by_node in collector.cpu.items()},
+            "errors": [[a, s, m, n] for (a, s, m), n in collector.errors.items()],
+            "truncated": self.truncated,
+            "workers": self._workers() if self.distributed else ["local"],
+        }
+        (raw / "phases.json").write_text(json.dumps(document, indent=1))
+        self._emit("done", truncated=self.truncated)
+        self.events.close()
+
+
+class SweepShape(LoadTestShape):
+    """The plan's users per step; the controller greenlet moves them through the phases."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controller: Controller | None = None
+
+    def tick(self) -> tuple[int, float] | None:
+        if self.controller is None:
+            assert self.runner is not None
+            self.controller = Controller(self.runner.environment)
+            gevent.spawn(self.controller.run)
+            return PLAN.users(PLAN.loads[0]), _spawn_rate(PLAN.users(PLAN.loads[0]))
+        if self.controller.finished:
+            return None
+        users = max(1, self.controller.users)
+        return users, _spawn_rate(users)
+
+
+def _spawn_rate(users: int) -> float:
+    return float(max(users, 1))  # every user of a step starts within a second
+

@@ -36,12 +36,21 @@ class ServerProcess:
         self.model_name = model_name
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+        self.ready_s: float | None = None  # from just before Popen to the first AVAILABLE
 
-    def start(self, timeout: float = 180.0) -> ServerProcess:
-        """Start and block until GetModelStatus reports AVAILABLE; raises RuntimeError with the
-        log tail if the process exits or the model is not available within `timeout` s."""
+    def start(self, timeout: float = 180.0, poll_s: float = 0.25) -> ServerProcess:
+        """Start and block until GetModelStatus reports AVAILABLE (asked every `poll_s` s), then
+        set `ready_s`; raises RuntimeError with the log tail if the process exits or the model
+        is not available within `timeout` s, and before starting when a server already answers
+        at `grpc_address`."""
+        # One call before the clock starts: it imports gRPC and the stubs, and finds a server
+        # already answering there (a port clash), which would make the child look ready at once.
+        if model_available(self.grpc_address, self.model_name):
+            raise RuntimeError(f"a server at {self.grpc_address} already serves {self.model_name}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
+        self.ready_s = None
+        started = time.perf_counter()
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(self.args, stdout=log, stderr=log, env=env)
         deadline = time.monotonic() + timeout
@@ -51,8 +60,9 @@ class ServerProcess:
                     f"server exited with code {self.process.returncode}:\n{self.log_tail()}"
                 )
             if model_available(self.grpc_address, self.model_name):
+                self.ready_s = time.perf_counter() - started
                 return self
-            time.sleep(0.25)
+            time.sleep(poll_s)
         self.stop()
         raise RuntimeError(f"server not ready after {timeout:.0f}s:\n{self.log_tail()}")
 

@@ -5,12 +5,14 @@ LoadTestError                 (exit 1) anything that stops a load test
 ├── PayloadError              (exit 1) the request payload cannot be built, read or written
 ├── LocustRunError            (exit 1) a locust run did not finish or left no statistics
 ├── ServerStartError          (exit 1) a self-managed server did not start or become ready
+├── ColdStartError            (exit 1) a request to a freshly started server failed
 └── SloError                  (exit 2) an --slo gate cannot be read or names an unknown arm
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ColdStartError",
     "LoadTestError",
     "LocustRunError",
     "PayloadError",
@@ -44,3 +46,7 @@ class ServerStartError(LoadTestError):
 
 class SloError(LoadTestError):
     exit_code = 2
+
+
+class ColdStartError(LoadTestError):
+    """A Predict against a freshly started server failed (the server did start)."""

@@ -117,6 +117,7 @@ class Local:
         self.errors: Counter[tuple[int, int, str]] = Counter()  # (arm, seq, message)
         self.in_flight: Counter[int] = Counter()  # seq -> requests not yet answered
         self.cpu: dict[int, float] = {}  # seq -> this process's CPU % during that phase
+        self.reserved = 0  # requests users have committed to send
         self.sent = 0
         self.budget = 0  # 0: no bound
         self._cpu_mark = (time.process_time(), time.time())
@@ -134,6 +135,7 @@ class Local:
         self.changed = gevent.event.Event()
 
     def spent(self) -> bool:
+        """The whole request budget has been sent (reservations do not count)."""
         return bool(self.budget) and self.sent >= self.budget
 
     def done_through(self) -> int:
@@ -213,15 +215,17 @@ class SweepUser(User):
     @task
     def send(self) -> None:
         phase = local.phase
-        if phase.arm < 0 or local.spent():
+        if phase.arm < 0 or (local.budget and local.reserved >= local.budget):
             local.changed.wait(timeout=0.25)
             return
+        local.reserved += 1  # taken before waiting for an arrival, so users never overshoot
         lag_ms = 0.0
         if local.arrivals is not None:
             due = local.arrivals.take()
             delay = due - time.time()
             if delay > 0 and local.changed.wait(timeout=delay):
-                return  # the phase changed before this arrival was due: it belongs to no phase
+                local.reserved -= 1  # the phase changed first: this arrival belongs to no phase
+                return
             lag_ms = max(0.0, (time.time() - due) * 1000)
         local.sent += 1
         local.in_flight[phase.seq] += 1

@@ -1,6 +1,6 @@
-"""`graphserve serve graph|eager`: start a TF Serving-compatible server in the foreground.
+"""`graphserve serve graph|eager|null`: start a TF Serving-compatible server in the foreground.
 
-Both run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests and exit 0.
+All run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests and exit 0.
 """
 
 from __future__ import annotations
@@ -354,6 +354,54 @@ def eager(
             allow_unsafe=allow_unsafe,
             mode=mode,
         )
+        registry.add(Servable(servable.name, servable.version, wrap(servable.runner)))
+
+    serve.run(load)
+
+
+@app.command("null")
+def null(
+    model_base_path: Annotated[
+        Path, typer.Option("--model-base-path", help="BASE/NAME holding numeric versions.")
+    ],
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="Name clients use in requests.")
+    ] = None,
+    host: Host = "127.0.0.1",
+    grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 7500,
+    rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 7501,
+    metrics: Metrics = False,
+    monitoring_config_file: MonitoringConfig = None,
+    max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
+    grpc_workers: GrpcWorkers = DEFAULT_GRPC_WORKERS,
+    intra_op: IntraOp = 0,
+    inter_op: InterOp = 0,
+    log_format: LogFormat = "text",
+    enable_batching: EnableBatching = False,
+    batching_parameters_file: BatchingFile = None,
+) -> None:
+    """Serve the newest version's signatures with no model work: every answer is zeros, after
+    the same decoding, validation and encoding (to calibrate load generators and benchmarks)."""
+    serve = _Serve(
+        host,
+        grpc_port,
+        rest_port,
+        metrics,
+        monitoring_config_file,
+        max_message_bytes,
+        grpc_workers,
+        intra_op,
+        inter_op,
+        log_format,
+        enable_batching,
+        batching_parameters_file,
+    )
+    wrap = serve.batching()
+
+    def load(registry: Any) -> None:
+        from serving.registry import Servable
+
+        servable = registry.load_null(model_name or model_base_path.name, model_base_path)
         registry.add(Servable(servable.name, servable.version, wrap(servable.runner)))
 
     serve.run(load)

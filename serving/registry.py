@@ -149,6 +149,27 @@ class ModelRegistry:
         ModelManager(self, [ModelConfig(name, Path(base_path))]).start()
         return self.get(name)
 
+    def load_null(self, name: str, base_path: Path) -> Servable:
+        """Serve the newest numeric version under `base_path` with NullRunner (its signatures,
+        zeros for answers, no model work); errors surface as ModelLoadError."""
+        from exporter.errors import ExportError
+        from exporter.versions import existing_versions
+        from serving.nullrunner import NullRunner
+
+        versions = existing_versions(Path(base_path))
+        if not versions:
+            raise ModelLoadError(
+                f"model {name!r} has no servable version: no numeric version directories under "
+                f"{base_path}"
+            )
+        try:
+            runner = NullRunner(Path(base_path) / str(versions[-1]))
+        except ExportError as exc:
+            raise ModelLoadError(str(exc)) from exc
+        servable = Servable(name, versions[-1], runner)
+        self.add(servable)
+        return servable
+
     def load_eager(
         self,
         name: str,

@@ -186,7 +186,13 @@ def test_demo_json_is_the_export_and_the_report(tmp_path: Path) -> None:
     result = json.loads(out.stdout)
     assert result["export"]["path"] == str(tmp_path / "models" / "mlp" / "1")
     assert result["export"]["warmup_records"] == 4
-    arms = result["report"]["arms"]
-    assert set(arms) == {"graph", "eager"}
-    assert all(arm["requests"] > 0 and arm["failures"] == 0 for arm in arms.values())
-    assert (tmp_path / "report" / "report.json").is_file()
+    report = result["report"]
+    assert set(report["arms"]) == {"graph", "eager"}
+    assert all(arm["managed"] and arm["metrics_url"] for arm in report["arms"].values())
+    (step,) = report["steps"]
+    for arm in step["arms"].values():
+        assert arm["measured_requests"] > 0 and arm["failures"] == 0
+        assert arm["server"]["requests"] == arm["requests"]
+    assert step["ratios"]["graph/eager"]["p50"]["value"] > 0
+    assert report["manifest"]["model_name"] == "mlp"
+    assert (tmp_path / "report" / "report.html").is_file()

@@ -1,0 +1,373 @@
+"""The report's figures as PNG bytes: latency CDF, percentiles and throughput against load, and
+the p50 of every measurement window over time.
+
+Figures are `matplotlib.figure.Figure` objects saved through the Agg canvas, never pyplot: no
+global state, no display, safe to call from any thread. A None in the report is a gap in a line,
+never an error; a report with a single step still gives a readable figure (markers, not lines).
+Each arm keeps its colour in every figure (its place in the arm order).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from loadtest.report import arm_order, load_label
+
+__all__ = [
+    "RECORD_FIELDS",
+    "latency_cdf",
+    "load_records",
+    "percentiles_vs_load",
+    "throughput_vs_load",
+    "windows_over_time",
+]
+
+Records = Mapping[str, npt.NDArray[Any]]
+
+# The fields of raw/records.npz the figures read (it holds start and lag_ms too).
+RECORD_FIELDS: tuple[str, ...] = ("arms", "arm", "step", "window", "latency_ms", "ok")
+_DPI = 100
+_CDF_POINTS = 1000  # per half (body, tail) of a downsampled CDF line
+_LOG_SPAN = 10.0  # a log axis once values span more than this factor
+_CEILING_SPAN = 3.0  # draw the calibration ceiling only within this factor of the arms
+
+
+def load_records(path: Path) -> dict[str, npt.NDArray[Any]] | None:
+    """Every request of the run from raw/records.npz, field -> array; None when there is no file.
+
+    Raises ValueError when the file is not an npz without pickles or lacks a RECORD_FIELDS field.
+    """
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        missing = [f for f in RECORD_FIELDS if f not in data.files]
+        if missing:
+            raise ValueError(
+                f"raw records {str(path)!r} lack the fields {missing}; expected {RECORD_FIELDS}"
+            )
+        return {name: data[name] for name in data.files}
+
+
+def latency_cdf(records: Records, report: Mapping[str, Any]) -> bytes | None:
+    """One CDF line per arm of the measured (window >= 0) successful requests, log-x in ms
+    (open loop: latency_ms + lag_ms, as in the report).
+
+    One panel per step, titled with its load. None when no step has such a request.
+    """
+    names = [str(n) for n in records["arms"]]
+    measured = (records["window"] >= 0) & records["ok"].astype(bool)
+    latency = records["latency_ms"].astype(np.float64)
+    mode = _mode(report)
+    if mode == "open" and "lag_ms" in records:
+        # As the report's percentiles: open-loop latency counts from the scheduled send, so a
+        # late generator cannot hide queueing (coordinated omission).
+        latency = latency + records["lag_ms"]
+    panels = [
+        (int(s.get("index", i)), load_label(s.get("load"), mode))
+        for i, s in enumerate(report.get("steps") or [])
+    ]
+    if not panels:
+        panels = [(int(i), f"step {int(i) + 1}") for i in np.unique(records["step"])]
+    order = [n for n in arm_order(report) if n in names] + [
+        n for n in names if n not in arm_order(report)
+    ]
+    colours = _colours(report, extra=order)
+
+    ncols = 2 if len(panels) == 4 else min(len(panels), 3)
+    nrows = -(-len(panels) // ncols)
+    size = (max(7.0, 4.6 * ncols), 0.6 + 3.8 * nrows)
+    fig = Figure(figsize=size, dpi=_DPI, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True).ravel()
+    drawn = False
+    for ax, (step, title) in zip(axes, panels, strict=False):
+        in_step = measured & (records["step"] == step)
+        lines = 0
+        for name in order:
+            values = np.sort(latency[in_step & (records["arm"] == names.index(name))])
+            values = values[values > 0]  # a log axis has no room for 0 ms
+            if values.size:
+                x, y = _cdf_points(values)
+                ax.plot(x, y, color=colours[name], label=name, drawstyle="steps-post")
+                lines += 1
+        for q in (0.5, 0.99):
+            ax.axhline(q, color="0.6", linewidth=0.8, linestyle=":")
+            ax.text(
+                1.0,
+                q,
+                f" p{q * 100:g}",
+                transform=ax.get_yaxis_transform(),
+                va="center",
+                ha="left",
+                fontsize=8,
+                color="0.4",
+            )
+        ax.set_title(title)
+        ax.set_xlabel("latency (ms)")
+        ax.set_ylim(0, 1.0)
+        ax.grid(True, which="both", alpha=0.3)
+        if lines:
+            _log_scale(ax, "x")
+            ax.legend(loc="lower right", fontsize=9)
+            drawn = True
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[::ncols]:
+        ax.set_ylabel("fraction of requests")
+    fig.suptitle("Latency CDF: measured, successful requests")
+    return _png(fig) if drawn else None
+
+
+def percentiles_vs_load(report: Mapping[str, Any]) -> bytes:
+    """p50 (solid, circles) and p99 (dashed, squares) of every arm against the load."""
+    fig, ax = _figure()
+    steps = _steps_by_load(report)
+    loads = [float(s["load"]) for s in steps]
+    colours = _colours(report)
+    values: list[float] = []
+    for name in arm_order(report):
+        for key, style, marker in (("p50", "-", "o"), ("p99", "--", "s")):
+            ys = [_arm_value(s, name, "latency_ms", key) for s in steps]
+            ax.plot(
+                loads,
+                ys,
+                linestyle=style,
+                marker=marker,
+                color=colours[name],
+                label=f"{name} {key}",
+            )
+            values += [y for y in ys if np.isfinite(y)]
+    _load_axis(ax, report, loads)
+    if not _log_if_wide(ax, values, axis="y"):
+        _from_zero(ax)
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("Latency against load: p50 solid, p99 dashed")
+    _legend(ax)
+    return _png(fig)
+
+
+def throughput_vs_load(report: Mapping[str, Any]) -> bytes:
+    """Successful req/s of every arm against the load; the open-loop target and the calibration
+    (null endpoint) throughput as grey reference lines when present.
+
+    A calibration ceiling far above every arm is named in a corner instead of drawn: a line at
+    5,000 req/s would flatten arms at 300 into the x axis.
+    """
+    fig, ax = _figure()
+    steps = _steps_by_load(report)
+    loads = [float(s["load"]) for s in steps]
+    colours = _colours(report)
+    highest = 0.0
+    for name in arm_order(report):
+        ys = [_arm_value(s, name, "throughput_rps") for s in steps]
+        ax.plot(loads, ys, marker="o", color=colours[name], label=name)
+        highest = max([highest, *(y for y in ys if np.isfinite(y))])
+    if _mode(report) == "open" and loads:
+        # The "_" marker keeps a single-step target visible as a tick at its level.
+        ax.plot(loads, loads, linestyle=":", marker="_", markersize=16, color="0.5", label="target")
+    calibration = [
+        c for c in (report.get("calibration") or {}).get("steps") or [] if c.get("load") is not None
+    ]
+    ceiling = max((_number(c.get("throughput_rps")) for c in calibration), default=float("nan"))
+    if np.isfinite(ceiling) and highest > 0 and ceiling > _CEILING_SPAN * highest:
+        ax.text(
+            0.99,
+            0.98,
+            f"null endpoint ceiling: {ceiling:,.0f} req/s (off the chart)",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=9,
+            color="0.35",
+        )
+    elif calibration:
+        calibration.sort(key=lambda c: float(c["load"]))
+        ax.plot(
+            [float(c["load"]) for c in calibration],
+            [_number(c.get("throughput_rps")) for c in calibration],
+            linestyle="--",
+            marker="x",
+            color="0.4",
+            label="null endpoint (ceiling)",
+        )
+    _load_axis(ax, report, loads)
+    _from_zero(ax)
+    ax.set_ylabel("successful req/s")
+    ax.set_title("Throughput against load")
+    _legend(ax)
+    return _png(fig)
+
+
+def windows_over_time(report: Mapping[str, Any]) -> bytes:
+    """The p50 of every measurement window against time since the first window, per arm.
+
+    Each window is a bar over its time span, so alternating arms interleave; steps are shaded in
+    turn and labelled with their load. Drift shows as a slope within a step.
+    """
+    fig, ax = _figure(width=10.0)
+    colours = _colours(report)
+    mode = _mode(report)
+    steps = list(report.get("steps") or [])
+    spans = [(float(w["start"]), float(w["end"])) for s in steps for _, w in _windows(s)]
+    if not spans:
+        ax.text(
+            0.5, 0.5, "no measurement windows", ha="center", va="center", transform=ax.transAxes
+        )
+        return _png(fig)
+    t0 = min(start for start, _ in spans)
+    labelled: set[str] = set()
+    values: list[float] = []
+    for i, step in enumerate(steps):
+        windows = list(_windows(step))
+        if not windows:
+            continue
+        first = min(float(w["start"]) for _, w in windows) - t0
+        last = max(float(w["end"]) for _, w in windows) - t0
+        if i % 2:
+            ax.axvspan(first, last, color="0.93", zorder=0)
+        ax.text(
+            first,
+            1.0,
+            f" {load_label(step.get('load'), mode)}",
+            fontsize=8,
+            color="0.35",
+            transform=ax.get_xaxis_transform(),
+            va="bottom",
+            ha="left",
+        )
+        for name in arm_order(report):
+            mine = [w for arm, w in windows if arm == name]
+            mine.sort(key=lambda w: float(w["start"]))
+            starts = np.array([float(w["start"]) - t0 for w in mine])
+            ends = np.array([float(w["end"]) - t0 for w in mine])
+            p50 = np.array([_number(w.get("p50_ms")) for w in mine])
+            label = name if name not in labelled else "_nolegend_"
+            labelled.add(name)
+            ax.hlines(p50, starts, ends, color=colours[name], linewidth=3, label=label)
+            ax.plot(
+                (starts + ends) / 2, p50, color=colours[name], linewidth=0.8, alpha=0.6, marker="."
+            )
+            values += [v for v in p50 if np.isfinite(v)]
+    if not _log_if_wide(ax, values, axis="y"):
+        _from_zero(ax)  # drift in proportion to the latency, not magnified by a tight axis
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("window p50 (ms)")
+    ax.set_title("p50 per measurement window", pad=16)
+    ax.grid(True, alpha=0.3)
+    _legend(ax, outside=True)  # the bars fill the plot; a legend inside would hide some
+    return _png(fig)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _figure(width: float = 8.0) -> tuple[Figure, Axes]:
+    fig = Figure(figsize=(width, 5.0), dpi=_DPI, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig)  # attaches itself: Agg, whatever pyplot backend is configured
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _colours(report: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, str]:
+    names = arm_order(report) + [n for n in extra if n not in arm_order(report)]
+    return {name: f"C{i % 10}" for i, name in enumerate(names)}
+
+
+def _mode(report: Mapping[str, Any]) -> str | None:
+    return (report.get("settings") or {}).get("mode")
+
+
+def _steps_by_load(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    steps = [s for s in report.get("steps") or [] if s.get("load") is not None]
+    return sorted(steps, key=lambda s: float(s["load"]))
+
+
+def _number(value: Any) -> float:
+    """A plottable float: None (no data) becomes NaN, a gap in the line."""
+    return float("nan") if value is None else float(value)
+
+
+def _arm_value(step: Mapping[str, Any], arm: str, field: str, key: str | None = None) -> float:
+    value = ((step.get("arms") or {}).get(arm) or {}).get(field)
+    if key is not None:
+        value = (value or {}).get(key)
+    return _number(value)
+
+
+def _windows(step: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(arm, window) of a step, for the windows that have a start and an end."""
+    return [
+        (name, w)
+        for name, arm in (step.get("arms") or {}).items()
+        for w in (arm or {}).get("windows") or []
+        if w.get("start") is not None and w.get("end") is not None
+    ]
+
+
+def _cdf_points(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """(latency, fraction) of sorted values; at most 2 * _CDF_POINTS points, dense in the tail,
+    so a million requests draw as fast as a thousand and p99.9 keeps its shape."""
+    n = values.size
+    fraction = np.arange(1, n + 1) / n
+    if n <= 2 * _CDF_POINTS:
+        return values, fraction
+    body = np.linspace(0, n - 1, _CDF_POINTS)
+    tail = n - np.geomspace(1, n, _CDF_POINTS)
+    index = np.unique(np.clip(np.round(np.concatenate([body, tail])), 0, n - 1).astype(np.int64))
+    return values[index], fraction[index]
+
+
+def _load_axis(ax: Axes, report: Mapping[str, Any], loads: Sequence[float]) -> None:
+    ax.set_xlabel("target req/s" if _mode(report) == "open" else "concurrent users")
+    ax.grid(True, alpha=0.3)
+    if not loads:
+        return
+    _log_if_wide(ax, loads, axis="x")
+    ax.set_xticks(loads, labels=[f"{x:g}" for x in loads])
+    ax.set_xticks([], minor=True)
+
+
+def _log_if_wide(ax: Axes, values: Sequence[float], axis: str) -> bool:
+    """Make the axis logarithmic when the values span more than _LOG_SPAN; True if it did."""
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > _LOG_SPAN:
+        _log_scale(ax, axis)
+        return True
+    return False
+
+
+def _from_zero(ax: Axes) -> None:
+    """A linear y axis from 0 with headroom, also around a single point (autoscale gives none)."""
+    top = ax.get_ylim()[1]
+    ax.set_ylim(0, top * 1.08 if top > 0 else 1.0)
+
+
+def _log_scale(ax: Axes, axis: str) -> None:
+    """Log axis ticked at 1-2-5 steps with plain numbers (0.2, 0.5, 1, 2), not as powers of 10."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    target.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    target.set_minor_formatter(NullFormatter())
+
+
+def _legend(ax: Axes, outside: bool = False) -> None:
+    handles, _ = ax.get_legend_handles_labels()
+    if handles and outside:
+        ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    elif handles:
+        ax.legend(fontsize=9)

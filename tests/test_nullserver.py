@@ -1,0 +1,186 @@
+"""The null server: the same stack with no model work, run as a user runs it (a child process)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from google.protobuf import wrappers_pb2
+from savedmodels import write_tf1_multi_signature  # pytest puts tests/ on sys.path
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+)
+from typer.testing import CliRunner
+
+from graphserve.cli import app
+from graphserve.processes import ServerProcess, free_port
+from serving.codec import array_from_proto, array_to_proto
+from serving.nullrunner import NullRunner
+from serving.runners import GraphRunner
+
+X = np.random.default_rng(3).standard_normal((3, 784)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class NullServer:
+    grpc: str
+    rest: str
+
+
+@pytest.fixture(scope="module")
+def null_server(mlp_export, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NullServer]:
+    """`graphserve serve null` on the exported mlp, a child process on free loopback ports."""
+    grpc_port, rest_port = free_port(), free_port()
+    server = ServerProcess(
+        [
+            "null",
+            "--model-base-path",
+            str(mlp_export.model_dir),
+            "--model-name",
+            "mlp",
+            "--grpc-port",
+            str(grpc_port),
+            "--rest-port",
+            str(rest_port),
+        ],
+        grpc_address=f"127.0.0.1:{grpc_port}",
+        model_name="mlp",
+        log_path=tmp_path_factory.mktemp("null") / "server.log",
+    )
+    with server:
+        yield NullServer(server.grpc_address, f"127.0.0.1:{rest_port}")
+    assert server.stop() == 0, server.log_tail()
+
+
+def _predict(address: str, x: np.ndarray) -> predict_pb2.PredictResponse:
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "mlp"
+    request.inputs["images"].CopyFrom(array_to_proto(x))
+    with grpc.insecure_channel(address) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        return stub.Predict(request, timeout=30)
+
+
+def _http(address: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    url = f"http://{address}{path}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_grpc_answers_zeros_shaped_as_the_graph_server_answers(null_server, mlp_servers) -> None:
+    null = _predict(null_server.grpc, X)
+    graph = _predict(mlp_servers.graph_grpc, X)
+    assert set(null.outputs) == set(graph.outputs) == {"logits"}
+    for name, tensor in null.outputs.items():
+        assert tensor.dtype == graph.outputs[name].dtype
+        assert tensor.tensor_shape == graph.outputs[name].tensor_shape
+        values = array_from_proto(tensor)
+        assert values.shape == (3, 10)
+        assert not values.any()
+    assert null.model_spec.name == "mlp"
+    assert null.model_spec.version.value == 1
+    assert null.model_spec.signature_name == "serving_default"
+
+
+def test_rest_answers_zeros_shaped_as_the_graph_server_answers(null_server, mlp_servers) -> None:
+    body = {"instances": X[:2].tolist()}
+    status, null = _http(null_server.rest, "/v1/models/mlp:predict", body)
+    graph_status, graph = _http(mlp_servers.graph_rest, "/v1/models/mlp:predict", body)
+    assert status == graph_status == 200
+    assert np.asarray(null["predictions"]).shape == np.asarray(graph["predictions"]).shape
+    assert np.asarray(null["predictions"]).shape == (2, 10)
+    assert not np.asarray(null["predictions"]).any()
+
+
+def test_grpc_validates_inputs_against_the_signature(null_server) -> None:
+    with pytest.raises(grpc.RpcError) as dtype_error:
+        _predict(null_server.grpc, X.astype(np.int64))
+    assert dtype_error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "images" in dtype_error.value.details()
+    assert "float32" in dtype_error.value.details()
+
+    with pytest.raises(grpc.RpcError) as shape_error:
+        _predict(null_server.grpc, X[:, :5])
+    assert shape_error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "784" in shape_error.value.details()
+
+
+def test_rest_validates_inputs_against_the_signature(null_server) -> None:
+    status, body = _http(null_server.rest, "/v1/models/mlp:predict", {"instances": [[1.0, 2.0]]})
+    assert status == 400
+    assert "784" in body["error"]
+
+
+def test_metadata_says_the_runner_is_null(null_server, mlp_servers) -> None:
+    status, body = _http(null_server.rest, "/v1/models/mlp/metadata")
+    assert status == 200
+    assert body["metadata"]["runner"] == "null"
+    assert set(body["metadata"]["signature_def"]["signature_def"]) == {"serving_default"}
+
+    request = get_model_metadata_pb2.GetModelMetadataRequest(
+        metadata_field=["signature_def", "runner"]
+    )
+    request.model_spec.name = "mlp"
+    with grpc.insecure_channel(null_server.grpc) as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        response = stub.GetModelMetadata(request, timeout=30)
+    runner = wrappers_pb2.StringValue()
+    response.metadata["runner"].Unpack(runner)
+    assert runner.value == "null"
+
+
+def test_null_runner_serves_what_the_graph_runner_serves(tmp_path: Path) -> None:
+    """Every signature, dtype and shape of a TF1 model with string and int64 outputs, as the
+    graph runner serves them, without loading the graph."""
+    path = write_tf1_multi_signature(tmp_path / "1")
+    null, graph = NullRunner(path), GraphRunner(path)
+    assert null.kind == "null"
+    assert null.signatures.keys() == graph.signatures.keys()
+    for key, sig in null.signatures.items():
+        assert sig.inputs == graph.signatures[key].inputs
+        assert sig.outputs == graph.signatures[key].outputs
+
+    x = np.ones((4, 3), np.float32)
+    zeros, real = null.run("serving_default", {"x": x}), graph.run("serving_default", {"x": x})
+    assert zeros.keys() == real.keys()
+    for name, array in zeros.items():
+        assert array.dtype == real[name].dtype
+        assert array.shape == real[name].shape
+        assert not array.any()
+
+    classified = null.run("classify", {"inputs": np.array([b"a", b"b"], dtype=object)})
+    assert classified["classes"].shape == (2, 2)
+    assert classified["classes"].tolist() == [[b"", b""], [b"", b""]]
+    assert classified["scores"].dtype == np.float32
+
+
+def test_null_answers_are_cached_per_signature_and_batch(tmp_path: Path) -> None:
+    null = NullRunner(write_tf1_multi_signature(tmp_path / "1"))
+    first = null.run("serving_default", {"x": np.ones((4, 3), np.float32)})
+    again = null.run("serving_default", {"x": np.zeros((4, 3), np.float32)})
+    other = null.run("serving_default", {"x": np.ones((5, 3), np.float32)})
+    assert first["probabilities"] is again["probabilities"]
+    assert other["probabilities"].shape == (5, 2)
+    assert not first["probabilities"].flags.writeable
+
+
+def test_serve_null_reports_a_base_path_without_versions(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["serve", "null", "--model-base-path", str(tmp_path), "--model-name", "m"]
+    )
+    assert result.exit_code == 1
+    assert "model 'm' has no servable version" in result.stderr

@@ -135,10 +135,10 @@ def compare(
         "steps": analyze(raw, plan, baseline),
         "truncated": raw.truncated or None,
         "elapsed_s": round(time.time() - started, 1),
-        "calibration": _calibration(raw, plan),
-        "cold_start": spec.cold_start,
+        "cold_start": {"runs": spec.cold_start} if spec.cold_start else None,
         "manifest": _manifest(spec.model_base_path),
     }
+    report["calibration"] = _calibration(report, plan)
     report["slo"] = evaluate(gates, report, spec.max_failures)
     write_report(report, out_dir)
     return report
@@ -367,7 +367,7 @@ def _relay(path: Path, offset: int, say: Callable[[dict[str, Any]], None]) -> in
 
 
 def _title(spec: CompareSpec, baseline: str) -> str:
-    others = [a.name for a in spec.arms if a.name != baseline]
+    others = [a.name for a in spec.arms if a.name not in (baseline, "null")]
     loop = "closed loop" if spec.load.mode == "closed" else f"open loop ({spec.load.arrivals})"
     protocol = "gRPC" if spec.protocol == "grpc" else f"REST ({spec.rest_format})"
     arms = f"{' and '.join(others) or baseline} vs {baseline}"
@@ -430,14 +430,24 @@ def _arm_info(arm: Arm, spec: CompareSpec) -> dict[str, Any]:
     }
 
 
-def _calibration(raw: Any, plan: Plan) -> dict[str, Any] | None:
+def _calibration(report: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+    """The null endpoint's numbers per step: the ceiling of this generator and server stack."""
     from loadtest.analysis import CALIBRATION_ARM
 
-    names = [arm.name for arm in plan.arms]
-    if CALIBRATION_ARM not in names:
+    arm = next((a for a in plan.arms if a.name == CALIBRATION_ARM), None)
+    if arm is None:
         return None
-    arm = plan.arms[names.index(CALIBRATION_ARM)]
-    return {"null_endpoint": arm.address, "arm": CALIBRATION_ARM}
+    steps = []
+    for step in report["steps"]:
+        null = step["arms"][CALIBRATION_ARM]
+        steps.append(
+            {
+                "load": step["load"],
+                "throughput_rps": null["throughput_rps"],
+                "p50_ms": null["latency_ms"]["p50"],
+            }
+        )
+    return {"null_endpoint": arm.address, "arm": CALIBRATION_ARM, "steps": steps}
 
 
 def _manifest(base: Path | None) -> dict[str, Any] | None:

@@ -508,3 +508,34 @@ def test_locustfile_alone_refuses_a_remote_host() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "'10.0.0.1:8500' is not on this machine" in done.stderr
+
+
+def test_calibration_adds_the_null_endpoint_and_reports_render_again(
+    metered_servers, mlp_export, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    servers = metered_servers
+    result = CliRunner().invoke(
+        app,
+        ["compare", "--arm", f"graph={servers['graph']['grpc']}", "--calibrate",
+         "--metrics", f"graph={servers['graph']['metrics']}",
+         "--model-base-path", str(mlp_export.model_dir), *_SHORT, "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    # The null endpoint is started on the SavedModel's signature, loaded like any arm, and is
+    # the baseline here only because it is the last arm; the calibration section names it.
+    assert report["settings"]["arm_order"] == ["graph", "null"]
+    assert report["arms"]["null"]["managed"] is True
+    null = report["steps"][0]["arms"]["null"]
+    assert null["failures"] == 0 and null["throughput_rps"] > 0
+    assert null["server"]["runtime_mean_ms"] < report["steps"][0]["arms"]["graph"]["server"][
+        "runtime_mean_ms"
+    ]
+    (calibration,) = report["calibration"]["steps"]
+    assert calibration["throughput_rps"] == null["throughput_rps"]
+    assert report["settings"]["payload"]["source"].startswith("SavedModel")
+
+    (tmp_path / "report.md").unlink()
+    rendered = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert rendered.exit_code == 0, rendered.output
+    assert "## Calibration" in (tmp_path / "report.md").read_text()

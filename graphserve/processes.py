@@ -29,14 +29,34 @@ class ServerProcess:
     """`graphserve serve ...` in a child process, its output to `log_path`."""
 
     def __init__(
-        self, args: Sequence[str], grpc_address: str, model_name: str, log_path: Path
+        self,
+        args: Sequence[str],
+        grpc_address: str,
+        model_name: str,
+        log_path: Path,
+        rest_address: str | None = None,
     ) -> None:
         self.args = [sys.executable, "-m", "graphserve", "serve", *args]
         self.grpc_address = grpc_address
+        self.rest_address = rest_address
         self.model_name = model_name
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None  # from just before Popen to the first AVAILABLE
+
+    @classmethod
+    def on_free_ports(
+        cls, args: Sequence[str], model_name: str, log_path: Path, host: str = "127.0.0.1"
+    ) -> ServerProcess:
+        """`graphserve serve *args --grpc-port G --rest-port R` on two ports free on `host`."""
+        grpc_port, rest_port = free_port(host), free_port(host)
+        return cls(
+            [*args, "--grpc-port", str(grpc_port), "--rest-port", str(rest_port)],
+            grpc_address=f"{host}:{grpc_port}",
+            model_name=model_name,
+            log_path=log_path,
+            rest_address=f"{host}:{rest_port}",
+        )
 
     def start(self, timeout: float = 180.0, poll_s: float = 0.25) -> ServerProcess:
         """Start and block until GetModelStatus reports AVAILABLE (asked every `poll_s` s), then

@@ -20,14 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from loadtest.errors import LocustRunError
 from loadtest.plan import Plan
 from loadtest.scrape import Snapshot
 from loadtest.stats import percentile_cis, ratio_summary, stability, summarize, window_summary
 
-__all__ = ["CALIBRATION_ARM", "GENERATOR_CPU_LIMIT_PCT", "RawRun", "analyze", "read_raw"]
+__all__ = [
+    "CALIBRATION_ARM",
+    "GENERATOR_CPU_LIMIT_PCT",
+    "RECORD_FIELDS",
+    "RawRun",
+    "analyze",
+    "load_records",
+    "read_raw",
+]
 
+# The fields of raw/records.npz every reader needs (it also holds seq, start and lag_ms).
+RECORD_FIELDS: tuple[str, ...] = ("arms", "arm", "step", "window", "latency_ms", "ok")
 # A load generator process above this CPU share was the bottleneck, not the server.
 GENERATOR_CPU_LIMIT_PCT = 90.0
 # An arm within this share of the null endpoint's throughput measured the stack, not the model.
@@ -47,12 +58,29 @@ class RawRun:
     truncated: str
 
 
+def load_records(path: Path) -> dict[str, npt.NDArray[Any]] | None:
+    """Every request of the run from raw/records.npz, field -> array; None when there is no file.
+
+    Raises ValueError when the file is not an npz without pickles or lacks a RECORD_FIELDS field.
+    """
+    if not path.is_file():
+        return None
+    with np.load(path, allow_pickle=False) as data:
+        missing = [f for f in RECORD_FIELDS if f not in data.files]
+        if missing:
+            raise ValueError(
+                f"raw records {str(path)!r} lack the fields {missing}; expected {RECORD_FIELDS}"
+            )
+        return {name: data[name] for name in data.files}
+
+
 def read_raw(out_dir: Path) -> RawRun:
     """Read what the sweep wrote; LocustRunError when the files are missing (the run died)."""
     raw = out_dir / "raw"
     try:
-        with np.load(raw / "records.npz", allow_pickle=False) as npz:
-            records = {key: npz[key] for key in npz.files}
+        records = load_records(raw / "records.npz")
+        if records is None:
+            raise OSError("raw/records.npz is missing")
         document = json.loads((raw / "phases.json").read_text())
     except (OSError, ValueError) as exc:
         raise LocustRunError(

@@ -27,13 +27,14 @@ from typing import Any
 
 import grpc
 import numpy as np
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2
+from tensorflow_serving.apis import predict_pb2
 
 from exporter.versions import existing_versions
 from exporter.warmup import WARMUP_FILE
-from graphserve.processes import ServerProcess, free_port
+from graphserve.processes import ServerProcess
 from loadtest.errors import ColdStartError, LoadTestError, ServerStartError
 from loadtest.payloads import grpc_request_bytes
+from loadtest.plan import PREDICT_METHOD
 from loadtest.stats import percentile
 
 __all__ = [
@@ -44,11 +45,6 @@ __all__ = [
     "without_warmup_copy",
 ]
 
-_PREDICT_METHOD = (
-    "/"
-    + prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"].full_name
-    + "/Predict"
-)
 _POLL_S = 0.01
 _RPC_TIMEOUT_S = 60.0  # a cold first request may compile kernels; far above any steady one
 
@@ -99,13 +95,7 @@ def measure_cold_start(
     if steady_requests < 1:
         raise ColdStartError(f"steady_requests must be at least 1, got {steady_requests}")
     request = grpc_request_bytes(payload, model_name, signature_name)
-    grpc_port, rest_port = free_port(), free_port()
-    process = ServerProcess(
-        [*serve_args, "--grpc-port", str(grpc_port), "--rest-port", str(rest_port)],
-        grpc_address=f"127.0.0.1:{grpc_port}",
-        model_name=model_name,
-        log_path=log_path,
-    )
+    process = ServerProcess.on_free_ports(serve_args, model_name, log_path)
     command = " ".join(["graphserve", "serve", *serve_args])
     try:
         try:
@@ -143,7 +133,7 @@ def _time_predicts(address: str, request: bytes, steady: int) -> tuple[float, li
     with grpc.insecure_channel(address) as channel:
         grpc.channel_ready_future(channel).result(timeout=_RPC_TIMEOUT_S)
         # No serializers: the pre-serialized request goes out as it is (as the locust user).
-        predict = channel.unary_unary(_PREDICT_METHOD)
+        predict = channel.unary_unary(PREDICT_METHOD)
         started = time.perf_counter()
         reply = predict(request, timeout=_RPC_TIMEOUT_S)
         first_ms = (time.perf_counter() - started) * 1000

@@ -140,7 +140,7 @@ def compare(
     }
     report["calibration"] = _calibration(report, plan)
     report["slo"] = evaluate(gates, report, spec.max_failures)
-    write_report(report, out_dir)
+    write_report(report, out_dir, raw.records)
     return report
 
 
@@ -261,11 +261,12 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
 
 
 def _latest_version(base: Path) -> Path:
-    found = base.iterdir() if base.is_dir() else iter(())
-    versions = [p for p in found if p.is_dir() and p.name.isdigit()]
+    from exporter.versions import existing_versions
+
+    versions = existing_versions(base)
     if not versions:
         raise PayloadError(f"{str(base)!r} holds no numbered version directory")
-    return max(versions, key=lambda p: int(p.name))
+    return base / str(versions[-1])
 
 
 def _plan(spec: CompareSpec, out_dir: Path) -> Plan:

@@ -30,11 +30,11 @@ from locust import FastHttpUser, User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
-from tensorflow_serving.apis import prediction_service_pb2
 
 from loadtest.errors import LoadTestError
 from loadtest.metadata import fetch_specs
 from loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
+from loadtest.plan import PREDICT_METHOD
 from loadtest.targets import check_loopback
 
 # grpc's own threads would block gevent's loop; this makes its I/O cooperative. Before any channel.
@@ -42,11 +42,6 @@ grpc_gevent.init_gevent()
 
 logger = logging.getLogger("graphserve.loadtest")
 
-_PREDICT_METHOD = (
-    "/"
-    + prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"].full_name
-    + "/Predict"
-)
 _RPC_TIMEOUT_S = 30.0
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -250,7 +245,7 @@ class GrpcPredictUser(User):
         self._channel = grpc.intercept_channel(channel, RequestEventInterceptor(environment))
         # No serializers: the bytes go out as they are and the reply is not parsed, which keeps
         # the client's work per call to a minimum (the stub would re-serialize every request).
-        self._predict = self._channel.unary_unary(_PREDICT_METHOD)
+        self._predict = self._channel.unary_unary(PREDICT_METHOD)
 
     @task
     def predict(self) -> None:

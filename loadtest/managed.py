@@ -44,7 +44,7 @@ def managed_servers(
     say: Callable[[str], None] = lambda _message: None,
 ) -> Iterator[list[Arm]]:
     """Start one server per kind; yield their arms (address for `protocol`, metrics URL)."""
-    from graphserve.processes import ServerProcess, free_port
+    from graphserve.processes import ServerProcess
 
     unknown = [k for k in kinds if k not in SERVER_KINDS]
     if unknown:
@@ -57,21 +57,12 @@ def managed_servers(
     arms: list[Arm] = []
     try:
         for kind in kinds:
-            grpc_port, rest_port = free_port(), free_port()
             args = [
                 part.format(base=model_base_path, source=source) for part in SERVER_KINDS[kind]
             ]
-            args += [
-                "--model-name", model_name,
-                "--grpc-port", str(grpc_port),
-                "--rest-port", str(rest_port),
-                "--metrics",
-            ]  # fmt: skip
-            process = ServerProcess(
-                args,
-                grpc_address=f"127.0.0.1:{grpc_port}",
-                model_name=model_name,
-                log_path=log_dir / f"{kind}-server.log",
+            args += ["--model-name", model_name, "--metrics"]
+            process = ServerProcess.on_free_ports(
+                args, model_name, log_path=log_dir / f"{kind}-server.log"
             )
             say(f"starting the {kind} server")
             try:
@@ -79,7 +70,7 @@ def managed_servers(
             except RuntimeError as exc:
                 raise ServerStartError(f"the {kind} server did not start: {exc}") from None
             started.append(process)
-            rest = f"127.0.0.1:{rest_port}"
+            rest = str(process.rest_address)
             arms.append(
                 Arm(
                     name=kind,
@@ -90,7 +81,7 @@ def managed_servers(
                         "managed": True,
                         "grpc": process.grpc_address,
                         "rest": rest,
-                        "server_command": ["graphserve", "serve", *args],
+                        "server_command": ["graphserve", *process.args[3:]],
                     },
                 )
             )

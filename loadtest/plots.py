@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,9 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from loadtest.report import arm_order, load_label
 
 __all__ = [
-    "RECORD_FIELDS",
     "latency_cdf",
-    "load_records",
     "percentiles_vs_load",
     "throughput_vs_load",
     "windows_over_time",
@@ -34,28 +31,10 @@ __all__ = [
 
 Records = Mapping[str, npt.NDArray[Any]]
 
-# The fields of raw/records.npz the figures read (it holds start and lag_ms too).
-RECORD_FIELDS: tuple[str, ...] = ("arms", "arm", "step", "window", "latency_ms", "ok")
 _DPI = 100
 _CDF_POINTS = 1000  # per half (body, tail) of a downsampled CDF line
 _LOG_SPAN = 10.0  # a log axis once values span more than this factor
 _CEILING_SPAN = 3.0  # draw the calibration ceiling only within this factor of the arms
-
-
-def load_records(path: Path) -> dict[str, npt.NDArray[Any]] | None:
-    """Every request of the run from raw/records.npz, field -> array; None when there is no file.
-
-    Raises ValueError when the file is not an npz without pickles or lacks a RECORD_FIELDS field.
-    """
-    if not path.is_file():
-        return None
-    with np.load(path, allow_pickle=False) as data:
-        missing = [f for f in RECORD_FIELDS if f not in data.files]
-        if missing:
-            raise ValueError(
-                f"raw records {str(path)!r} lack the fields {missing}; expected {RECORD_FIELDS}"
-            )
-        return {name: data[name] for name in data.files}
 
 
 def latency_cdf(records: Records, report: Mapping[str, Any]) -> bytes | None:

@@ -88,18 +88,23 @@ _Block = _Heading | _Paragraph | _Table | _Warnings
 # --- public API ------------------------------------------------------------------------------
 
 
-def write_report(report: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def write_report(
+    report: dict[str, Any], out_dir: Path, records: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Write report.json, report.md, report.html and the PNG plots into `out_dir`.
 
-    The latency CDF needs `out_dir/raw/records.npz`; without it that plot is skipped. Locust's
+    The latency CDF needs the raw records: `records` when the caller has them already, else
+    `out_dir/raw/records.npz`; without either that plot is skipped. Locust's
     CSVs in `out_dir` (`locust*.csv`) are listed. Sets `report["files"]` in place and returns it.
     Raises OSError when a file cannot be written and ValueError when raw/records.npz is malformed.
     """
     from loadtest import plots  # matplotlib: only when plots are drawn
+    from loadtest.analysis import load_records
 
     out_dir.mkdir(parents=True, exist_ok=True)
     raw_path = out_dir / "raw" / "records.npz"
-    records = plots.load_records(raw_path)
+    if records is None:
+        records = load_records(raw_path)
     images: dict[str, bytes] = {}
     if records is not None and (cdf := plots.latency_cdf(records, report)) is not None:
         images["latency_cdf.png"] = cdf

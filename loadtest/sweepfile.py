@@ -44,14 +44,13 @@ from locust.contrib.fasthttp import FastHttpSession
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtest.plan import PLAN_ENV, Plan
+from loadtest.plan import PLAN_ENV, PREDICT_METHOD, Plan
 from loadtest.scrape import scrape
 from loadtest.stats import stability, window_summary
 from loadtest.targets import check_loopback
 
 grpc_gevent.init_gevent()  # grpc's I/O must cooperate with gevent; before any channel
 
-_PREDICT = "/tensorflow.serving.PredictionService/Predict"
 _FLUSH_S = 0.5
 _JSON = {"Content-Type": "application/json"}
 
@@ -199,7 +198,7 @@ def _grpc_call(arm: int) -> Any:
     if arm not in _channels:
         options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
         channel = grpc.insecure_channel(PLAN.arms[arm].target, options=options)
-        _channels[arm] = channel.unary_unary(_PREDICT)  # bytes in, bytes out: nothing parsed
+        _channels[arm] = channel.unary_unary(PREDICT_METHOD)  # bytes in, bytes out: nothing parsed
     return _channels[arm]
 
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from exporter.examples import mlp
 from graphserve.cli import app
-from graphserve.processes import ServerProcess, free_port
+from graphserve.processes import ServerProcess
 from serving.codec import array_from_proto, array_to_proto
 
 runner = CliRunner()
@@ -139,20 +139,8 @@ def test_served_as_a_user_runs_them_and_stopped_by_sigterm(mlp_export, tmp_path:
         "eager": ["eager", "examples:mlp"],
     }
     for arm, args in arms.items():
-        grpc_port, rest_port = free_port(), free_port()
-        server = ServerProcess(
-            [
-                *args,
-                "--model-name",
-                "mlp",
-                "--grpc-port",
-                str(grpc_port),
-                "--rest-port",
-                str(rest_port),
-            ],
-            grpc_address=f"127.0.0.1:{grpc_port}",
-            model_name="mlp",
-            log_path=tmp_path / f"{arm}.log",
+        server = ServerProcess.on_free_ports(
+            [*args, "--model-name", "mlp"], "mlp", log_path=tmp_path / f"{arm}.log"
         )
         with server:
             np.testing.assert_allclose(_predict(server.grpc_address, x), expected, atol=1e-5)

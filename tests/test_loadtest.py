@@ -270,6 +270,15 @@ def test_cli_import_loads_neither_tensorflow_nor_locust() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_predict_method_is_the_tf_serving_one() -> None:
+    from tensorflow_serving.apis import prediction_service_pb2
+
+    from loadtest.plan import PREDICT_METHOD
+
+    service = prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"]
+    assert f"/{service.full_name}/Predict" == PREDICT_METHOD
+
+
 @pytest.mark.parametrize(
     ("text", "option", "loads"),
     [("1,4,16,64", "--users", (1, 4, 16, 64)), ("100, 250.5", "--rate", (100, 250.5))],

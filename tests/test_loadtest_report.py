@@ -19,6 +19,7 @@ from PIL import Image
 from rich.console import Console
 
 from loadtest import plots
+from loadtest.analysis import load_records
 from loadtest.report import render_html, render_markdown, render_table, write_report
 
 T0 = 1_763_632_800.0  # 2025-11-20T10:00:00Z
@@ -420,18 +421,18 @@ def test_single_step_report_plots(tmp_path: Path, with_records: bool) -> None:
     ):
         assert_png(png)
     if with_records:
-        records = plots.load_records(write_records(tmp_path, report))
+        records = load_records(write_records(tmp_path, report))
         assert records is not None
         cdf = plots.latency_cdf(records, report)
         assert cdf is not None
         assert_png(cdf)
     else:
-        assert plots.load_records(tmp_path / "raw" / "records.npz") is None
+        assert load_records(tmp_path / "raw" / "records.npz") is None
 
 
 def test_cdf_downsamples_large_runs_and_is_none_without_successes(tmp_path: Path) -> None:
     report = make_report(loads=(8,))
-    records = plots.load_records(write_records(tmp_path, report, per_window=5000))
+    records = load_records(write_records(tmp_path, report, per_window=5000))
     assert records is not None
     assert_png(plots.latency_cdf(records, report) or b"")
     failed = dict(records, ok=np.zeros_like(records["ok"]))
@@ -444,7 +445,7 @@ def test_load_records_rejects_missing_fields(tmp_path: Path) -> None:
     path = tmp_path / "records.npz"
     np.savez(path, arm=np.zeros(3, np.int16))
     with pytest.raises(ValueError, match="lack the fields"):
-        plots.load_records(path)
+        load_records(path)
 
 
 def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:

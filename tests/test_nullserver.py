@@ -23,7 +23,7 @@ from tensorflow_serving.apis import (
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.processes import ServerProcess, free_port
+from graphserve.processes import ServerProcess
 from serving.codec import array_from_proto, array_to_proto
 from serving.nullrunner import NullRunner
 from serving.runners import GraphRunner
@@ -40,25 +40,13 @@ class NullServer:
 @pytest.fixture(scope="module")
 def null_server(mlp_export, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NullServer]:
     """`graphserve serve null` on the exported mlp, a child process on free loopback ports."""
-    grpc_port, rest_port = free_port(), free_port()
-    server = ServerProcess(
-        [
-            "null",
-            "--model-base-path",
-            str(mlp_export.model_dir),
-            "--model-name",
-            "mlp",
-            "--grpc-port",
-            str(grpc_port),
-            "--rest-port",
-            str(rest_port),
-        ],
-        grpc_address=f"127.0.0.1:{grpc_port}",
-        model_name="mlp",
+    server = ServerProcess.on_free_ports(
+        ["null", "--model-base-path", str(mlp_export.model_dir), "--model-name", "mlp"],
+        "mlp",
         log_path=tmp_path_factory.mktemp("null") / "server.log",
     )
     with server:
-        yield NullServer(server.grpc_address, f"127.0.0.1:{rest_port}")
+        yield NullServer(server.grpc_address, str(server.rest_address))
     assert server.stop() == 0, server.log_tail()
 
 

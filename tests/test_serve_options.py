@@ -14,7 +14,7 @@ import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from exporter.examples import mlp
-from graphserve.processes import ServerProcess, free_port
+from graphserve.processes import ServerProcess
 from serving.codec import array_from_proto, array_to_proto
 
 BATCHING = """
@@ -32,19 +32,15 @@ def test_operator_flags_and_sigterm_under_load(mlp_export, tmp_path: Path) -> No
         f'model_config_list {{ config {{ name: "mlp" base_path: "{mlp_export.model_dir}" }} }}'
     )
     (tmp_path / "batching.config").write_text(BATCHING)
-    grpc_port, rest_port = free_port(), free_port()
-    server = ServerProcess(
+    server = ServerProcess.on_free_ports(
         [
             "graph",
             "--model-config-file", str(tmp_path / "models.config"),
             "--batching-parameters-file", str(tmp_path / "batching.config"),
             "--metrics",
             "--log-format", "json",
-            "--grpc-port", str(grpc_port),
-            "--rest-port", str(rest_port),
         ],
-        grpc_address=f"127.0.0.1:{grpc_port}",
-        model_name="mlp",
+        "mlp",
         log_path=tmp_path / "server.log",
     )  # fmt: skip
     x = np.random.default_rng(9).standard_normal((1, 784)).astype(np.float32)
@@ -74,7 +70,7 @@ def test_operator_flags_and_sigterm_under_load(mlp_export, tmp_path: Path) -> No
             d.start()
         while outcomes.count("ok") < 200:
             threading.Event().wait(0.05)
-        url = f"http://127.0.0.1:{rest_port}/monitoring/prometheus/metrics"
+        url = f"http://{server.rest_address}/monitoring/prometheus/metrics"
         with urllib.request.urlopen(url, timeout=30) as response:
             metrics = response.read().decode()
         code = server.stop()

@@ -116,7 +116,11 @@ class ModelServer:
         self._stopped.set()
 
     def wait(self) -> None:
-        self._stopped.wait()
+        """Block until stopped. Wakes twice a second: Python runs signal handlers only in the main
+        thread between bytecodes, and a SIGTERM delivered to one of TensorFlow's or gRPC's
+        threads would not interrupt an untimed wait (grpc's wait_for_termination does the same)."""
+        while not self._stopped.wait(0.5):
+            pass
 
     def __enter__(self) -> ModelServer:
         return self.start()

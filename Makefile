@@ -12,7 +12,7 @@ USERS      ?= 1
 PROTOCOL   ?= grpc
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo export serve serve-eager test lint clean
+.PHONY: install demo export serve serve-eager bench test lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,9 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
+
+bench: $(STAMP) ## the benchmark suite (under 10 min): goals with pass/miss, bench/results.{json,md}
+	$(BIN)/graphserve bench --out bench
 
 test: $(STAMP) ## run the test suite
 	$(BIN)/python -m pytest

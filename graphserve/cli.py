@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from bench.cli import bench
 from deploy.cli import app as deploy_app
 from exporter.cli import export, inspect
 from graphserve import __version__
@@ -24,6 +25,7 @@ app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
 app.add_typer(deploy_app, name="deploy")
 app.command("demo")(demo)
+app.command("bench")(bench)
 
 
 def _version(value: bool) -> None:

@@ -68,9 +68,7 @@ def demo(
         protocol=protocol.value,
         model_name=name,
         model_base_path=base_path / name,
-        load=LoadSpec(
-            loads=loads, window_s=window_s, min_windows=windows, max_windows=windows
-        ),
+        load=LoadSpec(loads=loads, window_s=window_s, min_windows=windows, max_windows=windows),
     )
     quiet = output is OutputFormat.json
     try:

@@ -59,14 +59,14 @@ class ServerProcess:
         )
 
     def start(self, timeout: float = 180.0, poll_s: float = 0.25) -> ServerProcess:
-        """Start and block until GetModelStatus reports AVAILABLE (asked every `poll_s` s), then
-        set `ready_s`; raises RuntimeError with the log tail if the process exits or the model
-        is not available within `timeout` s, and before starting when a server already answers
-        at `grpc_address`."""
+        """Start and block until `is_ready()` (GetModelStatus reports AVAILABLE; asked every
+        `poll_s` s), then set `ready_s`; raises RuntimeError with the log tail if the process
+        exits or is not ready within `timeout` s, and before starting when a server already
+        answers at its address."""
         # One call before the clock starts: it imports gRPC and the stubs, and finds a server
         # already answering there (a port clash), which would make the child look ready at once.
-        if model_available(self.grpc_address, self.model_name):
-            raise RuntimeError(f"a server at {self.grpc_address} already serves {self.model_name}")
+        if self.is_ready():
+            raise RuntimeError(f"a server at {self.address} already serves {self.model_name}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
         self.ready_s = None
@@ -79,12 +79,20 @@ class ServerProcess:
                 raise RuntimeError(
                     f"server exited with code {self.process.returncode}:\n{self.log_tail()}"
                 )
-            if model_available(self.grpc_address, self.model_name):
+            if self.is_ready():
                 self.ready_s = time.perf_counter() - started
                 return self
             time.sleep(poll_s)
         self.stop()
         raise RuntimeError(f"server not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    @property
+    def address(self) -> str:
+        return self.grpc_address
+
+    def is_ready(self) -> bool:
+        """Whether the server answers and serves its model (subclasses may ask differently)."""
+        return model_available(self.grpc_address, self.model_name)
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM (drain and exit), then SIGKILL if it has not exited within `timeout` s."""

@@ -130,7 +130,7 @@ def compare(
         "schema": "graphserve.loadtest/2",
         "title": _title(spec, baseline),
         "settings": _settings(spec, baseline, inputs, payload_source),
-        "environment": _environment(),
+        "environment": environment(),
         "arms": {arm.name: _arm_info(arm, spec) for arm in spec.arms},
         "steps": analyze(raw, plan, baseline),
         "truncated": raw.truncated or None,
@@ -404,7 +404,8 @@ def _settings(
     }
 
 
-def _environment() -> dict[str, Any]:
+def environment() -> dict[str, Any]:
+    """Where a measurement ran: time, host, platform, CPUs and the versions that matter."""
     versions = {"python": sys.version.split()[0]}
     for dist in _VERSIONED:
         try:

@@ -1,0 +1,160 @@
+"""Lean benchmark clients: one pre-encoded request, sent again and again, over gRPC or HTTP.
+
+The client must cost as little as possible, or it dilutes every served ratio: requests are
+encoded once (the same bytes for every server), gRPC goes through a raw unary-unary method with
+no (de)serializers, and HTTP keeps one connection alive. The first answer of each is decoded and
+checked, so a benchmark never times a server that answers with errors.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import numpy as np
+from tensorflow_serving.apis import predict_pb2
+
+from bench.timing import Timing, timing_of
+from loadtest.plan import PREDICT_METHOD
+
+__all__ = ["BenchRequestError", "Load", "closed_loop", "grpc_caller", "merge", "rest_caller"]
+
+_TIMEOUT_S = 60.0
+
+
+class BenchRequestError(RuntimeError):
+    """A server answered a benchmark request with an error (or not at all)."""
+
+
+def grpc_caller(address: str, request: bytes) -> Callable[[], bytes]:
+    """A callable that sends the serialized PredictRequest `request` to `address` and returns
+    the reply's bytes. Raises BenchRequestError when the first reply is an error or empty."""
+    channel = grpc.insecure_channel(address)
+    predict = channel.unary_unary(PREDICT_METHOD)
+
+    def call() -> bytes:
+        return predict(request, timeout=_TIMEOUT_S)  # type: ignore[no-any-return]
+
+    try:
+        reply = predict_pb2.PredictResponse.FromString(call())
+    except grpc.RpcError as exc:
+        raise BenchRequestError(f"gRPC Predict to {address} failed: {exc.details()}") from None
+    if not reply.outputs:
+        raise BenchRequestError(f"gRPC Predict to {address} answered without outputs")
+    call.channel = channel  # type: ignore[attr-defined]  # kept open as long as the caller lives
+    return call
+
+
+def rest_caller(address: str, path: str, body: bytes) -> Callable[[], bytes]:
+    """A callable that POSTs `body` to http://`address``path` on one kept-alive connection and
+    returns the response body. Raises BenchRequestError on any status but 200."""
+    host, port = address.rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=_TIMEOUT_S)
+    headers = {"Content-Type": "application/json"}
+
+    def call() -> bytes:
+        connection.request("POST", path, body, headers)
+        response = connection.getresponse()
+        data = response.read()
+        if response.status != 200:
+            raise BenchRequestError(
+                f"POST http://{address}{path} answered {response.status}: {data[:300]!r}"
+            )
+        return data
+
+    call()
+    return call
+
+
+@dataclass(frozen=True)
+class Load:
+    """A closed-loop run: throughput over the run, per-request latency, and errors."""
+
+    clients: int
+    seconds: float
+    requests: int
+    errors: int
+    throughput: float
+    latency: Timing
+    samples_ms: np.ndarray  # every timed request, for merging windows; not in to_dict
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clients": self.clients,
+            "seconds": self.seconds,
+            "requests": self.requests,
+            "errors": self.errors,
+            "throughput": self.throughput,
+            "latency": self.latency.to_dict(),
+        }
+
+
+def closed_loop(
+    make_call: Callable[[], Callable[[], object]],
+    *,
+    clients: int,
+    seconds: float,
+    max_requests: int = 1_000_000,
+) -> Load:
+    """`clients` threads, each with its own caller from `make_call`, sending back to back for
+    `seconds` (or until `max_requests` in all): the load of `clients` users with no think time.
+    A failed request counts as an error and is not timed."""
+    callers = [make_call() for _ in range(clients)]
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0] * clients
+    stop = threading.Event()
+    budget = threading.Semaphore(max_requests)
+    start = threading.Barrier(clients + 1)
+
+    ended = [0.0] * clients
+
+    def user(i: int) -> None:
+        call, times, clock = callers[i], latencies[i], time.perf_counter
+        start.wait()
+        while not stop.is_set() and budget.acquire(blocking=False):
+            began = clock()
+            try:
+                call()
+            except (grpc.RpcError, BenchRequestError, OSError):
+                errors[i] += 1
+                continue
+            times.append((clock() - began) * 1000.0)
+        ended[i] = clock()
+
+    threads = [threading.Thread(target=user, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    deadline = began + seconds
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.perf_counter()))
+    stop.set()
+    for thread in threads:
+        thread.join()
+    samples = np.concatenate([np.asarray(t, dtype=np.float64) for t in latencies])
+    return _load(clients, max(ended) - began, samples, sum(errors))
+
+
+def merge(loads: list[Load]) -> Load:
+    """Several windows of the same load as one: their requests over their summed time."""
+    samples = np.concatenate([load.samples_ms for load in loads])
+    seconds = sum(load.seconds for load in loads)
+    return _load(loads[0].clients, seconds, samples, sum(load.errors for load in loads))
+
+
+def _load(clients: int, seconds: float, samples: np.ndarray, errors: int) -> Load:
+    return Load(
+        clients=clients,
+        seconds=seconds,
+        requests=int(samples.size),
+        errors=errors,
+        throughput=samples.size / seconds if seconds > 0 else 0.0,
+        latency=timing_of(samples),
+        samples_ms=samples,
+    )

@@ -1,0 +1,148 @@
+"""The benchmark's goals: ratios of two measurements from the same run, each with pass/miss.
+
+Absolute times on a shared 2-core machine say little; a ratio of two things measured side by
+side says what graph execution buys and what the server adds. `evaluate` reads the results
+dictionary the run writes (bench/results.json) and never measures anything itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["GOALS", "Goal", "GoalResult", "evaluate"]
+
+Results = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Goal:
+    key: str
+    what: str
+    op: str  # "<=" or ">="
+    target: float
+    measure: Callable[[Results], tuple[float, str]]  # the ratio and how it was computed
+    also: Callable[[Results], tuple[bool, str]] | None = None  # a second condition, if any
+
+
+@dataclass(frozen=True)
+class GoalResult:
+    key: str
+    what: str
+    goal: str
+    value: float | None
+    passed: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "what": self.what,
+            "goal": self.goal,
+            "value": self.value,
+            "passed": self.passed,
+            "detail": self.detail,
+        }
+
+
+def _served(results: Results, config: str, arm: str) -> float:
+    return float(results["served"][config]["latency"][arm]["p50_ms"])
+
+
+def _g1(r: Results) -> tuple[float, str]:
+    graph, eager = _served(r, "mlp/b1", "graph/grpc"), _served(r, "mlp/b1", "eager/grpc")
+    return graph / eager, f"graph {graph:.3f} ms / eager {eager:.3f} ms (gRPC p50)"
+
+
+def _g2(r: Results) -> tuple[float, str]:
+    graph = _served(r, "mlp/b1", "graph/grpc")
+    null = _served(r, "mlp/b1", "null/grpc")
+    concrete = float(r["in_process"]["mlp/b1"]["timings"]["concrete"]["p50_ms"])
+    return graph / (concrete + null), (
+        f"graph {graph:.3f} ms / (concrete {concrete:.3f} ms + bare round trip {null:.3f} ms)"
+    )
+
+
+def _g3(r: Results) -> tuple[float, str]:
+    rest, grpc = _served(r, "mlp/b1", "graph/rest"), _served(r, "mlp/b1", "graph/grpc")
+    return rest / grpc, f"REST {rest:.3f} ms / gRPC {grpc:.3f} ms (graph p50)"
+
+
+def _g4(r: Results) -> tuple[float, str]:
+    b = r["served"]["mlp/b1"]["batching"]
+    on, off = b["on"]["throughput"], b["off"]["throughput"]
+    return on / off, f"{on:.0f} / {off:.0f} req/s at {b['on']['clients']} clients"
+
+
+def _g4_p99(r: Results) -> tuple[bool, str]:
+    b = r["served"]["mlp/b1"]["batching"]
+    on, off = b["on"]["latency"]["p99_ms"], b["off"]["latency"]["p99_ms"]
+    return on <= off, f"p99 {on:.2f} ms on vs {off:.2f} ms off"
+
+
+def _g5(r: Results) -> tuple[float, str]:
+    runs = [c for c in r["cold_start"]["mlp"] if c["server"] == "graph" and c["warmup_records"]]
+    worst = max(runs, key=lambda c: c["first_over_steady"])
+    return float(worst["first_over_steady"]), (
+        f"first {worst['first_request_ms']:.2f} ms / steady p50 {worst['steady_p50_ms']:.3f} ms "
+        f"(ready {worst['ready_s']:.2f} s)"
+    )
+
+
+def _codec(r: Results, encoding: str) -> float:
+    return float(r["codec"][encoding]["total_ms"])
+
+
+def _g6(r: Results) -> tuple[float, str]:
+    content, typed = _codec(r, "tensor_content"), _codec(r, "typed_fields")
+    return typed / content, f"typed fields {typed:.3f} ms / tensor_content {content:.3f} ms"
+
+
+def _g6_share(r: Results) -> tuple[bool, str]:
+    content = _codec(r, "tensor_content")
+    served = _served(r, "image/b1", "graph/grpc")
+    share = content / served
+    return share <= 0.10, f"codec {share:.1%} of served p50 {served:.3f} ms (goal ≤ 10%)"
+
+
+def _g7(r: Results) -> tuple[float, str]:
+    peer, graph = _served(r, "mlp/b1", "peer/rest"), _served(r, "mlp/b1", "graph/rest")
+    return peer / graph, f"Flask predict {peer:.3f} ms / graph REST {graph:.3f} ms (p50)"
+
+
+GOALS: tuple[Goal, ...] = (
+    Goal("G1", "served graph / served eager p50, mlp b1, gRPC", "<=", 0.45, _g1),
+    Goal("G2", "served graph / (in-process concrete + bare round trip)", "<=", 1.25, _g2),
+    Goal("G3", "REST / gRPC p50, mlp b1", "<=", 1.5, _g3),
+    Goal("G4", "batching on / off throughput, 16 clients (p99 no worse)", ">=", 2.0, _g4, _g4_p99),
+    Goal("G5", "first request / steady p50 with warm-up records", "<=", 2.0, _g5),
+    Goal(
+        "G6",
+        "typed fields / tensor_content codec, 224×224×3 (≤10% of served)",
+        ">=",
+        10.0,
+        _g6,
+        _g6_share,
+    ),
+    Goal("G7", "plain Flask predict / graph served p50", ">=", 20.0, _g7),
+)
+
+
+def evaluate(results: Results) -> list[GoalResult]:
+    """Every goal against `results`; a goal whose measurements are missing is a miss that says
+    which part of the run did not happen."""
+    out = []
+    for goal in GOALS:
+        text = f"{goal.op} {goal.target:g}"
+        try:
+            value, detail = goal.measure(results)
+            passed = value <= goal.target if goal.op == "<=" else value >= goal.target
+            if goal.also is not None:
+                also_ok, also_detail = goal.also(results)
+                passed, detail = passed and also_ok, f"{detail}; {also_detail}"
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            out.append(GoalResult(goal.key, goal.what, text, None, False, f"not measured: {exc!r}"))
+            continue
+        out.append(GoalResult(goal.key, goal.what, text, value, passed, detail))
+    return out

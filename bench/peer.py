@@ -1,0 +1,96 @@
+"""The peer: the server a user writes first — Flask, JSON in, `model.predict`, JSON out.
+
+    python -m bench.peer SOURCE --port 8080 [--model-name NAME]
+
+It answers TF Serving's row-format predict body at the same URL (`POST /v1/models/NAME:predict`
+with `{"instances": [...]}` → `{"predictions": ...}`), so the benchmark sends it the very bytes it
+sends our REST front end. Keras models run through `model.predict(x)`; a model without `predict`
+(a plain `tf.Module`) is called directly, `model(x)`, as its author would. It runs on Flask's own
+threaded server, loopback only. Nothing here is graphserve's serving stack: that is the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphserve.processes import ServerProcess, free_port
+
+__all__ = ["PeerProcess", "build_app"]
+
+
+def build_app(source: str, model_name: str) -> Any:
+    """The Flask app serving `source`'s single-input serving_default signature."""
+    from flask import Flask, jsonify, request
+
+    from exporter.errors import SignatureError
+    from exporter.signature import sample_inputs
+    from exporter.sources import load_source, resolve_contracts
+    from exporter.trace import call_signature, predict_signature
+
+    loaded = load_source(source)
+    model, contract = loaded.model, resolve_contracts(loaded)[0]
+    (spec,) = contract.inputs
+    try:
+        predict_signature(model, contract, sample_inputs(contract.inputs, batch_size=1))
+        run, how = predict_signature, "model.predict"
+    except SignatureError:
+        run, how = call_signature, "model(x)"
+    app = Flask("graphserve-bench-peer")
+
+    @app.get("/health")
+    def health() -> Any:
+        return jsonify({"model": model_name, "runs": how})
+
+    @app.post(f"/v1/models/{model_name}:predict")
+    def predict() -> Any:
+        x = np.asarray(request.get_json()["instances"], dtype=spec.np_dtype)
+        outputs = run(model, contract, {spec.name: x})
+        values = {k: np.asarray(v).tolist() for k, v in outputs.items()}
+        return jsonify({"predictions": next(iter(values.values())) if len(values) == 1 else values})
+
+    return app
+
+
+class PeerProcess(ServerProcess):
+    """`python -m bench.peer` as a child process; ready when GET /health answers 200."""
+
+    def __init__(self, source: str, model_name: str, log_path: Path, port: int = 0) -> None:
+        port = port or free_port()
+        address = f"127.0.0.1:{port}"
+        super().__init__([], address, model_name, log_path, rest_address=address)
+        self.args = [sys.executable, "-m", "bench.peer", source, "--port", str(port)]
+        self.args += ["--model-name", model_name]
+
+    @property
+    def address(self) -> str:
+        return str(self.rest_address)
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.rest_address}/health", timeout=1) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.peer", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("source", help="model source, as for `graphserve export`")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--model-name", default="model")
+    args = parser.parse_args(argv)
+    app = build_app(args.source, args.model_name)
+    app.run(host="127.0.0.1", port=args.port, threaded=True)
+
+
+if __name__ == "__main__":
+    main()

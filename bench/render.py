@@ -1,0 +1,232 @@
+"""The results as markdown: the goals first, then one table per suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bench.inprocess import METHODS
+
+__all__ = ["goal_lines", "render_markdown"]
+
+_DASH = "—"
+
+
+def _ms(value: float | None, digits: int = 3) -> str:
+    return _DASH if value is None else f"{value:.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return _DASH if value is None else f"{value:.3g}×"
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> list[str]:
+    marks = [("---:" if a == "r" else "---") for a in (align or "l" * len(header))]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def goal_lines(results: dict[str, Any]) -> list[str]:
+    """One line per goal: key, pass/miss, measured value against the goal, and how."""
+    return [
+        f"{g['key']} {'pass' if g['passed'] else 'MISS'}  {_x(g['value'])} (goal {g['goal']})  "
+        f"{g['what']}: {g['detail']}"
+        for g in results["goals"]
+    ]
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    env = results["environment"]
+    lines = [
+        "# graphserve benchmark results",
+        "",
+        f"{env['timestamp']} on `{env['hostname']}`: {env['cpus']} CPUs, {env['platform']}, "
+        f"Python {env['python']}, TensorFlow {env['versions'].get('tensorflow')}; "
+        f"the run took {results['seconds']:.0f} s. Times are milliseconds; p50/p99 are "
+        "nearest-rank percentiles of every timed call.",
+        "",
+        "## Goals",
+        "",
+    ]
+    lines += _table(
+        ["goal", "ratio", "measured", "target", "result", "from"],
+        (
+            [
+                g["key"],
+                g["what"],
+                _x(g["value"]),
+                g["goal"],
+                "pass" if g["passed"] else "**miss**",
+                g["detail"],
+            ]
+            for g in results["goals"]
+        ),
+        "llrlll",
+    )
+    lines += _in_process(results["in_process"])
+    lines += _served(results)
+    lines += _batching(results["served"])
+    lines += _codec(results["codec"])
+    lines += _cold_start(results["cold_start"])
+    return "\n".join(lines)
+
+
+def _in_process(suite: dict[str, Any]) -> list[str]:
+    rows = []
+    for key, entry in suite.items():
+        p50 = {m: (entry["timings"].get(m) or {}).get("p50_ms") for m in METHODS}
+        concrete = p50["concrete"]
+        ratio = {m: (p50[m] / concrete if p50[m] and concrete else None) for m in METHODS}
+        rows.append(
+            [
+                key,
+                *(_ms(p50[m]) for m in METHODS),
+                _x(ratio["eager"] and 1 / ratio["eager"]),
+                _x(ratio["predict"]),
+            ]
+        )
+    return [
+        "## In-process p50 per call",
+        "",
+        *_table(["model", *METHODS, "concrete/eager", "predict/concrete"], rows, "lrrrrrrr"),
+    ]
+
+
+def _served(results: dict[str, Any]) -> list[str]:
+    rows = []
+    for key, entry in results["served"].items():
+        lat = entry["latency"]
+
+        def p(arm: str, q: str = "p50_ms", lat: dict[str, Any] = lat) -> float | None:
+            return (lat.get(arm) or {}).get(q)
+
+        concrete = (
+            results["in_process"].get(key, {}).get("timings", {}).get("concrete", {}).get("p50_ms")
+        )
+        floor = concrete + p("null/grpc") if concrete and p("null/grpc") else None
+
+        def ratio(a: float | None, b: float | None) -> str:
+            return _x(a / b) if a and b else _DASH
+
+        rows.append(
+            [key]
+            + [
+                f"{_ms(p(a))} / {_ms(p(a, 'p99_ms'))}"
+                for a in (
+                    "graph/grpc",
+                    "eager/grpc",
+                    "null/grpc",
+                    "graph/rest",
+                    "eager/rest",
+                    "peer/rest",
+                )
+            ]
+            + [
+                ratio(p("graph/grpc"), p("eager/grpc")),
+                ratio(p("graph/grpc"), floor),
+                ratio(p("graph/rest"), p("graph/grpc")),
+                ratio(p("peer/rest"), p("graph/rest")),
+            ]
+        )
+    header = [
+        "model",
+        "graph gRPC p50/p99",
+        "eager gRPC",
+        "null gRPC",
+        "graph REST",
+        "eager REST",
+        "Flask peer REST",
+        "graph/eager",
+        "graph/floor",
+        "REST/gRPC",
+        "peer/graph REST",
+    ]
+    return [
+        "## Served, concurrency 1",
+        "",
+        "floor = in-process concrete p50 + bare gRPC round trip (null server) p50",
+        "",
+        *_table(header, rows, "lrrrrrrrrrr"),
+    ]
+
+
+def _batching(served: dict[str, Any]) -> list[str]:
+    rows = []
+    for key, entry in served.items():
+        b = entry.get("batching")
+        if not b:
+            continue
+        off, on = b["off"], b["on"]
+        rows.append(
+            [
+                key,
+                str(on["clients"]),
+                f"{off['throughput']:.0f}",
+                f"{on['throughput']:.0f}",
+                _x(on["throughput"] / off["throughput"] if off["throughput"] else None),
+                _ms(off["latency"]["p99_ms"], 2),
+                _ms(on["latency"]["p99_ms"], 2),
+                str(off["errors"] + on["errors"]),
+            ]
+        )
+    return [
+        "## Batching, closed loop over gRPC",
+        "",
+        *_table(
+            ["model", "clients", "off req/s", "on req/s", "on/off", "off p99", "on p99", "errors"],
+            rows,
+            "lrrrrrrr",
+        ),
+    ]
+
+
+def _codec(codec: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            name,
+            f"{c['request_bytes']:,}",
+            _ms(c["decode_ms"]),
+            _ms(c["encode_ms"]),
+            _ms(c["total_ms"]),
+        ]
+        for name, c in codec.items()
+    ]
+    return [
+        "## Codec, one 224×224×3 float32 tensor (request decode + response encode)",
+        "",
+        *_table(["encoding", "request bytes", "decode", "encode", "total"], rows, "lrrrr"),
+    ]
+
+
+def _cold_start(cold: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            model,
+            c["server"],
+            "yes" if c["warmup_records"] else "no",
+            f"{c['ready_s']:.2f} s",
+            _ms(c["first_request_ms"], 2),
+            _ms(c["steady_p50_ms"]),
+            _x(c["first_over_steady"]),
+        ]
+        for model, runs in cold.items()
+        for c in runs
+    ]
+    return [
+        "## Cold start (gRPC)",
+        "",
+        *_table(
+            [
+                "model",
+                "server",
+                "warm-up records",
+                "ready",
+                "first request",
+                "steady p50",
+                "first/steady",
+            ],
+            rows,
+            "lllrrrr",
+        ),
+    ]

@@ -1,0 +1,196 @@
+"""`run_bench`: every suite in one run, the goals evaluated on it, the results written.
+
+    in-process   mlp b1 and b32, power, cnn: concrete / eager / predict / function / xla
+    codec        224×224×3 float32: tensor_content vs typed fields vs JSON
+    served       per model: graph, eager, null and peer at concurrency 1 (gRPC and REST), and
+                 batching off vs on at 16 clients; the image model's served p50 for the codec goal
+    cold start   per model: graph with and without warm-up records, and eager
+
+Order matters on a small machine: the in-process suites run first, before any server exists;
+each model's servers run only while that model is measured; cold starts run with nothing else
+up. Results go to OUT/results.json and OUT/results.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.goals import evaluate
+
+__all__ = ["MODELS", "BenchModel", "BenchSpec", "run_bench", "write_results"]
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    name: str
+    source: str
+    batch_sizes: tuple[int, ...] = (1,)
+
+
+MODELS: tuple[BenchModel, ...] = (
+    BenchModel("mlp", "examples:mlp", (1, 32)),
+    BenchModel("power", "examples:power"),
+    BenchModel("cnn", "examples:cnn"),
+)
+IMAGE = BenchModel("image", "bench.models:image")  # the 224×224×3 request of the codec goal
+
+
+@dataclass
+class BenchSpec:
+    """How long each part measures; `quick()` is the seconds-long variant the tests run."""
+
+    work_dir: Path
+    models: tuple[BenchModel, ...] = MODELS
+    in_process_s: float = 4.0  # per model and batch size, all five methods interleaved
+    codec_s: float = 4.0
+    served_s: float = 10.0  # per model and batch size, all seven arms interleaved
+    batching_s: float = 12.0  # per model, off and on together
+    batching_clients: int = 16
+    cold_start_steady: int = 200
+    cold_start: bool = True
+    image: bool = True
+
+    @classmethod
+    def quick(cls, work_dir: Path, models: tuple[BenchModel, ...] = MODELS[:1]) -> BenchSpec:
+        return cls(
+            work_dir,
+            models,
+            in_process_s=0.3,
+            codec_s=0.3,
+            served_s=0.5,
+            batching_s=1.0,
+            cold_start_steady=20,
+        )
+
+
+@dataclass
+class _Run:
+    spec: BenchSpec
+    say: Callable[[str], None]
+    results: dict[str, Any] = field(default_factory=dict)
+
+
+def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """Run every suite of `spec` and return the results with the goals evaluated.
+
+    Raises what the parts raise: SourceError/SignatureError/ExportError for a model that cannot
+    be loaded or exported, RuntimeError for a server that does not start or answers wrongly.
+    """
+    from loadtest.compare import environment
+
+    started = time.perf_counter()
+    run = _Run(spec, say)
+    run.results.update(environment=environment(), in_process={}, codec={}, served={}, cold_start={})
+    _in_process(run)
+    _codec(run)
+    for model in spec.models:
+        _served(run, model)
+    if spec.image:
+        _served(run, IMAGE, kinds=("graph",), batching=False)
+    if spec.cold_start:
+        for model in spec.models:
+            _cold_start(run, model)
+    run.results["seconds"] = time.perf_counter() - started
+    run.results["goals"] = [g.to_dict() for g in evaluate(run.results)]
+    return run.results
+
+
+def _in_process(run: _Run) -> None:
+    from bench.inprocess import in_process
+
+    for model in run.spec.models:
+        for batch in model.batch_sizes:
+            run.say(f"in-process: {model.name} batch {batch}")
+            result = in_process(model.name, model.source, batch, budget_s=run.spec.in_process_s)
+            run.results["in_process"][f"{model.name}/b{batch}"] = result.to_dict()
+
+
+def _codec(run: _Run) -> None:
+    from bench.wire import codec_suite
+
+    run.say("codec: 224×224×3 float32")
+    for timing in codec_suite(budget_s=run.spec.codec_s):
+        run.results["codec"][timing.encoding] = timing.to_dict()
+
+
+def _export(run: _Run, model: BenchModel) -> Path:
+    from exporter.api import ExportSpec, export_model
+
+    base = run.spec.work_dir / "models"
+    result = export_model(
+        ExportSpec(model.source, model.name, base_path=base, overwrite=True, version=1)
+    )
+    run.say(f"exported {model.name} to {result.path} ({result.seconds:.1f} s)")
+    return base / model.name
+
+
+def _served(
+    run: _Run,
+    model: BenchModel,
+    kinds: tuple[str, ...] = ("graph", "eager", "null", "graph-batching", "peer"),
+    batching: bool = True,
+) -> None:
+    from bench.served import batching_load, encode_requests, model_servers, served_latency
+    from loadtest.metadata import fetch_specs
+    from loadtest.payloads import build_payload
+
+    base = _export(run, model)
+    run.say(f"starting {', '.join(kinds)} servers for {model.name}")
+    with model_servers(model.name, base, model.source, run.spec.work_dir, kinds) as servers:
+        specs = fetch_specs("grpc", servers["graph"].grpc_address, model.name, "serving_default")
+        for batch in model.batch_sizes:
+            key = f"{model.name}/b{batch}"
+            run.say(f"served: {key} at concurrency 1")
+            requests = encode_requests(model.name, build_payload(specs, batch_size=batch))
+            entry: dict[str, Any] = {
+                "servers": {
+                    k: {"command": p.args[1:], "ready_s": p.ready_s} for k, p in servers.items()
+                },
+                "request_bytes": {"grpc": len(requests.grpc), "rest": len(requests.rest_body)},
+            }
+            latency = served_latency(servers, requests, budget_s=run.spec.served_s)
+            entry["latency"] = {arm: t.to_dict() for arm, t in latency.items()}
+            if batching and batch == 1 and "graph-batching" in servers:
+                run.say(f"served: {key}, {run.spec.batching_clients} clients, batching off/on")
+                entry["batching"] = batching_load(
+                    servers,
+                    requests,
+                    clients=run.spec.batching_clients,
+                    seconds=run.spec.batching_s,
+                ).to_dict()
+            run.results["served"][key] = entry
+
+
+def _cold_start(run: _Run, model: BenchModel) -> None:
+    from exporter.sources import load_source, resolve_contracts
+    from loadtest.coldstart import cold_start_suite
+    from loadtest.payloads import build_payload
+
+    contract = resolve_contracts(load_source(model.source))[0]
+    run.say(f"cold start: {model.name}")
+    starts = cold_start_suite(
+        run.spec.work_dir / "models" / model.name,
+        model.source,
+        model.name,
+        build_payload(contract.inputs, batch_size=1),
+        work_dir=run.spec.work_dir / "cold-start" / model.name,
+        steady_requests=run.spec.cold_start_steady,
+        log=run.say,
+    )
+    run.results["cold_start"][model.name] = [s.to_dict() for s in starts]
+
+
+def write_results(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write OUT/results.json and OUT/results.md; returns their paths."""
+    from bench.render import render_markdown
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / "results.json", out_dir / "results.md"
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    md_path.write_text(render_markdown(results))
+    return json_path, md_path

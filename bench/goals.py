@@ -70,23 +70,25 @@ def _g3(r: Results) -> tuple[float, str]:
 
 
 def _g4(r: Results) -> tuple[float, str]:
-    b = r["served"]["mlp/b1"]["batching"]
+    b = r["served"]["mlp/b1"]["graph_batching"]
     on, off = b["on"]["throughput"], b["off"]["throughput"]
     return on / off, f"{on:.0f} / {off:.0f} req/s at {b['on']['clients']} clients"
 
 
 def _g4_p99(r: Results) -> tuple[bool, str]:
-    b = r["served"]["mlp/b1"]["batching"]
+    b = r["served"]["mlp/b1"]["graph_batching"]
     on, off = b["on"]["latency"]["p99_ms"], b["off"]["latency"]["p99_ms"]
     return on <= off, f"p99 {on:.2f} ms on vs {off:.2f} ms off"
 
 
 def _g5(r: Results) -> tuple[float, str]:
     runs = [c for c in r["cold_start"]["mlp"] if c["server"] == "graph" and c["warmup_records"]]
-    worst = max(runs, key=lambda c: c["first_over_steady"])
-    return float(worst["first_over_steady"]), (
-        f"first {worst['first_request_ms']:.2f} ms / steady p50 {worst['steady_p50_ms']:.3f} ms "
-        f"(ready {worst['ready_s']:.2f} s)"
+    runs.sort(key=lambda c: c["first_over_steady"])
+    median = runs[(len(runs) - 1) // 2]  # the first request is one sample: the median run
+    every = ", ".join(f"{c['first_over_steady']:.2f}×" for c in runs)
+    return float(median["first_over_steady"]), (
+        f"first {median['first_request_ms']:.2f} ms / steady p50 {median['steady_p50_ms']:.3f} ms "
+        f"(ready {median['ready_s']:.2f} s), median of {len(runs)} cold starts: {every}"
     )
 
 
@@ -115,7 +117,14 @@ GOALS: tuple[Goal, ...] = (
     Goal("G1", "served graph / served eager p50, mlp b1, gRPC", "<=", 0.45, _g1),
     Goal("G2", "served graph / (in-process concrete + bare round trip)", "<=", 1.25, _g2),
     Goal("G3", "REST / gRPC p50, mlp b1", "<=", 1.5, _g3),
-    Goal("G4", "batching on / off throughput, 16 clients (p99 no worse)", ">=", 2.0, _g4, _g4_p99),
+    Goal(
+        "G4",
+        "graph batching on / off throughput, 16 clients (p99 no worse)",
+        ">=",
+        2.0,
+        _g4,
+        _g4_p99,
+    ),
     Goal("G5", "first request / steady p50 with warm-up records", "<=", 2.0, _g5),
     Goal(
         "G6",

@@ -10,6 +10,16 @@ from bench.inprocess import METHODS
 __all__ = ["goal_lines", "render_markdown"]
 
 _DASH = "—"
+_SERVED_ARMS = (
+    ("graph/grpc", "graph gRPC"),
+    ("eager/grpc", "eager gRPC"),
+    ("null/grpc", "null gRPC"),
+    ("graph/rest", "graph REST"),
+    ("eager/rest", "eager REST"),
+    ("null/rest", "null REST"),
+    ("peer/rest", "Flask peer REST"),
+)
+_SERVED_RATIOS = ("graph/eager", "graph/floor", "REST/gRPC", "peer/graph REST")
 
 
 def _ms(value: float | None, digits: int = 3) -> str:
@@ -111,17 +121,7 @@ def _served(results: dict[str, Any]) -> list[str]:
 
         rows.append(
             [key]
-            + [
-                f"{_ms(p(a))} / {_ms(p(a, 'p99_ms'))}"
-                for a in (
-                    "graph/grpc",
-                    "eager/grpc",
-                    "null/grpc",
-                    "graph/rest",
-                    "eager/rest",
-                    "peer/rest",
-                )
-            ]
+            + [f"{_ms(p(arm))} / {_ms(p(arm, 'p99_ms'))}" for arm, _ in _SERVED_ARMS]
             + [
                 ratio(p("graph/grpc"), p("eager/grpc")),
                 ratio(p("graph/grpc"), floor),
@@ -129,54 +129,54 @@ def _served(results: dict[str, Any]) -> list[str]:
                 ratio(p("peer/rest"), p("graph/rest")),
             ]
         )
-    header = [
-        "model",
-        "graph gRPC p50/p99",
-        "eager gRPC",
-        "null gRPC",
-        "graph REST",
-        "eager REST",
-        "Flask peer REST",
-        "graph/eager",
-        "graph/floor",
-        "REST/gRPC",
-        "peer/graph REST",
-    ]
+    header = ["model", *(title for _, title in _SERVED_ARMS), *_SERVED_RATIOS]
     return [
-        "## Served, concurrency 1",
+        "## Served, concurrency 1: p50 / p99",
         "",
         "floor = in-process concrete p50 + bare gRPC round trip (null server) p50",
         "",
-        *_table(header, rows, "lrrrrrrrrrr"),
+        *_table(header, rows, "l" + "r" * (len(header) - 1)),
     ]
 
 
 def _batching(served: dict[str, Any]) -> list[str]:
     rows = []
     for key, entry in served.items():
-        b = entry.get("batching")
-        if not b:
-            continue
-        off, on = b["off"], b["on"]
-        rows.append(
-            [
-                key,
-                str(on["clients"]),
-                f"{off['throughput']:.0f}",
-                f"{on['throughput']:.0f}",
-                _x(on["throughput"] / off["throughput"] if off["throughput"] else None),
-                _ms(off["latency"]["p99_ms"], 2),
-                _ms(on["latency"]["p99_ms"], 2),
-                str(off["errors"] + on["errors"]),
-            ]
-        )
+        for runner in ("graph", "eager"):
+            b = entry.get(f"{runner}_batching")
+            if not b:
+                continue
+            off, on = b["off"], b["on"]
+            rows.append(
+                [
+                    key,
+                    runner,
+                    str(on["clients"]),
+                    f"{off['throughput']:.0f}",
+                    f"{on['throughput']:.0f}",
+                    _x(on["throughput"] / off["throughput"] if off["throughput"] else None),
+                    _ms(off["latency"]["p99_ms"], 2),
+                    _ms(on["latency"]["p99_ms"], 2),
+                    str(off["errors"] + on["errors"]),
+                ]
+            )
     return [
         "## Batching, closed loop over gRPC",
         "",
         *_table(
-            ["model", "clients", "off req/s", "on req/s", "on/off", "off p99", "on p99", "errors"],
+            [
+                "model",
+                "server",
+                "clients",
+                "off req/s",
+                "on req/s",
+                "on/off",
+                "off p99",
+                "on p99",
+                "errors",
+            ],
             rows,
-            "lrrrrrrr",
+            "llrrrrrrr",
         ),
     ]
 

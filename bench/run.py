@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.goals import evaluate
+from bench.served import SERVER_KINDS
 
 __all__ = ["MODELS", "BenchModel", "BenchSpec", "run_bench", "write_results"]
 
@@ -49,9 +50,10 @@ class BenchSpec:
     in_process_s: float = 4.0  # per model and batch size, all five methods interleaved
     codec_s: float = 4.0
     served_s: float = 10.0  # per model and batch size, all seven arms interleaved
-    batching_s: float = 12.0  # per model, off and on together
+    batching_s: float = 10.0  # per model and runner, off and on together
     batching_clients: int = 16
     cold_start_steady: int = 200
+    cold_start_runs: int = 3  # the first request is one sample: the goal takes the median run
     cold_start: bool = True
     image: bool = True
 
@@ -65,6 +67,7 @@ class BenchSpec:
             served_s=0.5,
             batching_s=1.0,
             cold_start_steady=20,
+            cold_start_runs=1,
         )
 
 
@@ -132,7 +135,7 @@ def _export(run: _Run, model: BenchModel) -> Path:
 def _served(
     run: _Run,
     model: BenchModel,
-    kinds: tuple[str, ...] = ("graph", "eager", "null", "graph-batching", "peer"),
+    kinds: tuple[str, ...] = SERVER_KINDS,
     batching: bool = True,
 ) -> None:
     from bench.served import batching_load, encode_requests, model_servers, served_latency
@@ -155,14 +158,17 @@ def _served(
             }
             latency = served_latency(servers, requests, budget_s=run.spec.served_s)
             entry["latency"] = {arm: t.to_dict() for arm, t in latency.items()}
-            if batching and batch == 1 and "graph-batching" in servers:
-                run.say(f"served: {key}, {run.spec.batching_clients} clients, batching off/on")
-                entry["batching"] = batching_load(
-                    servers,
-                    requests,
-                    clients=run.spec.batching_clients,
-                    seconds=run.spec.batching_s,
-                ).to_dict()
+            for runner in ("graph", "eager"):
+                if batching and batch == 1 and f"{runner}-batching" in servers:
+                    clients = run.spec.batching_clients
+                    run.say(f"served: {key}, {runner}, {clients} clients, batching off/on")
+                    entry[f"{runner}_batching"] = batching_load(
+                        servers,
+                        requests,
+                        clients=clients,
+                        seconds=run.spec.batching_s,
+                        runner=runner,
+                    ).to_dict()
             run.results["served"][key] = entry
 
 
@@ -180,6 +186,7 @@ def _cold_start(run: _Run, model: BenchModel) -> None:
         build_payload(contract.inputs, batch_size=1),
         work_dir=run.spec.work_dir / "cold-start" / model.name,
         steady_requests=run.spec.cold_start_steady,
+        runs=run.spec.cold_start_runs,
         log=run.say,
     )
     run.results["cold_start"][model.name] = [s.to_dict() for s in starts]

@@ -7,11 +7,12 @@ For one exported model it starts, as child processes on free loopback ports:
     null            `graphserve serve null`: the same stack answering zeros, no model work — the
                     floor a served request cannot go below
     graph-batching  the graph server with TF Serving-style batching on (a parameters file)
+    eager-batching  the eager server with the same batching
     peer            `python -m bench.peer`: Flask calling `model.predict`, what users write first
 
 and measures, with the same request bytes for all, p50/p99 at concurrency 1 over gRPC and REST
 (interleaved rounds, see bench.timing) and throughput and p99 at 16 closed-loop clients with
-batching off (graph) and on (graph-batching), in alternating windows.
+batching off and on, for each runner, in alternating windows.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from graphserve.processes import ServerProcess
 
 __all__ = ["BATCHING_PARAMETERS", "SERVER_KINDS", "Batching", "model_servers", "served_latency"]
 
-SERVER_KINDS = ("graph", "eager", "null", "graph-batching", "peer")
+SERVER_KINDS = ("graph", "eager", "null", "graph-batching", "eager-batching", "peer")
 LATENCY_ARMS = ("graph", "eager", "null")
 
 # TF Serving's batching knobs for a CPU box (its guide: batch threads = cores, a short timeout);
@@ -54,17 +55,11 @@ def serve_args(kind: str, model_base_path: Path, source: str, work_dir: Path) ->
         return ["eager", source]
     if kind == "null":
         return ["null", "--model-base-path", str(model_base_path)]
-    if kind == "graph-batching":
+    if kind.endswith("-batching"):
         params = work_dir / "batching_parameters.txt"
         params.write_text(BATCHING_PARAMETERS)
-        return [
-            "graph",
-            "--model-base-path",
-            str(model_base_path),
-            "--enable-batching",
-            "--batching-parameters-file",
-            str(params),
-        ]
+        unbatched = serve_args(kind.removesuffix("-batching"), model_base_path, source, work_dir)
+        return [*unbatched, "--enable-batching", "--batching-parameters-file", str(params)]
     raise ValueError(f"unknown server kind {kind!r}: expected one of {', '.join(SERVER_KINDS)}")
 
 
@@ -159,10 +154,12 @@ def batching_load(
     clients: int = 16,
     seconds: float = 8.0,
     windows: int = 4,
+    runner: str = "graph",
 ) -> Batching:
-    """`clients` closed-loop gRPC clients on the graph server with batching off and on, in
-    `windows` alternating windows (off on on off ...) that share `seconds` in all."""
-    arms = {"off": servers["graph"].grpc_address, "on": servers["graph-batching"].grpc_address}
+    """`clients` closed-loop gRPC clients on the `runner` server with batching off and on
+    (`runner`-batching), in `windows` alternating windows (off on on off ...) that share
+    `seconds` in all."""
+    arms = {"off": servers[runner].grpc_address, "on": servers[f"{runner}-batching"].grpc_address}
     loads: dict[str, list[Load]] = {"off": [], "on": []}
     order = ["off", "on"]
     for _ in range(windows // 2):

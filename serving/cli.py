@@ -17,6 +17,8 @@ from rich.markup import escape
 from graphserve.console import EXIT_FAILED, EXIT_USAGE, configure_logging, quiet_tensorflow, stderr
 from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES, DEFAULT_METRICS_PATH
 
+MAX_AUTO_GRPC_WORKERS = 512  # the most threads batching sizes the gRPC pool to
+
 app = typer.Typer(
     help="Serve a model over the TensorFlow Serving gRPC and REST APIs.", no_args_is_help=True
 )
@@ -43,7 +45,14 @@ MaxMessageBytes = Annotated[
     ),
 ]
 GrpcWorkers = Annotated[
-    int, typer.Option("--grpc-workers", min=1, help="Threads serving gRPC requests.")
+    int | None,
+    typer.Option(
+        "--grpc-workers",
+        min=1,
+        help=f"Threads serving gRPC requests (default {DEFAULT_GRPC_WORKERS}; with batching, "
+        "enough to fill max_batch_size for every batch thread and one queued batch).",
+        show_default=False,
+    ),
 ]
 IntraOp = Annotated[
     int,
@@ -83,12 +92,13 @@ class _Serve:
     metrics: bool
     monitoring_config_file: Path | None
     max_message_bytes: int
-    grpc_workers: int
+    grpc_workers: int | None
     intra_op: int
     inter_op: int
     log_format: str
     enable_batching: bool = False
     batching_parameters_file: Path | None = None
+    batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
 
     def batching(self) -> Callable[[Any], Any]:
         """Wraps a runner in TF Serving-style batching when asked; the identity otherwise."""
@@ -110,6 +120,8 @@ class _Serve:
         except BatchingConfigError as exc:
             stderr.print(f"[red]error:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_USAGE) from None
+        # Each waiting request holds a gRPC thread, so too few threads would cap every batch.
+        self.batch_rows = params.max_batch_size * (params.num_batch_threads + 1)
         return lambda runner: BatchingRunner(runner, params)
 
     def run(self, load: Any) -> None:
@@ -144,7 +156,7 @@ class _Serve:
             host=self.host,
             grpc_port=self.grpc_port,
             rest_port=self.rest_port,
-            grpc_workers=self.grpc_workers,
+            grpc_workers=self.workers(),
             max_message_bytes=self.max_message_bytes,
             metrics_path=metrics_path,
         )
@@ -174,6 +186,12 @@ class _Serve:
             where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"
         stderr.print(f"[green]serving[/] {served}: {where} (Ctrl-C stops)")
         server.wait()
+
+    def workers(self) -> int:
+        """--grpc-workers, or the default, raised to fill the batches when batching is on."""
+        if self.grpc_workers:
+            return self.grpc_workers
+        return max(DEFAULT_GRPC_WORKERS, min(self.batch_rows, MAX_AUTO_GRPC_WORKERS))
 
     def _metrics_path(self) -> str | None:
         if self.monitoring_config_file is None:
@@ -218,7 +236,7 @@ def graph(
     metrics: Metrics = False,
     monitoring_config_file: MonitoringConfig = None,
     max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
-    grpc_workers: GrpcWorkers = DEFAULT_GRPC_WORKERS,
+    grpc_workers: GrpcWorkers = None,
     intra_op: IntraOp = 0,
     inter_op: InterOp = 0,
     log_format: LogFormat = "text",
@@ -303,7 +321,7 @@ def eager(
     metrics: Metrics = False,
     monitoring_config_file: MonitoringConfig = None,
     max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
-    grpc_workers: GrpcWorkers = DEFAULT_GRPC_WORKERS,
+    grpc_workers: GrpcWorkers = None,
     intra_op: IntraOp = 0,
     inter_op: InterOp = 0,
     log_format: LogFormat = "text",
@@ -373,7 +391,7 @@ def null(
     metrics: Metrics = False,
     monitoring_config_file: MonitoringConfig = None,
     max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
-    grpc_workers: GrpcWorkers = DEFAULT_GRPC_WORKERS,
+    grpc_workers: GrpcWorkers = None,
     intra_op: IntraOp = 0,
     inter_op: InterOp = 0,
     log_format: LogFormat = "text",

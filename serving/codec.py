@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -107,15 +108,17 @@ def array_from_proto(proto: tensor_pb2.TensorProto, input_name: str = "") -> np.
     shape = tuple(d.size for d in proto.tensor_shape.dim)
     if any(d < 0 for d in shape):
         raise InvalidInput(f"{what} has an unknown dimension in its shape {list(shape)}")
-    count = int(np.prod(shape, dtype=np.int64))
-    if proto.tensor_content:
+    count = math.prod(shape)
+    # Each read of a bytes field copies it out of the message: read it once.
+    content = proto.tensor_content
+    if content:
         dt = DTYPES[name]
-        if name == "string" or len(proto.tensor_content) != count * dt.itemsize:
+        if name == "string" or len(content) != count * dt.itemsize:
             raise InvalidInput(
-                f"{what}: tensor_content holds {len(proto.tensor_content)} bytes, expected "
+                f"{what}: tensor_content holds {len(content)} bytes, expected "
                 f"{count * dt.itemsize} for {name} of shape {list(shape)}"
             )
-        return np.frombuffer(proto.tensor_content, dtype=dt).reshape(shape)
+        return np.frombuffer(content, dtype=dt).reshape(shape)
     values = getattr(proto, _VAL_FIELD[name])
     if name == "string":
         flat = np.empty(len(values), dtype=object)

@@ -5,9 +5,11 @@ The graph server and the eager server are this same class; only the registry's r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 
@@ -21,12 +23,34 @@ from serving.metrics import ServingMetrics
 from serving.registry import ModelRegistry
 from serving.rest_api import RestServer
 
-__all__ = ["ModelServer", "ServerOptions"]
+__all__ = ["ModelServer", "ServerOptions", "prime_threads"]
 
 log = logging.getLogger("graphserve.server")
 
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
+
+
+def prime_threads(
+    pool: futures.ThreadPoolExecutor, count: int, work: Callable[[], object], timeout: float = 30.0
+) -> None:
+    """Start `count` threads of `pool` now and run `work` once on each.
+
+    The first TensorFlow call on a thread sets up that thread's eager context, and the first
+    pass through the request path runs cold code; warm-up records warm the model, not the
+    threads. Done before the server takes requests, the first request after ready costs about
+    what the next ones do. Each task waits for the others, so every one gets its own thread.
+    """
+    barrier = threading.Barrier(count, timeout=timeout)
+
+    def prime() -> None:
+        # A pool smaller than `count` breaks the barrier: prime the threads there are.
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait()
+        work()
+
+    for future in [pool.submit(prime) for _ in range(count)]:
+        future.result()
 
 
 @dataclass
@@ -66,10 +90,9 @@ class ModelServer:
             ("grpc.max_receive_message_length", opts.max_message_bytes),
             ("grpc.max_send_message_length", opts.max_message_bytes),
         ]
-        self._grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=opts.grpc_workers, thread_name_prefix="grpc"),
-            options=limits,
-        )
+        workers = futures.ThreadPoolExecutor(opts.grpc_workers, thread_name_prefix="grpc")
+        prime_threads(workers, opts.grpc_workers, self._warm_this_thread)
+        self._grpc = grpc.server(workers, options=limits)
         add_services(self._grpc, self.plane)
         health_servicer = self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
@@ -95,6 +118,25 @@ class ModelServer:
             self.rest_port,
         )
         return self
+
+    def _warm_this_thread(self) -> None:
+        """Replay the warm-up records of every model's newest version on this thread, as the
+        loader did on its own (TF Serving replays them at load; its threads need nothing more,
+        ours each set up TensorFlow's per-thread state on first use). A model without records
+        stays as cold as it is; the thread still runs one op to set up TensorFlow."""
+        import tensorflow as tf
+
+        from exporter.warmup import replay_warmup
+
+        tf.constant(0.0).numpy()
+        for name in self.registry.names():
+            try:
+                runner = self.plane.servable(name).runner
+                version_dir = getattr(runner, "path", None)
+                if version_dir is not None:
+                    replay_warmup(version_dir, runner.run)
+            except Exception as exc:  # warming must never keep a server from starting
+                log.debug("warming a gRPC thread for %s skipped: %s", name, exc)
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop accepting requests, let in-flight ones finish (up to `grace` s), then close.

@@ -390,3 +390,32 @@ def test_grpc_predict_through_a_batching_server_matches_unbatched(
         np.testing.assert_allclose(answer, unbatched[i : i + 1], rtol=1e-5, atol=1e-5)
     assert runner.stats.rows == 16
     assert runner.stats.batches < 16
+
+
+def _serve_options(tmp_path: Path, grpc_workers: int | None, batching: str | None) -> Any:
+    from serving.cli import _Serve
+
+    params = None
+    if batching is not None:
+        params = tmp_path / "batching.txt"
+        params.write_text(batching)
+    return _Serve(
+        host="127.0.0.1", grpc_port=0, rest_port=0, metrics=False, monitoring_config_file=None,
+        max_message_bytes=1 << 20, grpc_workers=grpc_workers, intra_op=0, inter_op=0,
+        log_format="text", batching_parameters_file=params,
+    )  # fmt: skip
+
+
+def test_batching_sizes_the_grpc_pool_so_batches_can_fill(tmp_path: Path) -> None:
+    from serving.defaults import DEFAULT_GRPC_WORKERS
+
+    # every waiting request holds a gRPC thread: 16 rows x (2 batch threads + 1 queued batch)
+    serve = _serve_options(
+        tmp_path, None, "max_batch_size { value: 16 }\nnum_batch_threads { value: 2 }\n"
+    )
+    serve.batching()
+    assert serve.workers() == max(DEFAULT_GRPC_WORKERS, 48)
+    explicit = _serve_options(tmp_path, 6, "max_batch_size { value: 16 }\n")
+    explicit.batching()
+    assert explicit.workers() == 6  # the operator's choice stands
+    assert _serve_options(tmp_path, None, None).workers() == DEFAULT_GRPC_WORKERS

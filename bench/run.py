@@ -2,13 +2,13 @@
 
     in-process   mlp b1 and b32, power, cnn: concrete / eager / predict / function / xla
     codec        224×224×3 float32: tensor_content vs typed fields vs JSON
+    cold start   per model: graph with and without warm-up records, and eager
     served       per model: graph, eager, null and peer at concurrency 1 (gRPC and REST), and
                  batching off vs on at 16 clients; the image model's served p50 for the codec goal
-    cold start   per model: graph with and without warm-up records, and eager
 
 Order matters on a small machine: the in-process suites run first, before any server exists;
-each model's servers run only while that model is measured; cold starts run with nothing else
-up. Results go to OUT/results.json and OUT/results.md.
+cold starts run next, one server at a time; each model's servers run only while that model is
+measured. Results go to OUT/results.json and OUT/results.md.
 """
 
 from __future__ import annotations
@@ -91,13 +91,14 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     run.results.update(environment=environment(), in_process={}, codec={}, served={}, cold_start={})
     _in_process(run)
     _codec(run)
-    for model in spec.models:
-        _served(run, model)
-    if spec.image:
-        _served(run, IMAGE, kinds=("graph",), batching=False)
-    if spec.cold_start:
+    bases = {model.name: _export(run, model) for model in spec.models}
+    if spec.cold_start:  # first, while this process has no channels or servers of its own
         for model in spec.models:
-            _cold_start(run, model)
+            _cold_start(run, model, bases[model.name])
+    for model in spec.models:
+        _served(run, model, bases[model.name])
+    if spec.image:
+        _served(run, IMAGE, _export(run, IMAGE), kinds=("graph",), batching=False)
     run.results["seconds"] = time.perf_counter() - started
     run.results["goals"] = [g.to_dict() for g in evaluate(run.results)]
     return run.results
@@ -135,6 +136,7 @@ def _export(run: _Run, model: BenchModel) -> Path:
 def _served(
     run: _Run,
     model: BenchModel,
+    base: Path,
     kinds: tuple[str, ...] = SERVER_KINDS,
     batching: bool = True,
 ) -> None:
@@ -142,7 +144,6 @@ def _served(
     from loadtest.metadata import fetch_specs
     from loadtest.payloads import build_payload
 
-    base = _export(run, model)
     run.say(f"starting {', '.join(kinds)} servers for {model.name}")
     with model_servers(model.name, base, model.source, run.spec.work_dir, kinds) as servers:
         specs = fetch_specs("grpc", servers["graph"].grpc_address, model.name, "serving_default")
@@ -172,7 +173,7 @@ def _served(
             run.results["served"][key] = entry
 
 
-def _cold_start(run: _Run, model: BenchModel) -> None:
+def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
     from exporter.sources import load_source, resolve_contracts
     from loadtest.coldstart import cold_start_suite
     from loadtest.payloads import build_payload
@@ -180,7 +181,7 @@ def _cold_start(run: _Run, model: BenchModel) -> None:
     contract = resolve_contracts(load_source(model.source))[0]
     run.say(f"cold start: {model.name}")
     starts = cold_start_suite(
-        run.spec.work_dir / "models" / model.name,
+        base,
         model.source,
         model.name,
         build_payload(contract.inputs, batch_size=1),

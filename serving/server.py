@@ -6,6 +6,7 @@ The graph server and the eager server are this same class; only the registry's r
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import threading
 import time
@@ -92,6 +93,10 @@ class ModelServer:
         ]
         workers = futures.ThreadPoolExecutor(opts.grpc_workers, thread_name_prefix="grpc")
         prime_threads(workers, opts.grpc_workers, self._warm_this_thread)
+        # TensorFlow and the models leave millions of long-lived objects; frozen, the collector
+        # stops walking them, so no request pays for a full collection over all of them.
+        gc.collect()
+        gc.freeze()
         self._grpc = grpc.server(workers, options=limits)
         add_services(self._grpc, self.plane)
         health_servicer = self._health = health.HealthServicer()

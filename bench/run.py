@@ -140,21 +140,26 @@ def _served(
     kinds: tuple[str, ...] = SERVER_KINDS,
     batching: bool = True,
 ) -> None:
-    from bench.served import batching_load, encode_requests, model_servers, served_latency
+    from bench.served import (
+        batching_load,
+        encode_requests,
+        model_servers,
+        served_latency,
+        server_kinds_json,
+    )
     from loadtest.metadata import fetch_specs
     from loadtest.payloads import build_payload
 
     run.say(f"starting {', '.join(kinds)} servers for {model.name}")
     with model_servers(model.name, base, model.source, run.spec.work_dir, kinds) as servers:
         specs = fetch_specs("grpc", servers["graph"].grpc_address, model.name, "serving_default")
+        started = server_kinds_json(servers)
         for batch in model.batch_sizes:
             key = f"{model.name}/b{batch}"
             run.say(f"served: {key} at concurrency 1")
             requests = encode_requests(model.name, build_payload(specs, batch_size=batch))
             entry: dict[str, Any] = {
-                "servers": {
-                    k: {"command": p.args[1:], "ready_s": p.ready_s} for k, p in servers.items()
-                },
+                "servers": started,
                 "request_bytes": {"grpc": len(requests.grpc), "rest": len(requests.rest_body)},
             }
             latency = served_latency(servers, requests, budget_s=run.spec.served_s)

@@ -49,7 +49,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from google.protobuf import message, text_format
 
-from serving.errors import FailedPrecondition, InvalidInput, ServingError, Unavailable
+from serving.deadline import current_deadline
+from serving.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidInput,
+    ServingError,
+    Unavailable,
+)
 from serving.textproto import message_class
 
 if TYPE_CHECKING:  # runners import TensorFlow; parsing a parameters file must not
@@ -227,6 +234,7 @@ class BatchingStats:
     padding_rows: int = 0  # rows added to reach an allowed batch size
     rejected: int = 0  # requests turned away because the queue was full
     failed_batches: int = 0  # runs that raised; every request in them got the error
+    expired: int = 0  # requests whose deadline passed in the queue: dropped, never run
     queued_rows: int = 0  # rows waiting in the queues at the time of the snapshot
 
 
@@ -236,6 +244,7 @@ class _Piece:
 
     inputs: Arrays
     rows: int
+    deadline: float | None = None  # the request's (serving.deadline), on monotonic time
     result: Future[Arrays] = field(default_factory=Future)
 
 
@@ -334,6 +343,7 @@ class BatchingRunner:
 
     def _enqueue(self, key: _QueueKey, inputs: Arrays, rows: int) -> list[_Piece]:
         limit = self.params.execution_batch_size
+        deadline = current_deadline()
         with self._cond:
             if self._closed:
                 raise Unavailable("the batching runner is closed: the model is being unloaded")
@@ -343,7 +353,7 @@ class BatchingRunner:
             start = 0
             for size in self._piece_sizes(batches[-1].rows if batches else 0, rows):
                 piece_inputs = inputs if size == rows else _rows(inputs, start, size)
-                pieces.append(_Piece(piece_inputs, size))
+                pieces.append(_Piece(piece_inputs, size, deadline))
                 start += size
                 if not batches or batches[-1].rows + size > limit:
                     batches.append(_Batch(opened=time.monotonic()))
@@ -437,12 +447,13 @@ class BatchingRunner:
         return max(due - time.monotonic(), 0.0)
 
     def _process(self, signature: str, batch: _Batch) -> None:
-        pieces = batch.pieces
-        padding = self.params.padded_size(batch.rows) - batch.rows
+        pieces = self._unexpired(batch.pieces)
+        if not pieces:
+            return
+        rows = sum(piece.rows for piece in pieces)
+        padding = self.params.padded_size(rows) - rows
         with self._cond:
-            self._counts.update(
-                batches=1, requests=len(pieces), rows=batch.rows, padding_rows=padding
-            )
+            self._counts.update(batches=1, requests=len(pieces), rows=rows, padding_rows=padding)
         try:
             merged = self._merge(pieces, padding)
             outputs = self.runner.run(signature, merged)
@@ -460,6 +471,22 @@ class BatchingRunner:
             return
         for piece, part in zip(pieces, parts, strict=True):
             piece.result.set_result(part)
+
+    def _unexpired(self, pieces: list[_Piece]) -> list[_Piece]:
+        """The pieces whose client still waits; the others fail with DeadlineExceeded unrun."""
+        now = time.monotonic()
+        live = []
+        for piece in pieces:
+            if piece.deadline is None or now < piece.deadline:
+                live.append(piece)
+            else:
+                piece.result.set_exception(
+                    DeadlineExceeded("the request's deadline passed while it waited to be batched")
+                )
+        if len(live) < len(pieces):
+            with self._cond:
+                self._counts["expired"] += len(pieces) - len(live)
+        return live
 
     def _merge(self, pieces: list[_Piece], padding: int) -> Arrays:
         if len(pieces) == 1 and not padding:

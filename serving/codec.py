@@ -16,6 +16,7 @@ import base64
 import binascii
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 from exporter.signature import DTYPES, TensorSpec
+from serving.defaults import DEFAULT_MAX_JSON_DEPTH
 from serving.errors import InvalidInput
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "as_bytes",
     "decode_json_request",
     "encode_json_response",
+    "json_depth",
     "numpy_dtype_name",
     "parse_json_body",
     "to_json_value",
@@ -159,22 +162,45 @@ def as_bytes(value: object) -> bytes:
 def validate_inputs(
     inputs: Mapping[str, np.ndarray], specs: Mapping[str, TensorSpec]
 ) -> dict[str, np.ndarray]:
-    """Check names, dtypes and shapes against the signature; returns the inputs in spec order."""
-    for name in inputs:
+    """Check names, dtypes and shapes against the signature; returns the inputs by name.
+
+    Problems are reported in name order, so a request gets the same message from every server.
+    """
+    for name in sorted(inputs):
         if name not in specs:
             raise InvalidInput(f"unknown input {name!r}: this signature takes {_names(specs)}")
+    missing = sorted(set(specs) - set(inputs))
+    if len(missing) == 1:
+        (name,) = missing
+        raise InvalidInput(f"missing input {name!r}: expected {specs[name].describe()}")
+    if missing:
+        raise InvalidInput(f"missing inputs {', '.join(map(repr, missing))}: expected all of them")
     checked: dict[str, np.ndarray] = {}
-    for name, spec in specs.items():
-        if name not in inputs:
-            raise InvalidInput(f"missing input {name!r}: expected {spec.describe()}")
+    for name in sorted(specs):
+        spec = specs[name]
         array = inputs[name]
         got = numpy_dtype_name(array)
         if got != spec.dtype or not _shape_fits(array.shape, spec.shape):
+            raise InvalidInput(_mismatch(spec, got, array.shape))
+        if spec.shape and spec.shape[0] is None and array.shape[0] == 0:
             raise InvalidInput(
-                f"input {name!r} expects {spec.describe()}, got {got} of shape {list(array.shape)}"
+                f"input {name!r} is a batch of zero rows: send at least one ({spec.describe()})"
             )
         checked[name] = array
     return checked
+
+
+def _mismatch(spec: TensorSpec, got: str, shape: tuple[int, ...]) -> str:
+    message = f"input {spec.name!r} expects {spec.describe()}, got {got} of shape {list(shape)}"
+    fixed = spec.shape[0] if spec.shape else None
+    batch_only = (
+        got == spec.dtype
+        and len(shape) == len(spec.shape)
+        and _shape_fits(shape[1:], spec.shape[1:])
+    )
+    if batch_only and fixed is not None and shape[0] != fixed:
+        return f"{message}: the model's batch dimension is fixed at {fixed} rows"
+    return message
 
 
 def _shape_fits(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
@@ -184,23 +210,53 @@ def _shape_fits(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> boo
 
 
 def _names(specs: Mapping[str, TensorSpec]) -> str:
-    return ", ".join(repr(n) for n in specs)
+    return ", ".join(repr(n) for n in sorted(specs))
 
 
 # ---------------------------------------------------------------------------------------------
 # JSON (REST)
 
 
-def parse_json_body(body: bytes) -> dict[str, Any]:
-    """The request body as a JSON object; raises InvalidInput saying what is wrong with it."""
+# A JSON string, escapes included (the unrolled form: no backtracking on long strings).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest, found without parsing it: strings
+    are cut out, then the brackets are counted (numpy, so a 64 MiB body takes milliseconds)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
+    return int(steps.cumsum().max())
+
+
+def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
+    """The request body as a JSON object; raises InvalidInput saying what is wrong with it.
+
+    NaN, Infinity and -Infinity are accepted, as TF Serving accepts them. Arrays and objects
+    nested deeper than `max_depth` are refused before parsing.
+    """
     if not body.strip():
         raise InvalidInput(
             "request body is empty: expected a JSON object with 'instances' or 'inputs'"
+        )
+    depth = json_depth(body)
+    if depth > max_depth:
+        raise InvalidInput(
+            f"request body nests JSON arrays and objects {depth} deep; the limit is "
+            f"{max_depth} (--max-json-depth)"
         )
     try:
         request = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:  # a limit above the interpreter's own
+        raise InvalidInput(
+            f"request body nests JSON too deeply for this server; the limit is {max_depth}"
+        ) from None
     if not isinstance(request, dict):
         raise InvalidInput("request body must be a JSON object with 'instances' or 'inputs'")
     return request
@@ -222,8 +278,10 @@ def decode_json_request(
 
 
 def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, np.ndarray]:
-    if not isinstance(instances, list) or not instances:
-        raise InvalidInput("'instances' must be a non-empty list")
+    if not isinstance(instances, list):
+        raise InvalidInput(f"'instances' must be a list of rows, got {type(instances).__name__}")
+    if not instances:
+        raise InvalidInput("'instances' is an empty list: send at least one row")
     named = all(isinstance(row, dict) and not _is_b64(row) for row in instances)
     if not named:
         if len(specs) != 1:
@@ -280,15 +338,15 @@ def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray
 
 def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     target = spec.np_dtype
+    if array.dtype.kind == "O":
+        array = _numbers(array, spec)
     kind = array.dtype.kind
-    if kind == "O":
-        raise InvalidInput(
-            f"input {spec.name!r} expects {spec.describe()}, got objects or mixed values"
-        )
     if spec.dtype == "bool":
         if kind != "b":
             raise InvalidInput(f"input {spec.name!r} expects bool values (true/false)")
         return array
+    if kind == "b":
+        raise InvalidInput(f"input {spec.name!r} expects {spec.describe()}, got true/false")
     if target.kind in "iu":
         if kind == "f":
             raise InvalidInput(
@@ -296,11 +354,49 @@ def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
             )
         info = np.iinfo(target)
         if array.size and (array.min() < info.min or array.max() > info.max):
+            raise _out_of_range(spec, info.min, info.max)
+        return array.astype(target, copy=False)
+    with np.errstate(over="ignore"):  # overflow is checked, and reported, below
+        cast = array.astype(target, copy=False)
+    # A finite number past float32's (or float16's) range would quietly become infinity.
+    overflowed = (
+        kind == "f"
+        and cast is not array
+        and not np.isfinite(cast).all()
+        and (np.isfinite(array) & ~np.isfinite(cast)).any()
+    )
+    if overflowed:
+        limit = float(np.finfo(target).max)
+        raise _out_of_range(spec, -limit, limit)
+    return cast
+
+
+def _out_of_range(spec: TensorSpec, low: float, high: float) -> InvalidInput:
+    return InvalidInput(
+        f"input {spec.name!r}: values out of range for {spec.dtype} [{low}, {high}]"
+    )
+
+
+def _numbers(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """An object array numpy built from JSON numbers it could not type (integers past int64),
+    as numbers; anything else (null, {"b64": ...}, objects) is refused by its JSON type."""
+    values = array.reshape(-1)
+    for value in values:
+        if _is_b64(value):
             raise InvalidInput(
-                f"input {spec.name!r}: values out of range for {spec.dtype} "
-                f"[{info.min}, {info.max}]"
+                f'input {spec.name!r} is {spec.dtype}: {{"b64": ...}} is only for string inputs'
             )
-    return array.astype(target, copy=False)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            what = "null" if value is None else type(value).__name__
+            raise InvalidInput(f"input {spec.name!r} expects {spec.describe()}, got {what}")
+    if spec.np_dtype.kind in "iu":  # only integers past int64 make numpy fall back to objects
+        info = np.iinfo(spec.np_dtype)
+        raise _out_of_range(spec, info.min, info.max)
+    try:
+        return np.array(values.tolist(), dtype=np.float64).reshape(array.shape)
+    except OverflowError:
+        limit = float(np.finfo(spec.np_dtype).max)
+        raise _out_of_range(spec, -limit, limit) from None
 
 
 def _string_array(value: Any, name: str) -> np.ndarray:

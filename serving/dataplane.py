@@ -22,6 +22,7 @@ from tensorflow_serving.apis import (
 )
 
 from serving.codec import as_bytes, validate_inputs
+from serving.deadline import check_deadline
 from serving.errors import FailedPrecondition, InvalidInput, Unavailable
 from serving.metrics import Measure, ServingMetrics
 from serving.registry import ModelRegistry, Servable, VersionRef
@@ -70,6 +71,12 @@ class DataPlane:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
     def servable(self, name: str, version: VersionRef = None) -> Servable:
+        if not name:
+            raise InvalidInput(
+                "model_spec.name is empty: name the model to serve (this server has "
+                + (", ".join(repr(n) for n in self.registry.names()) or "none")
+                + ")"
+            )
         return self.registry.get(name, version)
 
     @staticmethod
@@ -100,6 +107,7 @@ class DataPlane:
                     + ", ".join(repr(o) for o in signature.outputs)
                 )
         checked = validate_inputs(inputs, signature.inputs)
+        check_deadline("before the model ran")
         started = time.perf_counter()
         outputs = servable.runner.run(signature.name, checked)
         if self.metrics is not None:
@@ -190,14 +198,17 @@ class DataPlane:
         return response
 
     def status(self, name: str, version: VersionRef) -> get_model_status_pb2.GetModelStatusResponse:
-        """Every version's state (failed loads with their error), or one version's."""
+        """Every version's state (failed loads with their error), or one version's. A version
+        still serving whose files broke is AVAILABLE with error_code OK and the reason as its
+        message; an error code goes with END only, as in TF Serving."""
         response = get_model_status_pb2.GetModelStatusResponse()
         for status in self.registry.statuses(name, version):
             response.model_version_status.add(
                 version=status.version,
                 state=get_model_status_pb2.ModelVersionStatus.State.Value(status.state),
                 status=status_pb2.StatusProto(
-                    error_code=_UNKNOWN if status.error else 0, error_message=status.error
+                    error_code=_UNKNOWN if status.error and status.state == "END" else 0,
+                    error_message=status.error,
                 ),
             )
         return response

@@ -4,6 +4,7 @@
     ├── InvalidInput             (INVALID_ARGUMENT / 400) the request does not fit the signature
     ├── FailedPrecondition       (FAILED_PRECONDITION / 400) e.g. unknown signature name
     ├── NotFound                 (NOT_FOUND / 404) unknown model or version
+    ├── PayloadTooLarge          (RESOURCE_EXHAUSTED / 413) the request is over the size limit
     ├── Unavailable              (UNAVAILABLE / 503) the model exists but cannot serve right now
     ├── DeadlineExceeded         (DEADLINE_EXCEEDED / 504) the client's deadline passed first
     └── Unimplemented            (UNIMPLEMENTED / 501) an API this server does not offer
@@ -21,6 +22,7 @@ __all__ = [
     "FailedPrecondition",
     "InvalidInput",
     "NotFound",
+    "PayloadTooLarge",
     "ServingError",
     "Unavailable",
     "Unimplemented",
@@ -51,6 +53,11 @@ class FailedPrecondition(ServingError):
 class NotFound(ServingError):
     grpc_code = grpc.StatusCode.NOT_FOUND
     http_status = 404
+
+
+class PayloadTooLarge(ServingError):
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    http_status = 413
 
 
 class Unavailable(ServingError):

@@ -23,12 +23,13 @@ from tensorflow_serving.apis import (
 
 from serving.codec import array_from_proto, array_to_proto
 from serving.dataplane import DataPlane, model_spec
-from serving.errors import DeadlineExceeded, ServingError, Unimplemented
+from serving.deadline import check_deadline, deadline_scope
+from serving.errors import ServingError, Unimplemented
 from serving.registry import Servable, VersionRef
 from serving.signature import ServedSignature
 from serving.tfexample import examples_from_input
 
-__all__ = ["add_services"]
+__all__ = ["UndecodableRequests", "add_services"]
 
 log = logging.getLogger("graphserve.grpc")
 
@@ -53,18 +54,47 @@ def _mapped(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class _Undecodable:
+    """What a request that is not its message type decodes to, so it can be answered."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class UndecodableRequests(grpc.ServerInterceptor):
+    """Bytes that do not parse as the method's request message get INVALID_ARGUMENT naming the
+    message type. grpc's default is INTERNAL ("Exception deserializing request!") and a
+    traceback in the log for every such request, which would make a client's bug look like a
+    server fault."""
+
+    def intercept_service(self, continuation: Any, details: Any) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.request_deserializer is None or not handler.unary_unary:
+            return handler
+        parse, behaviour = handler.request_deserializer, handler.unary_unary
+
+        def deserialize(data: bytes) -> Any:
+            try:
+                return parse(data)
+            except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
+                return _Undecodable(exc)
+
+        def serve(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, _Undecodable):
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"the request is not a valid message for {details.method}: {request.error}",
+                )
+            return behaviour(request, context)
+
+        return handler._replace(request_deserializer=deserialize, unary_unary=serve)
+
+
 def _version(spec: Any) -> VersionRef:
     """ModelSpec's version choice: a number, a label, or neither (the newest)."""
     if spec.HasField("version"):
         return int(spec.version.value)
     return spec.version_label or None
-
-
-def _check_deadline(context: grpc.ServicerContext) -> None:
-    """Do no work for a client that has stopped waiting (its deadline passed in a queue)."""
-    remaining = context.time_remaining()
-    if remaining is not None and remaining <= 0:
-        raise DeadlineExceeded("the request's deadline passed before the model ran")
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
@@ -75,9 +105,13 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def _resolve(
         self, spec: Any, context: grpc.ServicerContext
     ) -> Iterator[tuple[Servable, ServedSignature]]:
-        """The servable and signature a request names, resolved inside its measurement."""
-        with self.plane.measure(spec.name, "grpc") as measure:
-            _check_deadline(context)
+        """The servable and signature a request names, resolved inside its measurement and
+        under the client's deadline (no work for a client that stopped waiting in a queue)."""
+        with (
+            self.plane.measure(spec.name, "grpc") as measure,
+            deadline_scope(context.time_remaining()),
+        ):
+            check_deadline("before the request was read")
             servable = measure.servable = self.plane.servable(spec.name, _version(spec))
             signature = self.plane.signature(servable, spec.signature_name)
             measure.signature = signature.name

@@ -7,13 +7,18 @@
     POST /v1/models/NAME[/versions/V]:regress    the same, for regression signatures
 
 Errors are `{"error": "..."}` with the HTTP status of the ServingError (see serving.errors).
+Bodies may be gzip-compressed (`Content-Encoding: gzip`, as TF Serving accepts); the limit
+applies to the body as sent and as decompressed (413 past it). A `Grpc-Timeout` header sets the
+request's deadline (serving.deadline; 504 once it passes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http import HTTPStatus
@@ -26,8 +31,9 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 
 from serving.codec import decode_json_request, encode_json_response, parse_json_body
 from serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
-from serving.defaults import DEFAULT_MAX_BODY_BYTES
-from serving.errors import InvalidInput, ServingError
+from serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
+from serving.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
+from serving.errors import InvalidInput, PayloadTooLarge, ServingError
 from serving.registry import Servable, VersionRef
 from serving.signature import ServedSignature
 from serving.tfexample import examples_from_json
@@ -35,6 +41,8 @@ from serving.tfexample import examples_from_json
 __all__ = ["RestServer"]
 
 log = logging.getLogger("graphserve.rest")
+
+LINGER_BYTES = 64 * 1024 * 1024  # the most of a refused body read (and dropped) after a 413
 
 _ROUTE = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)"
@@ -49,15 +57,34 @@ def _proto_json(message: Message) -> Any:
     )
 
 
+def gunzip(body: bytes, limit: int) -> bytes:
+    """A gzip body decompressed, refused with 413 once it passes `limit` bytes (a small body
+    can inflate a thousandfold) and with 400 when it is not gzip or is cut short."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # expect the gzip header and trailer
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(
+            f"request body is not valid gzip (Content-Encoding: gzip): {exc}"
+        ) from None
+    if len(data) > limit:
+        raise PayloadTooLarge(
+            f"gzip request body decompresses past the limit of {limit} bytes (--max-message-bytes)"
+        )
+    if not inflater.eof:
+        raise InvalidInput("gzip request body is truncated: the compressed stream does not end")
+    return data
+
+
 @contextmanager
 def _resolve(
-    plane: DataPlane, name: str, version: VersionRef, body: bytes
+    plane: DataPlane, name: str, version: VersionRef, body: bytes, max_depth: int
 ) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any]]]:
     """The servable, signature and parsed body of a POST, resolved inside its measurement."""
     with plane.measure(name, "rest") as measure:
         servable = measure.servable = plane.servable(name, version)
         # The signature name sits inside the body, so the body is parsed once, up front.
-        request = parse_json_body(body)
+        request = parse_json_body(body, max_depth)
         signature = plane.signature(servable, str(request.get("signature_name") or ""))
         measure.signature = signature.name
         yield servable, signature, request
@@ -70,6 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
     wbufsize = 64 * 1024
     disable_nagle_algorithm = True
     server: RestServer
+    _unread = 0  # bytes of a refused body left in the socket
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -80,13 +108,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         content_type = "application/json"
         status: int
+        self._unread = 0
         metrics = self.server.plane.metrics
         try:
             body = self._read_body() if method == "POST" else b""
             if metrics is not None and method == "GET" and self.path == metrics.path:
                 status, (payload, content_type) = HTTPStatus.OK, metrics.render()
             else:
-                status, payload = self._dispatch(method, body)
+                timeout = self.headers.get(TIMEOUT_HEADER)
+                with deadline_scope(parse_timeout(timeout) if timeout else None):
+                    status, payload = self._dispatch(method, body)
         except ServingError as exc:
             status, payload = exc.http_status, json.dumps({"error": exc.message}).encode()
         except Exception as exc:  # the server must survive anything a request does
@@ -96,18 +127,52 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        if self.close_connection:  # an unread body: tell the client this connection is done
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(payload)
+        if self._unread:
+            self._linger(self._unread)
 
     def _read_body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > self.server.max_body_bytes:
-            self.close_connection = True  # the unread body must not be taken as a request
+        """The body, decompressed; a body left unread closes the connection after the answer,
+        so that it is never taken for the next request."""
+        limit = self.server.max_body_bytes
+        length = self.headers.get("Content-Length") or "0"
+        if self.headers.get("Transfer-Encoding") or not length.isdigit():
+            self.close_connection = True
             raise InvalidInput(
-                f"request body of {length} bytes exceeds the limit of "
-                f"{self.server.max_body_bytes} bytes"
+                f"request body needs a Content-Length (got {length!r}, Transfer-Encoding "
+                f"{self.headers.get('Transfer-Encoding')!r}); chunked bodies are not supported"
             )
-        return self.rfile.read(length)
+        if int(length) > limit:
+            self.close_connection = True
+            self._unread = int(length)
+            raise PayloadTooLarge(
+                f"request body of {length} bytes exceeds the limit of {limit} bytes "
+                "(--max-message-bytes)"
+            )
+        body = self.rfile.read(int(length))
+        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding == "gzip":
+            return gunzip(body, limit)
+        if encoding != "identity":
+            raise InvalidInput(f"Content-Encoding {encoding!r} is not supported: use gzip or none")
+        return body
+
+    def _linger(self, unread: int) -> None:
+        """After answering, read and drop a body that was refused unread (up to LINGER_BYTES,
+        for up to a second), so that a client still sending it reads the 413 instead of a reset
+        connection."""
+        self.wfile.flush()
+        self.connection.settimeout(1.0)
+        left = min(unread, LINGER_BYTES)
+        with contextlib.suppress(OSError):
+            while left > 0:
+                chunk = self.rfile.read1(min(left, 1 << 16))  # type: ignore[attr-defined]
+                if not chunk:
+                    break
+                left -= len(chunk)
 
     def _dispatch(self, method: str, body: bytes) -> tuple[int, bytes]:
         path = self.path.split("?", 1)[0]
@@ -141,19 +206,19 @@ class _Handler(BaseHTTPRequestHandler):
             }
         ).encode()
 
-    @staticmethod
-    def _predict(plane: DataPlane, name: str, version: VersionRef, body: bytes) -> bytes:
-        with _resolve(plane, name, version, body) as (servable, signature, request):
+    def _predict(self, plane: DataPlane, name: str, version: VersionRef, body: bytes) -> bytes:
+        depth = self.server.max_json_depth
+        with _resolve(plane, name, version, body, depth) as (servable, signature, request):
             inputs, fmt = decode_json_request(request, signature.inputs)
             outputs = plane.predict(servable, signature, inputs)
             return encode_json_response(outputs, row_format=fmt == "row")
 
-    @staticmethod
     def _examples(
-        plane: DataPlane, name: str, version: VersionRef, body: bytes, verb: str
+        self, plane: DataPlane, name: str, version: VersionRef, body: bytes, verb: str
     ) -> bytes:
         """:classify and :regress: tf.Example features in, TF Serving's `result` out."""
-        with _resolve(plane, name, version, body) as (servable, signature, request):
+        depth = self.server.max_json_depth
+        with _resolve(plane, name, version, body, depth) as (servable, signature, request):
             examples = examples_from_json(request)
             if verb == "classify":
                 result: list[Any] = [
@@ -177,7 +242,9 @@ class RestServer(ThreadingHTTPServer):
         address: tuple[str, int],
         plane: DataPlane,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     ) -> None:
         self.plane = plane
         self.max_body_bytes = max_body_bytes
+        self.max_json_depth = max_json_depth
         super().__init__(address, _Handler)

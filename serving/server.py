@@ -18,8 +18,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from serving.dataplane import DataPlane
-from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES
-from serving.grpc_api import add_services
+from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
+from serving.grpc_api import UndecodableRequests, add_services
 from serving.metrics import ServingMetrics
 from serving.registry import ModelRegistry
 from serving.rest_api import RestServer
@@ -63,6 +63,8 @@ class ServerOptions:
     rest_port: int = 8501
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_concurrent_rpcs: int | None = None  # gRPC calls in progress or waiting; None: no limit
     metrics_path: str | None = None  # e.g. /monitoring/prometheus/metrics; None: no metrics
 
 
@@ -97,7 +99,12 @@ class ModelServer:
         # stops walking them, so no request pays for a full collection over all of them.
         gc.collect()
         gc.freeze()
-        self._grpc = grpc.server(workers, options=limits)
+        self._grpc = grpc.server(
+            workers,
+            interceptors=[UndecodableRequests()],
+            options=limits,
+            maximum_concurrent_rpcs=opts.max_concurrent_rpcs,
+        )
         add_services(self._grpc, self.plane)
         health_servicer = self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
@@ -105,7 +112,9 @@ class ModelServer:
         self.grpc_port = self._grpc.add_insecure_port(f"{address}:{opts.grpc_port}")
         if self.grpc_port == 0:
             raise OSError(f"cannot bind gRPC port {opts.host}:{opts.grpc_port}")
-        self._rest = RestServer((opts.host, opts.rest_port), self.plane, opts.max_message_bytes)
+        self._rest = RestServer(
+            (opts.host, opts.rest_port), self.plane, opts.max_message_bytes, opts.max_json_depth
+        )
         self.rest_port = self._rest.server_address[1]
         self._grpc.start()
         self._rest_thread = threading.Thread(

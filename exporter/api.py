@@ -123,7 +123,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     import graphserve
     from exporter.compat import check_tfserving
     from exporter.manifest import FORMAT_VERSION, content_hash, write_manifest
-    from exporter.opscan import scan_saved_model
+    from exporter.opscan import describe_flagged, scan_saved_model
     from exporter.retrace import RetraceReport, check_exported, probe_source
     from exporter.trace import saveable, trace
     from exporter.verify import DEFAULT_TOLERANCES, check_parity, load_samples
@@ -199,20 +199,21 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         )
         log("scanning ops")
         op_scan = scan_saved_model(tmp)
-        refused = [f for f in op_scan.flagged if f.op not in spec.allow_ops]
+        refused = op_scan.refused(spec.allow_ops)
         if refused:
             raise UnsafeOpsError(
                 "the graph has ops that touch files, the network or processes, or that TF "
-                "Serving cannot run: "
-                + "; ".join(f"{f.op} ({f.category}) in {f.function}: {f.reason}" for f in refused)
-                + ". Pass --allow-op OP for each if you mean it"
+                f"Serving cannot run: {describe_flagged(refused)}. Pass --allow-op OP for each "
+                "if you mean it"
             )
         for flagged in op_scan.flagged:
             warn(f"{flagged.op} ({flagged.category}) in {flagged.function}: allowed by --allow-op")
         loaded = tf.saved_model.load(str(tmp))
         tolerances = {**DEFAULT_TOLERANCES, **spec.tolerances}
-        log(f"verifying parity of {len(contracts)} signature(s) on "
-            + (str(spec.samples_file) if samples else f"{spec.parity_batches} random batches"))
+        log(
+            f"verifying parity of {len(contracts)} signature(s) on "
+            + (str(spec.samples_file) if samples else f"{spec.parity_batches} random batches")
+        )
         parity = check_parity(
             loaded,
             source.model,

@@ -38,6 +38,7 @@ __all__ = [
     "GRAPH",
     "FlaggedOp",
     "OpScan",
+    "describe_flagged",
     "scan_meta_graph",
     "scan_saved_model",
 ]
@@ -174,6 +175,11 @@ class OpScan:
     def ok(self) -> bool:
         return not self.flagged
 
+    def refused(self, allowed: Iterable[str] = ()) -> list[FlaggedOp]:
+        """The flagged ops not named in `allowed` (what --allow-op accepts)."""
+        accepted = set(allowed)
+        return [f for f in self.flagged if f.op not in accepted]
+
     def totals(self) -> dict[str, int]:
         """Op counts over all functions, most frequent first."""
         counter: Counter[str] = Counter()
@@ -189,6 +195,11 @@ class OpScan:
             "functions": self.functions,
             "flagged": [asdict(f) for f in self.flagged],
         }
+
+
+def describe_flagged(flagged: Iterable[FlaggedOp]) -> str:
+    """One line naming each flagged op, where it is and why."""
+    return "; ".join(f"{f.op} ({f.category}) in {f.function}: {f.reason}" for f in flagged)
 
 
 def scan_saved_model(path: Path | str) -> OpScan:

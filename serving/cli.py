@@ -5,9 +5,12 @@ All run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import logging
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +18,14 @@ import typer
 from rich.markup import escape
 
 from graphserve.console import EXIT_FAILED, EXIT_USAGE, configure_logging, quiet_tensorflow, stderr
-from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES, DEFAULT_METRICS_PATH
+from serving.defaults import (
+    DEFAULT_GRPC_WORKERS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_METRICS_PATH,
+)
+
+log = logging.getLogger("graphserve.serve")
 
 MAX_AUTO_GRPC_WORKERS = 512  # the most threads batching sizes the gRPC pool to
 
@@ -23,82 +33,159 @@ app = typer.Typer(
     help="Serve a model over the TensorFlow Serving gRPC and REST APIs.", no_args_is_help=True
 )
 
-Host = Annotated[
-    str, typer.Option("--host", help="Address to bind; loopback unless you mean otherwise.")
-]
-ModelName = Annotated[str, typer.Option("--model-name", help="Name clients use in requests.")]
-Metrics = Annotated[
-    bool,
-    typer.Option("--metrics", help="Serve Prometheus metrics at " + DEFAULT_METRICS_PATH + "."),
-]
-MonitoringConfig = Annotated[
-    Path | None,
-    typer.Option(
-        "--monitoring-config-file",
-        help="TF Serving monitoring config (prometheus_config { enable: true, path: ... }).",
+# The options every serve command shares, as fields of _Serve: (type with its option, default).
+# `_serve_command` adds them to each command, so they are declared once.
+_SHARED: dict[str, tuple[Any, Any]] = {
+    "host": (
+        Annotated[
+            str,
+            typer.Option(
+                "--host",
+                help="Address to bind. Loopback by default: the servers have no authentication; "
+                "put a gateway in front before binding 0.0.0.0.",
+            ),
+        ],
+        "127.0.0.1",
     ),
-]
-MaxMessageBytes = Annotated[
-    int,
-    typer.Option(
-        "--max-message-bytes", min=1024, help="Largest gRPC message and REST body accepted."
+    "metrics": (
+        Annotated[
+            bool,
+            typer.Option(
+                "--metrics", help="Serve Prometheus metrics at " + DEFAULT_METRICS_PATH + "."
+            ),
+        ],
+        False,
     ),
-]
-GrpcWorkers = Annotated[
-    int | None,
-    typer.Option(
-        "--grpc-workers",
-        min=1,
-        help=f"Threads serving gRPC requests (default {DEFAULT_GRPC_WORKERS}; with batching, "
-        "enough to fill max_batch_size for every batch thread and one queued batch).",
-        show_default=False,
+    "monitoring_config_file": (
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--monitoring-config-file",
+                help="TF Serving monitoring config "
+                "(prometheus_config { enable: true, path: ... }).",
+            ),
+        ],
+        None,
     ),
-]
-IntraOp = Annotated[
-    int,
-    typer.Option(
-        "--tensorflow-intra-op-parallelism", min=0, help="Threads inside one op (0: TF's choice)."
+    "max_message_bytes": (
+        Annotated[
+            int,
+            typer.Option(
+                "--max-message-bytes",
+                min=1024,
+                help="Largest gRPC message and REST body accepted, also once a gzip body is "
+                "decompressed (RESOURCE_EXHAUSTED / 413 past it).",
+            ),
+        ],
+        DEFAULT_MAX_BODY_BYTES,
     ),
-]
-InterOp = Annotated[
-    int,
-    typer.Option(
-        "--tensorflow-inter-op-parallelism", min=0, help="Ops run in parallel (0: TF's choice)."
+    "max_json_depth": (
+        Annotated[
+            int,
+            typer.Option(
+                "--max-json-depth",
+                min=2,
+                help="Deepest nesting of arrays and objects a REST body may have (400 past it).",
+            ),
+        ],
+        DEFAULT_MAX_JSON_DEPTH,
     ),
-]
-EnableBatching = Annotated[
-    bool, typer.Option("--enable-batching", help="Batch concurrent requests (TF Serving's).")
-]
-BatchingFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--batching-parameters-file",
-        help="TF Serving batching parameters (text proto: max_batch_size { value: 32 } ...); "
-        "implies --enable-batching.",
+    "max_concurrent_rpcs": (
+        Annotated[
+            int | None,
+            typer.Option(
+                "--max-concurrent-rpcs",
+                min=1,
+                help="gRPC calls running or queued for a thread at once; past it a call gets "
+                "RESOURCE_EXHAUSTED at once instead of waiting (default: no limit).",
+                show_default=False,
+            ),
+        ],
+        None,
     ),
-]
-LogFormat = Annotated[
-    str, typer.Option("--log-format", help="'text' or 'json' (one JSON object per line).")
-]
+    "grpc_workers": (
+        Annotated[
+            int | None,
+            typer.Option(
+                "--grpc-workers",
+                min=1,
+                help=f"Threads serving gRPC requests (default {DEFAULT_GRPC_WORKERS}; with "
+                "batching, enough to fill max_batch_size for every batch thread and one queued "
+                "batch).",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "intra_op": (
+        Annotated[
+            int,
+            typer.Option(
+                "--tensorflow-intra-op-parallelism",
+                min=0,
+                help="Threads inside one op (0: TF's choice).",
+            ),
+        ],
+        0,
+    ),
+    "inter_op": (
+        Annotated[
+            int,
+            typer.Option(
+                "--tensorflow-inter-op-parallelism",
+                min=0,
+                help="Ops run in parallel (0: TF's choice).",
+            ),
+        ],
+        0,
+    ),
+    "log_format": (
+        Annotated[
+            str, typer.Option("--log-format", help="'text' or 'json' (one JSON object per line).")
+        ],
+        "text",
+    ),
+    "enable_batching": (
+        Annotated[
+            bool,
+            typer.Option("--enable-batching", help="Batch concurrent requests (TF Serving's)."),
+        ],
+        False,
+    ),
+    "batching_parameters_file": (
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--batching-parameters-file",
+                help="TF Serving batching parameters (text proto: max_batch_size { value: 32 } "
+                "...); implies --enable-batching.",
+            ),
+        ],
+        None,
+    ),
+}
 
 
 @dataclass
 class _Serve:
     """What every serve command shares: where to listen, limits, threads, metrics, logs."""
 
-    host: str
-    grpc_port: int
-    rest_port: int
-    metrics: bool
-    monitoring_config_file: Path | None
-    max_message_bytes: int
-    grpc_workers: int | None
-    intra_op: int
-    inter_op: int
-    log_format: str
+    host: str = "127.0.0.1"
+    grpc_port: int = 0
+    rest_port: int = 0
+    metrics: bool = False
+    monitoring_config_file: Path | None = None
+    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_concurrent_rpcs: int | None = None
+    grpc_workers: int | None = None
+    intra_op: int = 0
+    inter_op: int = 0
+    log_format: str = "text"
     enable_batching: bool = False
     batching_parameters_file: Path | None = None
     batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
+    warnings: list[str] = field(default_factory=list)  # logged once logging is set up
 
     def batching(self) -> Callable[[Any], Any]:
         """Wraps a runner in TF Serving-style batching when asked; the identity otherwise."""
@@ -132,6 +219,8 @@ class _Serve:
             raise typer.Exit(EXIT_USAGE)
         metrics_path = self._metrics_path()
         configure_logging(self.log_format)
+        for warning in self.warnings:
+            log.warning("%s", warning)
         quiet_tensorflow()
         import tensorflow as tf
 
@@ -158,6 +247,8 @@ class _Serve:
             rest_port=self.rest_port,
             grpc_workers=self.workers(),
             max_message_bytes=self.max_message_bytes,
+            max_json_depth=self.max_json_depth,
+            max_concurrent_rpcs=self.max_concurrent_rpcs,
             metrics_path=metrics_path,
         )
         server = ModelServer(registry, options)
@@ -205,8 +296,56 @@ class _Serve:
             raise typer.Exit(EXIT_USAGE) from None
 
 
-@app.command("graph")
+def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any], Any]:
+    """Register `command(serve: _Serve, ...own options)` as `serve NAME`, with the shared
+    options (_SHARED, and the ports with these defaults) added to its own and handed over as
+    one _Serve."""
+    shared = {
+        "host": _SHARED["host"],
+        "grpc_port": (Annotated[int, typer.Option("--grpc-port", min=0, max=65535)], grpc_port),
+        "rest_port": (Annotated[int, typer.Option("--rest-port", min=0, max=65535)], rest_port),
+        **_SHARED,
+    }
+    assert set(shared) <= {f.name for f in fields(_Serve)}
+
+    def register(command: Callable[..., None]) -> Callable[..., None]:
+        own = [
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(command, eval_str=True).parameters.values()
+            if p.name != "serve"
+        ]
+        added = [
+            inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default)
+            for key, (kind, default) in shared.items()
+        ]
+
+        @functools.wraps(command)
+        def run(**options: Any) -> None:
+            serve = _Serve(**{key: options.pop(key) for key in shared})
+            command(serve, **options)
+
+        parameters = own + added
+        run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        app.command(name)(run)
+        return command
+
+    return register
+
+
+AllowOps = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-op",
+        help="Serve a model whose graph has this flagged op (ReadFile, PyFunc, ...; see "
+        "`graphserve inspect`); repeatable. Without it such models are refused.",
+    ),
+]
+
+
+@_serve_command("graph", grpc_port=8500, rest_port=8501)
 def graph(
+    serve: _Serve,
     model_base_path: Annotated[
         Path | None,
         typer.Option("--model-base-path", help="BASE/NAME holding numeric versions."),
@@ -230,18 +369,7 @@ def graph(
             help="Look for new and removed versions this often (0: only at start).",
         ),
     ] = 1.0,
-    host: Host = "127.0.0.1",
-    grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 8500,
-    rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 8501,
-    metrics: Metrics = False,
-    monitoring_config_file: MonitoringConfig = None,
-    max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
-    grpc_workers: GrpcWorkers = None,
-    intra_op: IntraOp = 0,
-    inter_op: InterOp = 0,
-    log_format: LogFormat = "text",
-    enable_batching: EnableBatching = False,
-    batching_parameters_file: BatchingFile = None,
+    allow_ops: AllowOps = None,
 ) -> None:
     """Serve SavedModel versions (the graph runner): new versions are picked up while serving,
     warmed, and only then take traffic; the old ones are unloaded after."""
@@ -261,39 +389,33 @@ def graph(
     else:
         stderr.print("[red]error:[/] give --model-base-path (and --model-name) or a config file")
         raise typer.Exit(EXIT_USAGE)
-
-    serve = _Serve(
-        host,
-        grpc_port,
-        rest_port,
-        metrics,
-        monitoring_config_file,
-        max_message_bytes,
-        grpc_workers,
-        intra_op,
-        inter_op,
-        log_format,
-        enable_batching,
-        batching_parameters_file,
-    )
+    allowed = list(allow_ops or [])
+    if allowed:
+        serve.warnings.append(
+            f"--allow-op {', '.join(allowed)}: models with these ops are served (they can touch "
+            "files, processes or the network)"
+        )
     wrap = serve.batching()
 
     def load(registry: Any) -> Any:
         from serving.manager import ModelManager, load_version
 
-        manager = ModelManager(registry, models, lambda path: wrap(load_version(path))).start()
+        manager = ModelManager(
+            registry, models, lambda path: wrap(load_version(path, allow_ops=allowed))
+        ).start()
         manager.poll(poll_seconds)
         return manager
 
     serve.run(load)
 
 
-@app.command("eager")
+@_serve_command("eager", grpc_port=9500, rest_port=9501)
 def eager(
+    serve: _Serve,
     source: Annotated[
         str, typer.Argument(help="package.module:factory, a .keras file, or examples:NAME.")
     ],
-    model_name: ModelName,
+    model_name: Annotated[str, typer.Option("--model-name", help="Name clients use in requests.")],
     inputs: Annotated[
         list[str] | None,
         typer.Option("--input", help="Input spec NAME:DTYPE:SHAPE, as for export."),
@@ -305,7 +427,11 @@ def eager(
         str | None, typer.Option("--output-names", help="Output names a,b, as for export.")
     ] = None,
     allow_unsafe: Annotated[
-        bool, typer.Option("--allow-unsafe", help="Keras safe mode off, as for export.")
+        bool,
+        typer.Option(
+            "--allow-unsafe",
+            help="Load a .keras file with Keras safe mode off (it can run the file's code).",
+        ),
     ] = False,
     mode: Annotated[
         str,
@@ -315,18 +441,6 @@ def eager(
             "function (tf.function without input signature: retraces per new shape).",
         ),
     ] = "call",
-    host: Host = "127.0.0.1",
-    grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 9500,
-    rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 9501,
-    metrics: Metrics = False,
-    monitoring_config_file: MonitoringConfig = None,
-    max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
-    grpc_workers: GrpcWorkers = None,
-    intra_op: IntraOp = 0,
-    inter_op: InterOp = 0,
-    log_format: LogFormat = "text",
-    enable_batching: EnableBatching = False,
-    batching_parameters_file: BatchingFile = None,
 ) -> None:
     """Serve SOURCE run eagerly, op by op from Python (the baseline)."""
     from exporter.errors import ExportError
@@ -342,22 +456,7 @@ def eager(
         stderr.print(f"[red]error:[/] --mode must be call, predict or function, got {mode!r}")
         raise typer.Exit(EXIT_USAGE)
     if allow_unsafe:
-        stderr.print("[yellow]warning:[/] --allow-unsafe: Keras safe mode is off for this source")
-
-    serve = _Serve(
-        host,
-        grpc_port,
-        rest_port,
-        metrics,
-        monitoring_config_file,
-        max_message_bytes,
-        grpc_workers,
-        intra_op,
-        inter_op,
-        log_format,
-        enable_batching,
-        batching_parameters_file,
-    )
+        serve.warnings.append(f"--allow-unsafe: Keras safe mode is off for {source}")
     wrap = serve.batching()
 
     def load(registry: Any) -> None:
@@ -377,43 +476,18 @@ def eager(
     serve.run(load)
 
 
-@app.command("null")
+@_serve_command("null", grpc_port=7500, rest_port=7501)
 def null(
+    serve: _Serve,
     model_base_path: Annotated[
         Path, typer.Option("--model-base-path", help="BASE/NAME holding numeric versions.")
     ],
     model_name: Annotated[
         str | None, typer.Option("--model-name", help="Name clients use in requests.")
     ] = None,
-    host: Host = "127.0.0.1",
-    grpc_port: Annotated[int, typer.Option("--grpc-port", min=0, max=65535)] = 7500,
-    rest_port: Annotated[int, typer.Option("--rest-port", min=0, max=65535)] = 7501,
-    metrics: Metrics = False,
-    monitoring_config_file: MonitoringConfig = None,
-    max_message_bytes: MaxMessageBytes = DEFAULT_MAX_BODY_BYTES,
-    grpc_workers: GrpcWorkers = None,
-    intra_op: IntraOp = 0,
-    inter_op: InterOp = 0,
-    log_format: LogFormat = "text",
-    enable_batching: EnableBatching = False,
-    batching_parameters_file: BatchingFile = None,
 ) -> None:
     """Serve the newest version's signatures with no model work: every answer is zeros, after
     the same decoding, validation and encoding (to calibrate load generators and benchmarks)."""
-    serve = _Serve(
-        host,
-        grpc_port,
-        rest_port,
-        metrics,
-        monitoring_config_file,
-        max_message_bytes,
-        grpc_workers,
-        intra_op,
-        inter_op,
-        log_format,
-        enable_batching,
-        batching_parameters_file,
-    )
     wrap = serve.batching()
 
     def load(registry: Any) -> None:

@@ -10,6 +10,8 @@ the inputs against `signatures`.
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -17,7 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from exporter.contract import SignatureContract, load_signature_file
-from exporter.errors import SignatureError
+from exporter.errors import SignatureError, UnsafeOpsError
+from exporter.opscan import describe_flagged, scan_saved_model
 from exporter.savedmodel import signature_defs
 from exporter.signature import TensorSpec, sample_inputs
 from exporter.sources import load_source, resolve_contracts
@@ -27,6 +30,8 @@ from serving.errors import InvalidInput, ServingError
 from serving.signature import ServedSignature
 
 __all__ = ["EagerRunner", "GraphRunner", "Runner"]
+
+log = logging.getLogger("graphserve.runners")
 
 
 class Runner(Protocol):
@@ -44,12 +49,29 @@ def _run_errors(exc: Exception) -> ServingError:
 
 
 class GraphRunner:
-    """Serves a SavedModel directory: every signature of its serving MetaGraph."""
+    """Serves a SavedModel directory: every signature of its serving MetaGraph.
+
+    Models are programs: before loading, the op scan (exporter.opscan) reads the graph, and a
+    model with ops that touch files, the network or processes is refused unless each such op
+    is in `allow_ops` (the servers' --allow-op), which is logged.
+    """
 
     kind = "graph"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, allow_ops: Collection[str] = ()) -> None:
         self.path = Path(path)
+        scan = scan_saved_model(self.path)
+        refused = scan.refused(allow_ops)
+        if refused:
+            raise UnsafeOpsError(
+                f"refusing to serve {self.path}: its graph has ops that touch files, the network "
+                f"or processes: {describe_flagged(refused)}. Start the server with --allow-op OP "
+                "for each if you trust the model"
+            )
+        for flagged in scan.flagged:
+            log.warning(
+                "%s: serving %s, allowed by --allow-op", self.path, describe_flagged([flagged])
+            )
         self._loaded = tf.saved_model.load(str(self.path), tags=["serve"])
         self._functions = dict(self._loaded.signatures)
         self.signatures = {

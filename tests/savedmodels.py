@@ -6,6 +6,7 @@
     write_with_write_file       ... whose function calls tf.io.write_file   (WriteFile)
     write_with_read_file        ... whose function calls tf.io.read_file    (ReadFile)
     write_with_py_function      ... whose function calls tf.py_function     (EagerPyFunc)
+    write_lambda_keras          a .keras file with a Lambda layer (code: safe mode refuses it)
 
 Each takes the version directory to create and returns it. Tracing a function does not run it, so
 the file ops never touch the filesystem.
@@ -25,6 +26,7 @@ __all__ = [
     "CLEAN_INPUTS",
     "REGRESS_METHOD",
     "write_clean",
+    "write_lambda_keras",
     "write_tf1_multi_signature",
     "write_with_py_function",
     "write_with_read_file",
@@ -178,4 +180,15 @@ def write_half_plus_two(path: Path) -> Path:
                 session, [tf.saved_model.SERVING], signature_def_map=signatures
             )
             builder.save()
+    return path
+
+
+def write_lambda_keras(path: Path) -> Path:
+    """A Keras model x (3) -> double (x * 2) saved as `path` (.keras); its Lambda layer is
+    Python code, which Keras's safe mode will not deserialize."""
+    import keras
+
+    inputs = keras.Input(shape=(3,), name="x")
+    outputs = keras.layers.Lambda(lambda t: t * 2.0, name="double")(inputs)
+    keras.Model(inputs, outputs).save(path)
     return path

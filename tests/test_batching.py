@@ -179,6 +179,27 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_batching_parameters(tmp_path / "absent.config")
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["graph", "--model-base-path", "models/m"], ["eager", "examples:mlp", "--model-name", "m"]],
+    ids=["graph", "eager"],
+)
+def test_serve_with_a_bad_batching_file_stops_at_start_in_one_line(
+    tmp_path: Path, command: list[str]
+) -> None:
+    from typer.testing import CliRunner
+
+    from graphserve.cli import app
+
+    path = tmp_path / "batching.config"
+    path.write_text("max_batch_size { value: 8 }\nnum_batch_threads { value: 0 }\n")
+    result = CliRunner().invoke(app, ["serve", *command, "--batching-parameters-file", str(path)])
+    assert result.exit_code == 2
+    said = " ".join(result.stderr.split())  # rich wraps long lines
+    assert f"batching parameters file {path}: num_batch_threads must be positive" in said
+    assert "Traceback" not in result.output + result.stderr
+
+
 # -- batching the real MLP ---------------------------------------------------------------------
 
 

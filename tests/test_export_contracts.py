@@ -36,6 +36,7 @@ from exporter.versions import clean_stale_temporaries
 from exporter.warmup import MAX_WARMUP_RECORDS, WARMUP_FILE, read_warmup_records
 from graphserve.cli import app
 from serving.codec import array_from_proto
+from tests.savedmodels import write_lambda_keras
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -402,17 +403,8 @@ def test_stale_temporaries_of_dead_exports_are_cleaned(tmp_path: Path) -> None:
 # -- sources ------------------------------------------------------------------------------
 
 
-def _lambda_keras_file(path: Path) -> Path:
-    import keras
-
-    inputs = keras.Input(shape=(3,), name="x")
-    outputs = keras.layers.Lambda(lambda t: t * 2.0, name="double")(inputs)
-    keras.Model(inputs, outputs).save(path)
-    return path
-
-
 def test_unsafe_keras_file_needs_allow_unsafe(tmp_path: Path) -> None:
-    file = _lambda_keras_file(tmp_path / "lambda.keras")
+    file = write_lambda_keras(tmp_path / "lambda.keras")
     with pytest.raises(SourceError, match="--allow-unsafe"):
         export_model(_spec(tmp_path, str(file)))
     result = export_model(_spec(tmp_path, str(file), allow_unsafe=True))

@@ -6,13 +6,20 @@ only when they are AVAILABLE unloads the versions no longer aspired to: availabi
 TF Serving's default AvailabilityPreservingPolicy. A version that fails to load is reported in
 status (END, with the error) and does not disturb the others; it is retried only when its files
 change. `start()` loads synchronously; `poll(seconds)` repeats that in a background thread.
+
+Each pass also fingerprints the files of every loaded version (relative path, size, mtime). When
+they changed, the version is loaded again: if that works the new load is swapped in; if not, the
+version counts as broken, like one that never loaded, and is unloaded once another aspired version
+is AVAILABLE. A loaded version that is broken or whose directory was removed, and that nothing can
+replace, keeps serving the copy in memory; its status (AVAILABLE, or END once unloaded) says why.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from exporter.versions import existing_versions
@@ -25,12 +32,14 @@ __all__ = ["ModelManager", "load_version"]
 
 log = logging.getLogger("graphserve.manager")
 
-Fingerprint = tuple[int, int] | None
+# A version directory's files as (relative path, size, mtime_ns); None when the directory is gone.
+Fingerprint = tuple[tuple[str, int, int], ...] | None
 
 
-def load_version(path: Path) -> Runner:
-    """Load one SavedModel version and run its warm-up records; raises on any failure."""
-    runner = GraphRunner(path)
+def load_version(path: Path, allow_ops: Collection[str] = ()) -> Runner:
+    """Load one SavedModel version and run its warm-up records; raises on any failure (a graph
+    with flagged ops not in `allow_ops` is refused: see GraphRunner)."""
+    runner = GraphRunner(path, allow_ops)
     try:
         count = replay_warmup(path, runner.run)
     except Exception as exc:
@@ -41,11 +50,27 @@ def load_version(path: Path) -> Runner:
 
 
 def _fingerprint(path: Path) -> Fingerprint:
-    try:
-        stat = (path / "saved_model.pb").stat()
-    except OSError:
+    """What changes when any file of the version changes; stat calls only, cheap enough for every
+    poll."""
+    if not path.is_dir():
         return None
-    return stat.st_mtime_ns, stat.st_size
+    files = []
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            file = Path(root, name)
+            try:
+                stat = file.stat()
+            except OSError:  # removed while we looked: the next pass sees the change
+                continue
+            files.append((str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(files))
+
+
+def _load_error(exc: Exception, path: Path) -> str:
+    """One line for status: the error, and the version directory if the error does not name it
+    (a truncated variables file says only "Read less bytes than requested")."""
+    message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+    return message if str(path) in message else f"{message} (loading {path})"
 
 
 class ModelManager:
@@ -58,7 +83,10 @@ class ModelManager:
         self.registry = registry
         self.models = list(models)
         self._load = load
-        self._failed: dict[tuple[str, int], Fingerprint] = {}
+        # Versions whose files failed to load: those files' fingerprint, and the error.
+        self._failed: dict[tuple[str, int], tuple[Fingerprint, str]] = {}
+        # Loaded versions: the fingerprint of the files they were loaded from.
+        self._loaded: dict[tuple[str, int], Fingerprint] = {}
         self._sync_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -110,26 +138,44 @@ class ModelManager:
             self._thread.join(timeout=5)
 
     def sync(self) -> None:
-        """One pass over every model: load what is aspired and new, then unload what is not."""
+        """One pass over every model: reload loaded versions whose files changed, load what is
+        aspired and new, then unload what is not (or is broken) once something else serves."""
         with self._sync_lock:
             for model in self.models:
                 self._sync_model(model)
 
     def _sync_model(self, model: ModelConfig) -> None:
         on_disk = existing_versions(model.base_path)
+        self._reload_changed(model)
         self._load_missing(model, model.policy.aspired(on_disk))
         # A version that fails to load does not count: with `latest`, the newest loadable
         # version serves in its place (a corrupt new version beside a good one).
         aspired = model.policy.aspired([v for v in on_disk if not self._broken(model, v)])
         self._load_missing(model, aspired)
         available = {s.version for s in self.registry.available(model.name)}
-        for version in sorted(available - set(aspired)):
+        for version in sorted(available):
+            problem = self._problem(model, version)
             # Availability first: keep an old version until an aspired one serves in its place.
-            if available & set(aspired):
+            if version not in aspired and available & set(aspired):
                 log.info("%s: unloading version %d", model.name, version)
-                self.registry.set_status(model.name, version, "UNLOADING")
-                self.registry.remove(model.name, version)
+                self.registry.set_status(model.name, version, "UNLOADING", problem)
+                self.registry.remove(model.name, version, problem)
+                self._loaded.pop((model.name, version), None)
+            else:
+                self._report_serving(model, version, problem)
         self.registry.set_labels(model.name, model.labels)
+
+    def _reload_changed(self, model: ModelConfig) -> None:
+        """Load again each loaded version whose files changed since it was loaded (unless those
+        files already failed; a removed directory has nothing to load)."""
+        for servable in self.registry.available(model.name):
+            key = (model.name, servable.version)
+            fingerprint = _fingerprint(model.base_path / str(servable.version))
+            if fingerprint is None or fingerprint == self._loaded.get(key):
+                continue
+            if not self._broken(model, servable.version):
+                log.info("%s: the files of version %d changed", model.name, servable.version)
+                self._load_one(model, servable.version)
 
     def _load_missing(self, model: ModelConfig, versions: list[int]) -> None:
         loaded = {s.version for s in self.registry.available(model.name)}
@@ -139,25 +185,47 @@ class ModelManager:
 
     def _broken(self, model: ModelConfig, version: int) -> bool:
         """It failed to load, and its files have not changed since."""
-        key = (model.name, version)
-        return key in self._failed and self._failed[key] == _fingerprint(
-            model.base_path / str(version)
-        )
+        failed = self._failed.get((model.name, version))
+        return failed is not None and failed[0] == _fingerprint(model.base_path / str(version))
+
+    def _problem(self, model: ModelConfig, version: int) -> str:
+        """Why a loaded version should stop serving, "" when nothing is wrong with it."""
+        path = model.base_path / str(version)
+        if not path.is_dir():
+            return f"version directory {path} was removed while serving"
+        failed = self._failed.get((model.name, version))
+        return f"its files changed on disk and no longer load: {failed[1]}" if failed else ""
+
+    def _report_serving(self, model: ModelConfig, version: int, problem: str) -> None:
+        """Keep a version that still serves AVAILABLE, its status saying what is wrong if
+        anything (and no longer once that is fixed)."""
+        message = f"{problem}; serving the copy in memory until a version can replace it"
+        message = message if problem else ""
+        if self.registry.known(model.name)[version].error != message:
+            if message:
+                log.warning("%s: version %d: %s", model.name, version, message)
+            self.registry.set_status(model.name, version, "AVAILABLE", message)
 
     def _load_one(self, model: ModelConfig, version: int) -> None:
+        """Load a version and make it AVAILABLE (a loaded one is replaced by the new load), or
+        record why it failed (a loaded one keeps serving; `_sync_model` decides its fate)."""
         path = model.base_path / str(version)
         fingerprint = _fingerprint(path)
         key = (model.name, version)
+        serving = key in self._loaded  # a reload: the version serves on meanwhile
         log.info("%s: loading version %d from %s", model.name, version, path)
-        self.registry.set_status(model.name, version, "LOADING")
+        if not serving:
+            self.registry.set_status(model.name, version, "LOADING")
         try:
             runner = self._load(path)
         except Exception as exc:
-            message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            message = _load_error(exc, path)
             log.error("%s: version %d failed to load: %s", model.name, version, message)
-            self.registry.set_status(model.name, version, "END", message)
-            self._failed[key] = fingerprint
+            self._failed[key] = (fingerprint, message)
+            if not serving:
+                self.registry.set_status(model.name, version, "END", message)
             return
         self._failed.pop(key, None)
+        self._loaded[key] = fingerprint
         self.registry.add(Servable(model.name, version, runner))
         log.info("%s: version %d is AVAILABLE", model.name, version)

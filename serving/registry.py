@@ -38,7 +38,8 @@ class Servable:
 @dataclass(frozen=True)
 class VersionStatus:
     """A version's state as GetModelStatus reports it: START, LOADING, AVAILABLE, UNLOADING,
-    END; `error` is why a load failed (state END)."""
+    END; `error` is why a load failed or a loaded version was unloaded (state END), or what is
+    wrong with a version that still serves (AVAILABLE)."""
 
     version: int
     state: str
@@ -62,11 +63,12 @@ class ModelRegistry:
                 servable.version, "AVAILABLE"
             )
 
-    def remove(self, name: str, version: int) -> None:
-        """Unload: new requests no longer reach it (in-flight ones finish on their reference)."""
+    def remove(self, name: str, version: int, error: str = "") -> None:
+        """Unload: new requests no longer reach it (in-flight ones finish on their reference);
+        `error` says why when something went wrong (its directory was removed, ...)."""
         with self._lock:
             self._servables.get(name, {}).pop(version, None)
-            self._status.setdefault(name, {})[version] = VersionStatus(version, "END")
+            self._status.setdefault(name, {})[version] = VersionStatus(version, "END", error)
 
     def set_status(self, name: str, version: int, state: str, error: str = "") -> None:
         with self._lock:

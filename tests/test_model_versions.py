@@ -1,15 +1,20 @@
 """Models and versions as TF Serving manages them: config files, policies, labels, polling,
-availability-preserving swaps under traffic, and broken versions beside good ones."""
+availability-preserving swaps under traffic, and broken or half-written versions beside good ones.
+Faults that happen to a version while it serves are in test_version_faults.py."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +101,55 @@ def _status(server: ModelServer, name: str) -> dict[int, tuple[str, str]]:
     }
 
 
+def _rest_status(server: ModelServer, name: str) -> dict[int, tuple[str, str]]:
+    """GET /v1/models/NAME as the same {version: (state, error_message)} as `_status`."""
+    code, body = _http(server, f"/v1/models/{name}")
+    assert code == 200, body
+    return {
+        int(s["version"]): (s["state"], s["status"]["error_message"])
+        for s in body["model_version_status"]
+    }
+
+
+@dataclass
+class Traffic:
+    """What a client sending Predict back to back saw: answers by version, and failures."""
+
+    seen: Counter[int] = field(default_factory=Counter)
+    failures: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def _traffic(server: ModelServer) -> Iterator[Traffic]:
+    """A client thread sending Predict for the newest version of "affine" until the block ends;
+    a wrong answer or an error is a failure."""
+    traffic = Traffic()
+    stop = threading.Event()
+
+    def drive() -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = "affine"
+            request.inputs["x"].CopyFrom(array_to_proto(X))
+            while not stop.is_set():
+                try:
+                    response = stub.Predict(request, timeout=30)
+                    scores = array_from_proto(response.outputs["scores"])
+                    np.testing.assert_allclose(scores, [[3.75, 0.0]])
+                    traffic.seen[response.model_spec.version.value] += 1
+                except Exception as exc:  # any failure is a test failure, counted by the caller
+                    traffic.failures.append(repr(exc))
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        yield traffic
+    finally:
+        stop.set()
+        driver.join()
+
+
 def _http(server: ModelServer, path: str, body: Any = None) -> tuple[int, Any]:
     url = f"http://127.0.0.1:{server.rest_port}{path}"
     data = None if body is None else json.dumps(body).encode()
@@ -179,6 +233,7 @@ def test_bad_config_files_are_named(tmp_path: Path, text: str, message: str) -> 
         load_model_config_file(path)
     result = CliRunner().invoke(app, ["serve", "graph", "--model-config-file", str(path)])
     assert result.exit_code == 2 and message in result.stderr
+    assert "Traceback" not in result.output + result.stderr
 
 
 def test_new_version_swaps_in_under_traffic_with_no_failed_request(tmp_path: Path, serve) -> None:
@@ -187,50 +242,77 @@ def test_new_version_swaps_in_under_traffic_with_no_failed_request(tmp_path: Pat
     manager = ModelManager(ModelRegistry(), [ModelConfig("affine", base / "affine")]).start()
     server = serve(manager)
     manager.poll(0.1)
-    seen: dict[int, int] = {}
-    failures: list[str] = []
-    stop = threading.Event()
-
-    def drive() -> None:
-        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            request = predict_pb2.PredictRequest()
-            request.model_spec.name = "affine"
-            request.inputs["x"].CopyFrom(array_to_proto(X))
-            while not stop.is_set():
-                try:
-                    response = stub.Predict(request, timeout=30)
-                    version = response.model_spec.version.value
-                    seen[version] = seen.get(version, 0) + 1
-                    scores = array_from_proto(response.outputs["scores"])
-                    np.testing.assert_allclose(scores, [[3.75, 0.0]])
-                except Exception as exc:  # any failure is a test failure, counted below
-                    failures.append(repr(exc))
-
-    driver = threading.Thread(target=drive)
-    driver.start()
-    try:
-        _wait_for(lambda: seen.get(1, 0) > 20, "traffic on version 1")
+    with _traffic(server) as traffic:
+        _wait_for(lambda: traffic.seen[1] > 20, "traffic on version 1")
         _export(base)  # version 2 appears atomically while requests flow
-        _wait_for(lambda: seen.get(2, 0) > 20, "traffic on version 2")
-    finally:
-        stop.set()
-        driver.join()
-    assert failures == []
+        _wait_for(lambda: traffic.seen[2] > 20, "traffic on version 2")
+    assert traffic.failures == []
+    # A policy unload: END without an error.
     assert _status(server, "affine") == {1: ("END", ""), 2: ("AVAILABLE", "")}
 
 
-def test_broken_version_beside_a_good_one(tmp_path: Path, serve) -> None:
+def _garbage_saved_model(version: Path) -> None:
+    for child in version.iterdir():
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    (version / "saved_model.pb").write_bytes(b"not a SavedModel")
+
+
+def _partial_saved_model_only(version: Path) -> None:
+    """What a copy stopped early leaves: saved_model.pb half written and nothing else."""
+    saved_model = (version / "saved_model.pb").read_bytes()
+    for child in version.iterdir():
+        shutil.rmtree(child) if child.is_dir() else child.unlink()
+    (version / "saved_model.pb").write_bytes(saved_model[: len(saved_model) // 2])
+
+
+def _variables_missing(version: Path) -> None:
+    shutil.rmtree(version / "variables")
+
+
+def _variables_data_cut_short(version: Path) -> None:
+    data = version / "variables" / "variables.data-00000-of-00001"
+    os.truncate(data, data.stat().st_size // 2)
+
+
+_UNPARSABLE = (
+    "{version}/saved_model.pb",
+    "Error parsing message with type 'tensorflow.SavedModel'",
+)
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        pytest.param(_garbage_saved_model, _UNPARSABLE, id="garbage-saved-model"),
+        pytest.param(_partial_saved_model_only, _UNPARSABLE, id="partial-saved-model-only"),
+        pytest.param(
+            _variables_missing,
+            ("Failed to find any matching files for {version}/variables/",),
+            id="variables-missing",
+        ),
+        pytest.param(
+            _variables_data_cut_short,
+            ("Read less bytes than requested (loading {version})",),
+            id="variables-data-cut-short",
+        ),
+    ],
+)
+def test_broken_version_beside_a_good_one(
+    tmp_path: Path, serve, damage: Callable[[Path], None], says: tuple[str, ...]
+) -> None:
     base = tmp_path / "models"
-    _export(base, version=1)
+    good = _export(base, version=1)
     broken = base / "affine" / "2"
-    broken.mkdir()
-    (broken / "saved_model.pb").write_bytes(b"not a SavedModel")
+    shutil.copytree(good, broken)  # a copy of a good version, then damaged: a half-written one
+    damage(broken)
     manager = ModelManager(ModelRegistry(), [ModelConfig("affine", base / "affine")]).start()
     server = serve(manager)
     status = _status(server, "affine")
     assert status[1] == ("AVAILABLE", "")  # latest policy wanted 2; 1 keeps serving
-    assert status[2][0] == "END" and status[2][1]  # with the load error
+    assert status[2][0] == "END"  # with the load error, naming what is wrong
+    for fragment in says:
+        assert fragment.format(version=broken) in status[2][1]
+    assert _rest_status(server, "affine") == status
     assert _predict(server, "affine").model_spec.version.value == 1
     shutil.rmtree(broken)
     _export(base, version=2)  # a good version 2 replaces the broken one
@@ -247,7 +329,10 @@ def test_a_deleted_version_is_unloaded_and_the_others_keep_serving(tmp_path: Pat
     server = serve(manager)
     shutil.rmtree(base / "affine" / "2")
     manager.sync()
-    assert _status(server, "affine") == {1: ("AVAILABLE", ""), 2: ("END", "")}
+    # END, and unlike a policy unload it says why.
+    removed = f"version directory {base / 'affine' / '2'} was removed while serving"
+    assert _status(server, "affine") == {1: ("AVAILABLE", ""), 2: ("END", removed)}
+    assert _rest_status(server, "affine") == {1: ("AVAILABLE", ""), 2: ("END", removed)}
     assert _predict(server, "affine").model_spec.version.value == 1
     with pytest.raises(grpc.RpcError) as err:
         _predict(server, "affine", version=2)

@@ -3,6 +3,8 @@
 TensorFlow Serving watches `BASE/NAME` for numeric children. The exporter writes a version into a
 hidden sibling (`.tmp-VERSION-PID-<random>`, which no server treats as a version) and renames it
 into place once it is complete and verified; a rename within one directory is atomic on POSIX.
+Its files are flushed to disk before the rename and the rename after it, so that a crash of the
+machine, not only of the process, cannot leave a version whose files are empty.
 A temporary left by an export that was killed is removed by the next export, once its process is
 gone. `--overwrite` swaps the new directory with the old one in one step where Linux allows it.
 """
@@ -86,6 +88,32 @@ def prune_versions(model_dir: Path, keep: int, protect: int) -> list[int]:
     return doomed
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot sync a directory; the files are synced
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under `root` to disk.
+
+    Without it the rename can reach the disk before the data (ext4 and XFS delay allocation), and
+    after a power loss the version directory would exist with empty or truncated files.
+    """
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
@@ -127,12 +155,14 @@ def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False
     tmp = model_dir / f"{TMP_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         yield tmp
+        _fsync_tree(tmp)
         if overwrite and final.exists():
             if not _exchange(tmp, final):  # two renames: the version is briefly absent
                 old = tmp.with_name(tmp.name + "-old")
                 os.rename(final, old)
                 os.rename(tmp, final)
                 tmp = old
+            _fsync_dir(model_dir)
             return  # `tmp` now holds the old version; the finally clause removes it
         try:
             os.rename(tmp, final)
@@ -140,6 +170,7 @@ def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False
             raise VersionExistsError(
                 f"version {version} appeared at {final} while exporting: {exc}"
             ) from exc
+        _fsync_dir(model_dir)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

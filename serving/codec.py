@@ -13,7 +13,6 @@ or `outputs`.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import math
 import re
@@ -24,7 +23,7 @@ import numpy as np
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
 from exporter.signature import DTYPES, TensorSpec
-from serving.defaults import DEFAULT_MAX_JSON_DEPTH
+from serving.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
 from serving.errors import InvalidInput
 
 __all__ = [
@@ -99,18 +98,33 @@ def array_to_proto(array: np.ndarray, dtype: str | None = None) -> tensor_pb2.Te
     return proto
 
 
-def array_from_proto(proto: tensor_pb2.TensorProto, input_name: str = "") -> np.ndarray:
-    """Decode a TensorProto; raises InvalidInput when its content does not match its shape."""
+MAX_RANK = 64  # numpy's limit on dimensions (TensorFlow's is 254; no served model comes close)
+
+
+def array_from_proto(
+    proto: tensor_pb2.TensorProto, input_name: str = "", max_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> np.ndarray:
+    """Decode a TensorProto; raises InvalidInput when its content does not match its shape.
+
+    A single typed value fills the whole shape, as in TensorFlow, up to `max_bytes` (the
+    server's message limit): a few bytes on the wire must not ask for gigabytes.
+    """
     what = f"input {input_name!r}" if input_name else "tensor"
     if proto.dtype not in ENUM_TO_DTYPE:
         raise InvalidInput(
-            f"{what} has dtype {types_pb2.DataType.Name(proto.dtype)}, which this server does "
-            f"not decode; supported: {', '.join(DTYPES)}"
+            f"{what} has dtype {_enum_name(proto.dtype)}, which this server does not decode; "
+            f"supported: {', '.join(DTYPES)}"
         )
     name = ENUM_TO_DTYPE[proto.dtype]
     shape = tuple(d.size for d in proto.tensor_shape.dim)
+    if len(shape) > MAX_RANK:
+        raise InvalidInput(f"{what} has rank {len(shape)}; at most {MAX_RANK} is supported")
     if any(d < 0 for d in shape):
         raise InvalidInput(f"{what} has an unknown dimension in its shape {list(shape)}")
+    if any(d > max_bytes for d in shape):  # even an empty tensor: numpy cannot shape it
+        raise InvalidInput(
+            f"{what} has shape {list(shape)}: a dimension past the {max_bytes}-byte message limit"
+        )
     count = math.prod(shape)
     # Each read of a bytes field copies it out of the message: read it once.
     content = proto.tensor_content
@@ -134,11 +148,23 @@ def array_from_proto(proto: tensor_pb2.TensorProto, input_name: str = "") -> np.
         return flat.reshape(shape)
     # TensorFlow fills a tensor from a single value (tf.make_tensor_proto does the same).
     if flat.size == 1:
+        if count * flat.itemsize > max_bytes:
+            raise InvalidInput(
+                f"{what}: one value would fill shape {list(shape)}, {count * flat.itemsize} "
+                f"bytes, more than the {max_bytes}-byte message limit"
+            )
         return np.full(shape, flat[0], dtype=flat.dtype)
     raise InvalidInput(
         f"{what}: {_VAL_FIELD[name]} holds {flat.size} values, expected {count} for shape "
         f"{list(shape)}"
     )
+
+
+def _enum_name(enum: int) -> str:
+    try:
+        return types_pb2.DataType.Name(enum)
+    except ValueError:  # not a DataType at all
+        return f"{enum} (not a DataType)"
 
 
 def numpy_dtype_name(array: np.ndarray) -> str:
@@ -251,7 +277,7 @@ def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dic
         )
     try:
         request = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int past 4300 digits
         raise InvalidInput(f"request body is not valid JSON: {exc}") from None
     except RecursionError:  # a limit above the interpreter's own
         raise InvalidInput(
@@ -406,10 +432,15 @@ def _string_array(value: Any, name: str) -> np.ndarray:
         if _is_b64(v):
             try:
                 return base64.b64decode(v["b64"], validate=True)
-            except (binascii.Error, TypeError):
+            except (ValueError, TypeError):  # binascii.Error, or text that is not ASCII
                 raise InvalidInput(f"input {name!r}: 'b64' value is not valid base64") from None
         if isinstance(v, str):
-            return v.encode()
+            try:
+                return v.encode()
+            except UnicodeEncodeError as exc:  # JSON's \ud800 escapes decode to lone surrogates
+                raise InvalidInput(
+                    f"input {name!r}: a string is not valid Unicode: {exc}"
+                ) from None
         raise InvalidInput(f"input {name!r} expects strings, got {type(v).__name__}")
 
     converted = convert(value)

@@ -24,6 +24,7 @@ from tensorflow_serving.apis import (
 from serving.codec import array_from_proto, array_to_proto
 from serving.dataplane import DataPlane, model_spec
 from serving.deadline import check_deadline, deadline_scope
+from serving.defaults import DEFAULT_MAX_BODY_BYTES
 from serving.errors import ServingError, Unimplemented
 from serving.registry import Servable, VersionRef
 from serving.signature import ServedSignature
@@ -98,8 +99,9 @@ def _version(spec: Any) -> VersionRef:
 
 
 class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, plane: DataPlane) -> None:
+    def __init__(self, plane: DataPlane, max_message_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
         self.plane = plane
+        self.max_message_bytes = max_message_bytes
 
     @contextmanager
     def _resolve(
@@ -120,7 +122,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_mapped
     def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
         with self._resolve(request.model_spec, context) as (servable, signature):
-            inputs = {name: array_from_proto(t, name) for name, t in request.inputs.items()}
+            limit = self.max_message_bytes
+            inputs = {n: array_from_proto(t, n, limit) for n, t in request.inputs.items()}
             outputs = self.plane.predict(servable, signature, inputs, list(request.output_filter))
             response = predict_pb2.PredictResponse()
             response.model_spec.CopyFrom(model_spec(servable, signature.name))
@@ -175,8 +178,10 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         raise Unimplemented("reloading the model config is not supported by this server yet")
 
 
-def add_services(server: grpc.Server, plane: DataPlane) -> None:
+def add_services(
+    server: grpc.Server, plane: DataPlane, max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> None:
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(plane), server
+        PredictionServicer(plane, max_message_bytes), server
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(plane), server)

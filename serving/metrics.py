@@ -7,7 +7,8 @@ Enabled with TF Serving's `--monitoring_config_file` (text proto, below) or `--m
 Every request is counted and timed with labels model, version, signature, runner (graph or an
 eager mode), protocol (grpc/rest) and status (the gRPC code name); the model's own run time is a
 separate histogram, so a load test can split server-side latency into model time and the rest.
-Version states come from the registry at scrape time.
+Requests naming a model the server does not have share the model label "(unknown)", so clients
+cannot grow the metrics without bound. Version states come from the registry at scrape time.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _BUCKETS = (
 )  # fmt: skip
 
 _REQUEST_LABELS = ("model", "version", "signature", "runner", "protocol")
+UNKNOWN_MODEL = "(unknown)"  # the model label of requests naming a model this server lacks
 
 
 class MonitoringConfigError(ValueError):
@@ -86,6 +88,7 @@ class Measure:
 class ServingMetrics:
     def __init__(self, registry: ModelRegistry, path: str = DEFAULT_METRICS_PATH) -> None:
         self.path = path
+        self.registry = registry
         self.prometheus = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "graphserve_requests",
@@ -133,11 +136,12 @@ class ServingMetrics:
             servable.name, str(servable.version), signature, servable.runner.kind
         ).observe(seconds)
 
-    @staticmethod
-    def _labels(m: Measure) -> tuple[str, ...]:
+    def _labels(self, m: Measure) -> tuple[str, ...]:
         version = str(m.servable.version) if m.servable else ""
         runner = m.servable.runner.kind if m.servable else ""
-        return (m.model, version, m.signature, runner, m.protocol)
+        # Names clients make up get one label value, not a series each (memory without bound).
+        known = m.servable is not None or m.model in self.registry.names()
+        return (m.model if known else UNKNOWN_MODEL, version, m.signature, runner, m.protocol)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

@@ -105,7 +105,7 @@ class ModelServer:
             options=limits,
             maximum_concurrent_rpcs=opts.max_concurrent_rpcs,
         )
-        add_services(self._grpc, self.plane)
+        add_services(self._grpc, self.plane, opts.max_message_bytes)
         health_servicer = self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
         address = f"[{opts.host}]" if ":" in opts.host else opts.host

@@ -19,6 +19,8 @@ BatchingSession (merging, padding, splitting the outputs):
   batch_timeout_micros have passed since its first request;
 - a request that needs a new batch while max_enqueued_batches are queued fails at once with
   Unavailable, so queueing delay stays bounded;
+- a request whose deadline (serving.deadline) passes while it waits fails with
+  DeadlineExceeded when its batch comes up, and is not run;
 - a request larger than max_batch_size fails with InvalidInput. With enable_large_batch_splitting
   a request may be split across batches of max_execution_batch_size rows;
 - padding repeats a real row (the first row of the batch's last request), so it is always a valid

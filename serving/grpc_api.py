@@ -113,7 +113,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             self.plane.measure(spec.name, "grpc") as measure,
             deadline_scope(context.time_remaining()),
         ):
-            check_deadline("before the request was read")
+            check_deadline("before the server could start on it")
             servable = measure.servable = self.plane.servable(spec.name, _version(spec))
             signature = self.plane.signature(servable, spec.signature_name)
             measure.signature = signature.name

@@ -57,7 +57,7 @@ def _proto_json(message: Message) -> Any:
     )
 
 
-def gunzip(body: bytes, limit: int) -> bytes:
+def _gunzip(body: bytes, limit: int) -> bytes:
     """A gzip body decompressed, refused with 413 once it passes `limit` bytes (a small body
     can inflate a thousandfold) and with 400 when it is not gzip or is cut short."""
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # expect the gzip header and trailer
@@ -155,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(length))
         encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding == "gzip":
-            return gunzip(body, limit)
+            return _gunzip(body, limit)
         if encoding != "identity":
             raise InvalidInput(f"Content-Encoding {encoding!r} is not supported: use gzip or none")
         return body

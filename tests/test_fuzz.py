@@ -73,6 +73,7 @@ from exporter.signature import TensorSpec
 from serving.codec import DTYPE_TO_ENUM, array_from_proto, array_to_proto, validate_inputs
 from serving.errors import InvalidInput
 from serving.signature import ServedSignature
+from tests.keepalive import KeepAliveClient
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "fuzz" / "rest_json.py"
@@ -546,34 +547,6 @@ def test_tensor_decoding_of_every_dtype_only_rejects_with_invalid_input() -> Non
 # c. Both servers
 
 
-class RestClient:
-    """One keep-alive connection, reopened when the server closes it."""
-
-    def __init__(self, address: str) -> None:
-        host, port = address.rsplit(":", 1)
-        self.host, self.port = host, int(port)
-        self.conn: http.client.HTTPConnection | None = None
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def post(self, path: str, body: bytes, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=TIMEOUT_S)
-        try:
-            self.conn.request("POST", path, body, {"Content-Type": "application/json", **headers})
-            response = self.conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        if response.will_close:
-            self.close()
-        return response.status, payload
-
-
 @st.composite
 def rest_requests(
     draw: st.DrawFn, specs: Mapping[str, TensorSpec]
@@ -624,7 +597,7 @@ def _comparable(x: np.ndarray) -> bool:
 def test_rest_server_answers_fuzzed_requests_as_documented(
     mlp_servers: Any, mlp_specs: dict[str, TensorSpec], mlp_model: Any, arm: str
 ) -> None:
-    client = RestClient(getattr(mlp_servers, f"{arm}_rest"))
+    client = KeepAliveClient(getattr(mlp_servers, f"{arm}_rest"), TIMEOUT_S)
     statuses: Counter[int] = Counter()
 
     @_fuzz_settings(max_examples=250)
@@ -706,7 +679,7 @@ def _assert_still_serves(servers: Any, arm: str, model: Any) -> None:
             request, timeout=TIMEOUT_S
         )
         _close(array_from_proto(response.outputs["logits"]), expected)
-    client = RestClient(getattr(servers, f"{arm}_rest"))
+    client = KeepAliveClient(getattr(servers, f"{arm}_rest"), TIMEOUT_S)
     try:
         status, payload = client.post(
             "/v1/models/mlp:predict", json.dumps({"instances": x.tolist()}).encode(), {}
@@ -760,7 +733,7 @@ def test_known_bad_tensors_are_invalid_input(case: str) -> None:
 def test_servers_answer_the_known_bad_requests_as_documented(mlp_servers: Any, arm: str) -> None:
     """The minimal inputs above that reach the mlp servers: the body (the mlp has no string
     input, so only the long integer) over REST, every tensor over gRPC."""
-    client = RestClient(getattr(mlp_servers, f"{arm}_rest"))
+    client = KeepAliveClient(getattr(mlp_servers, f"{arm}_rest"), TIMEOUT_S)
     try:
         status, payload = client.post(
             "/v1/models/mlp:predict", KNOWN_BAD_BODIES["int_past_4300_digits"][1], {}

@@ -35,6 +35,7 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from exporter.examples import mlp
 from graphserve.processes import ServerProcess
 from serving.codec import array_from_proto, array_to_proto
+from tests.keepalive import KeepAliveClient
 
 pytestmark = pytest.mark.slow
 
@@ -183,17 +184,13 @@ class RestDriver:
     RECONNECT = 100
 
     def __init__(self, address: str, cases: list[Case], run: SoakRun) -> None:
-        host, port = address.rsplit(":", 1)
-        self.host, self.port = host, int(port)
+        self.client = KeepAliveClient(address, REQUEST_TIMEOUT_S)
         self.cases = cases
         self.run = run
         self.sent = 0
-        self.conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        self.client.close()
 
     def drive(self, count: int) -> None:
         for _ in range(count):
@@ -207,18 +204,8 @@ class RestDriver:
                 self._good(self.cases[i % len(self.cases)], columnar=i % 2 == 1)
 
     def _post(self, path: str, body: bytes) -> tuple[int, Any]:
-        if self.conn is None:
-            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=REQUEST_TIMEOUT_S)
-        try:
-            self.conn.request("POST", path, body, {"Content-Type": "application/json"})
-            response = self.conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        if response.will_close:
-            self.close()
-        return response.status, json.loads(payload)
+        status, payload = self.client.post(path, body)
+        return status, json.loads(payload)
 
     def _good(self, case: Case, columnar: bool) -> None:
         key, answer = ("inputs", "outputs") if columnar else ("instances", "predictions")

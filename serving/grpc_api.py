@@ -68,9 +68,21 @@ class UndecodableRequests(grpc.ServerInterceptor):
     traceback in the log for every such request, which would make a client's bug look like a
     server fault."""
 
+    def __init__(self) -> None:
+        self._wrapped: dict[str, Any] = {}  # by method: handlers are fixed once registered
+
     def intercept_service(self, continuation: Any, details: Any) -> Any:
-        handler = continuation(details)
-        if handler is None or handler.request_deserializer is None or not handler.unary_unary:
+        wrapped = self._wrapped.get(details.method)
+        if wrapped is None:
+            handler = continuation(details)
+            if handler is None:  # no such method: not cached, or made-up names would pile up
+                return None
+            wrapped = self._wrapped[details.method] = self._wrap(handler, details)
+        return wrapped
+
+    @staticmethod
+    def _wrap(handler: Any, details: Any) -> Any:
+        if handler.request_deserializer is None or not handler.unary_unary:
             return handler
         parse, behaviour = handler.request_deserializer, handler.unary_unary
 

@@ -20,8 +20,8 @@ import tensorflow as tf
 
 from exporter.contract import SignatureContract, load_signature_file
 from exporter.errors import SignatureError, UnsafeOpsError
-from exporter.opscan import describe_flagged, scan_saved_model
-from exporter.savedmodel import signature_defs
+from exporter.opscan import describe_flagged, scan_meta_graph
+from exporter.savedmodel import serve_meta_graph
 from exporter.signature import TensorSpec, sample_inputs
 from exporter.sources import load_source, resolve_contracts
 from exporter.trace import call_signature, predict_signature
@@ -60,7 +60,8 @@ class GraphRunner:
 
     def __init__(self, path: Path, allow_ops: Collection[str] = ()) -> None:
         self.path = Path(path)
-        scan = scan_saved_model(self.path)
+        graph = serve_meta_graph(self.path)  # parsed once, for the scan and the signatures
+        scan = scan_meta_graph(graph)
         refused = scan.refused(allow_ops)
         if refused:
             raise UnsafeOpsError(
@@ -76,7 +77,7 @@ class GraphRunner:
         self._functions = dict(self._loaded.signatures)
         self.signatures = {
             name: ServedSignature.from_signature_def(name, sig)
-            for name, sig in signature_defs(self.path).items()
+            for name, sig in graph.signature_def.items()
             if name in self._functions
         }
 

@@ -478,12 +478,18 @@ def expected() -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-def _http(address: str, rest: Rest) -> tuple[int, dict[str, Any], http.client.HTTPResponse]:
+def _http_raw(address: str, rest: Rest) -> tuple[bytes, http.client.HTTPResponse]:
+    """The body as sent, and the response, on a connection of its own."""
     connection = http.client.HTTPConnection(address, timeout=30)
     connection.request(rest.method, rest.path, rest.data(), rest.headers)
     response = connection.getresponse()
     body = response.read()
     connection.close()
+    return body, response
+
+
+def _http(address: str, rest: Rest) -> tuple[int, dict[str, Any], http.client.HTTPResponse]:
+    body, response = _http_raw(address, rest)
     return response.status, json.loads(body), response
 
 
@@ -553,19 +559,10 @@ def test_nan_and_infinity_flow_through_as_tf_serving_lets_them(
 ) -> None:
     nan_case = next(c for c in CASES if c.id == "nan-infinity")
     assert nan_case.rest is not None
-    status, body, _ = _http(arms[arm].rest, nan_case.rest)
-    assert status == 200
-    assert np.isnan(body["outputs"]["score"][0])  # NaN in the features: NaN in the score
-    raw = _http_raw(arms[arm].rest, nan_case.rest)
+    raw, response = _http_raw(arms[arm].rest, nan_case.rest)
+    assert response.status == 200
+    assert np.isnan(json.loads(raw)["outputs"]["score"][0])  # NaN in the features: NaN out
     assert b"NaN" in raw  # written as TF Serving writes it, a bare NaN
-
-
-def _http_raw(address: str, rest: Rest) -> bytes:
-    connection = http.client.HTTPConnection(address, timeout=30)
-    connection.request(rest.method, rest.path, rest.data(), rest.headers)
-    raw = connection.getresponse().read()
-    connection.close()
-    return raw
 
 
 @pytest.mark.parametrize("arm", ARMS)

@@ -13,6 +13,7 @@ from typing import Any
 
 from deploy.config import ModelDir
 from deploy.errors import DeployUsageError
+from exporter.versions import version_path
 
 __all__ = ["ImageReport", "VersionCheck", "check_image", "export_tensorflow_version", "image_tag"]
 
@@ -110,7 +111,7 @@ def check_image(image: str, models: list[ModelDir], *, gpus: int | str) -> Image
     checks = []
     for model in models:
         for version in model.versions:
-            tf_version = export_tensorflow_version(model.host_path / str(version))
+            tf_version = export_tensorflow_version(version_path(model.host_path, version))
             if tf_version is None:
                 checks.append(
                     VersionCheck(

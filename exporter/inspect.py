@@ -22,7 +22,7 @@ from exporter.savedmodel import (
     meta_graph,
     read_saved_model,
 )
-from exporter.versions import existing_versions
+from exporter.versions import version_dirs
 from serving.codec import dtype_name
 
 if TYPE_CHECKING:
@@ -123,13 +123,14 @@ def resolve_version_dir(path: Path | str) -> tuple[Path, list[int] | None]:
     path = Path(path)
     if not path.is_dir() or find_saved_model_file(path) is not None:
         return path, None  # read_saved_model says what is wrong with a non-directory
-    versions = existing_versions(path)
+    dirs = version_dirs(path)
+    versions = list(dirs)
     if not versions:
         raise SavedModelError(
             f"{path} is not a SavedModel directory: it holds no saved_model.pb and no numeric "
             "version directories"
         )
-    return path / str(versions[-1]), versions
+    return dirs[versions[-1]], versions
 
 
 def inspect_saved_model(path: Path | str) -> SavedModelInfo:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -30,16 +32,58 @@ __all__ = [
     "existing_versions",
     "next_version",
     "prune_versions",
+    "version_dirs",
+    "version_path",
 ]
 
 TMP_PREFIX = ".tmp-"
 
 
-def existing_versions(model_dir: Path) -> list[int]:
-    """Numeric version directories under `model_dir`, ascending (none if it does not exist)."""
+# A version directory's name, as TF Serving parses it (absl::SimpleAtoi into an int64): decimal
+# digits, leading zeros allowed (its own test data is `00000123`), an optional '+'. Negative
+# numbers parse there too but name no version a client can ask for, so they are not served.
+_VERSION_NAME = re.compile(r"^\+?[0-9]+$")
+_MAX_VERSION = 2**63 - 1
+
+log = logging.getLogger("graphserve.versions")
+
+
+def version_dirs(model_dir: Path) -> dict[int, Path]:
+    """Version number -> its directory as found on disk (`00000123` stays `00000123`), ascending.
+
+    Empty if `model_dir` does not exist. Two names for one number (`17` and `00017`): the plain
+    one wins, else the first in name order, with a warning, as TF Serving warns and keeps one.
+    """
     if not model_dir.is_dir():
-        return []
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
+        return {}
+    found: dict[int, list[Path]] = {}
+    for path in model_dir.iterdir():
+        if _VERSION_NAME.match(path.name) and path.is_dir():
+            number = int(path.name)
+            if number <= _MAX_VERSION:
+                found.setdefault(number, []).append(path)
+    chosen = {}
+    for number in sorted(found):
+        paths = sorted(found[number], key=lambda p: (p.name != str(number), p.name))
+        if len(paths) > 1:
+            log.warning(
+                "duplicate version directories for version %d: loading %s, ignoring %s",
+                number,
+                paths[0],
+                ", ".join(str(p) for p in paths[1:]),
+            )
+        chosen[number] = paths[0]
+    return chosen
+
+
+def existing_versions(model_dir: Path) -> list[int]:
+    """Version numbers under `model_dir`, ascending (none if it does not exist)."""
+    return list(version_dirs(model_dir))
+
+
+def version_path(model_dir: Path, version: int) -> Path:
+    """The directory of `version` as found on disk; `model_dir/version` when there is none."""
+    return version_dirs(model_dir).get(version, model_dir / str(version))
 
 
 def next_version(model_dir: Path) -> int:
@@ -78,12 +122,13 @@ def prune_versions(model_dir: Path, keep: int, protect: int) -> list[int]:
     """Delete the oldest versions so that `keep` remain; never `protect`. Returns deleted ones."""
     if keep < 1:
         raise ValueError("keep must be at least 1")
-    versions = existing_versions(model_dir)
+    dirs = version_dirs(model_dir)
+    versions = list(dirs)
     doomed = [v for v in versions[: max(len(versions) - keep, 0)] if v != protect]
     for version in doomed:
         # Rename first so a server never sees a half-deleted version directory.
         trash = model_dir / f"{TMP_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        os.rename(model_dir / str(version), trash)
+        os.rename(dirs[version], trash)
         shutil.rmtree(trash, ignore_errors=True)
     return doomed
 
@@ -132,8 +177,8 @@ def _exchange(a: Path, b: Path) -> bool:
 
 
 def ensure_version_free(model_dir: Path, version: int) -> None:
-    """Raise VersionExistsError if `model_dir/version` exists."""
-    final = model_dir / str(version)
+    """Raise VersionExistsError if `version` exists under `model_dir` (`00000007` is 7)."""
+    final = version_path(model_dir, version)
     if final.exists():
         raise VersionExistsError(
             f"version {version} already exists at {final}: choose another --version, or pass "
@@ -147,8 +192,9 @@ def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False
 
     On an exception the temporary directory is removed and nothing appears. Without `overwrite`,
     raises VersionExistsError if the version exists (before writing, and again at the rename).
+    With `overwrite`, an existing version is replaced where it is (`00000007` stays its name).
     """
-    final = model_dir / str(version)
+    final = version_path(model_dir, version)
     if not overwrite:
         ensure_version_free(model_dir, version)
     model_dir.mkdir(parents=True, exist_ok=True)

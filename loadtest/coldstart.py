@@ -29,7 +29,7 @@ import grpc
 import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
-from exporter.versions import existing_versions
+from exporter.versions import version_dirs
 from exporter.warmup import WARMUP_FILE
 from graphserve.processes import ServerProcess
 from loadtest.errors import ColdStartError, LoadTestError, ServerStartError
@@ -156,8 +156,8 @@ def without_warmup_copy(model_base_path: Path, dest_base: Path) -> Path:
     LoadTestError when `model_base_path` holds no numeric version directory.
     """
     source = Path(model_base_path)
-    versions = existing_versions(source)
-    if not versions:
+    dirs = version_dirs(source)
+    if not dirs:
         raise LoadTestError(
             f"{source} holds no numeric version directories: expected a model base path such "
             f"as models/NAME with NAME/1, NAME/2, ..."
@@ -166,9 +166,9 @@ def without_warmup_copy(model_base_path: Path, dest_base: Path) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for version in versions:
-        shutil.copytree(source / str(version), dest / str(version))
-        (dest / str(version) / WARMUP_FILE).unlink(missing_ok=True)
+    for path in dirs.values():
+        shutil.copytree(path, dest / path.name)
+        (dest / path.name / WARMUP_FILE).unlink(missing_ok=True)
     return dest
 
 
@@ -191,8 +191,8 @@ def cold_start_suite(
     is measured once per round, labelled without them. Raises as `measure_cold_start`.
     """
     model_base_path = Path(model_base_path)
-    versions = existing_versions(model_base_path)
-    has_records = bool(versions) and (model_base_path / str(versions[-1]) / WARMUP_FILE).is_file()
+    dirs = version_dirs(model_base_path)
+    has_records = bool(dirs) and (dirs[max(dirs)] / WARMUP_FILE).is_file()
     named = ["--model-name", model_name]
     arms: list[tuple[str, bool, list[str]]] = []
     if has_records:

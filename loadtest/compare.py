@@ -261,12 +261,12 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
 
 
 def _latest_version(base: Path) -> Path:
-    from exporter.versions import existing_versions
+    from exporter.versions import version_dirs
 
-    versions = existing_versions(base)
-    if not versions:
+    dirs = version_dirs(base)
+    if not dirs:
         raise PayloadError(f"{str(base)!r} holds no numbered version directory")
-    return base / str(versions[-1])
+    return dirs[max(dirs)]
 
 
 def _plan(spec: CompareSpec, out_dir: Path) -> Plan:

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from exporter.versions import existing_versions
+from exporter.versions import existing_versions, version_path
 from exporter.warmup import replay_warmup
 from serving.config import ModelConfig
 from serving.registry import ModelLoadError, ModelRegistry, Servable
@@ -87,6 +87,8 @@ class ModelManager:
         self._failed: dict[tuple[str, int], tuple[Fingerprint, str]] = {}
         # Loaded versions: the fingerprint of the files they were loaded from.
         self._loaded: dict[tuple[str, int], Fingerprint] = {}
+        # ... and the directory they were loaded from, as it was named on disk.
+        self._paths: dict[tuple[str, int], Path] = {}
         self._sync_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -161,6 +163,7 @@ class ModelManager:
                 self.registry.set_status(model.name, version, "UNLOADING", problem)
                 self.registry.remove(model.name, version, problem)
                 self._loaded.pop((model.name, version), None)
+                self._paths.pop((model.name, version), None)
             else:
                 self._report_serving(model, version, problem)
         self.registry.set_labels(model.name, model.labels)
@@ -170,7 +173,7 @@ class ModelManager:
         files already failed; a removed directory has nothing to load)."""
         for servable in self.registry.available(model.name):
             key = (model.name, servable.version)
-            fingerprint = _fingerprint(model.base_path / str(servable.version))
+            fingerprint = _fingerprint(self._path(model, servable.version))
             if fingerprint is None or fingerprint == self._loaded.get(key):
                 continue
             if not self._broken(model, servable.version):
@@ -186,11 +189,16 @@ class ModelManager:
     def _broken(self, model: ModelConfig, version: int) -> bool:
         """It failed to load, and its files have not changed since."""
         failed = self._failed.get((model.name, version))
-        return failed is not None and failed[0] == _fingerprint(model.base_path / str(version))
+        return failed is not None and failed[0] == _fingerprint(self._path(model, version))
+
+    def _path(self, model: ModelConfig, version: int) -> Path:
+        """Where a version was loaded from (a removed directory keeps its name), else where it
+        is on disk now (`00000123` as found, never rebuilt from the number)."""
+        return self._paths.get((model.name, version)) or version_path(model.base_path, version)
 
     def _problem(self, model: ModelConfig, version: int) -> str:
         """Why a loaded version should stop serving, "" when nothing is wrong with it."""
-        path = model.base_path / str(version)
+        path = self._path(model, version)
         if not path.is_dir():
             return f"version directory {path} was removed while serving"
         failed = self._failed.get((model.name, version))
@@ -209,7 +217,7 @@ class ModelManager:
     def _load_one(self, model: ModelConfig, version: int) -> None:
         """Load a version and make it AVAILABLE (a loaded one is replaced by the new load), or
         record why it failed (a loaded one keeps serving; `_sync_model` decides its fate)."""
-        path = model.base_path / str(version)
+        path = version_path(model.base_path, version)
         fingerprint = _fingerprint(path)
         key = (model.name, version)
         serving = key in self._loaded  # a reload: the version serves on meanwhile
@@ -227,5 +235,6 @@ class ModelManager:
             return
         self._failed.pop(key, None)
         self._loaded[key] = fingerprint
+        self._paths[key] = path
         self.registry.add(Servable(model.name, version, runner))
         log.info("%s: version %d is AVAILABLE", model.name, version)

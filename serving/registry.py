@@ -155,17 +155,18 @@ class ModelRegistry:
         """Serve the newest numeric version under `base_path` with NullRunner (its signatures,
         zeros for answers, no model work); errors surface as ModelLoadError."""
         from exporter.errors import ExportError
-        from exporter.versions import existing_versions
+        from exporter.versions import version_dirs
         from serving.nullrunner import NullRunner
 
-        versions = existing_versions(Path(base_path))
+        dirs = version_dirs(Path(base_path))
+        versions = list(dirs)
         if not versions:
             raise ModelLoadError(
                 f"model {name!r} has no servable version: no numeric version directories under "
                 f"{base_path}"
             )
         try:
-            runner = NullRunner(Path(base_path) / str(versions[-1]))
+            runner = NullRunner(dirs[versions[-1]])
         except ExportError as exc:
             raise ModelLoadError(str(exc)) from exc
         servable = Servable(name, versions[-1], runner)

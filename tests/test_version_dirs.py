@@ -20,7 +20,8 @@ def _dirs(base: Path, *names: str) -> Path:
 
 
 def test_version_names_tf_serving_accepts(tmp_path: Path) -> None:
-    base = _dirs(tmp_path, "non_numerical_child", "42", "00017", "+8", "3x", "-2", "1.5", ".tmp-9-1-ab")
+    names = ("non_numerical_child", "42", "00017", "+8", "3x", "-2", "1.5", ".tmp-9-1-ab")
+    base = _dirs(tmp_path, *names)
     (tmp_path / "99").write_text("a file is not a version")
     assert version_dirs(base) == {8: base / "+8", 17: base / "00017", 42: base / "42"}
     assert existing_versions(base) == [8, 17, 42]

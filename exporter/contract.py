@@ -70,12 +70,15 @@ class SignatureContract:
 class _TensorModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dtype: str
-    shape: list[int | None] | str
+    shape: list[int | None] | str | None  # None or "*": unknown rank
 
     @field_validator("shape", mode="before")
     @classmethod
     def _shape(cls, value: Any) -> Any:
-        return list(parse_shape(value)) if isinstance(value, str) else value
+        if isinstance(value, str):
+            parsed = parse_shape(value)
+            return None if parsed is None else list(parsed)
+        return value
 
 
 class _SignatureModel(BaseModel):
@@ -91,7 +94,9 @@ class _FileModel(BaseModel):
 
 
 def _tensor(name: str, model: _TensorModel) -> TensorSpec:
-    shape = model.shape if isinstance(model.shape, list) else list(parse_shape(model.shape))
+    if model.shape is None or isinstance(model.shape, str):  # the validator parsed strings
+        return TensorSpec(name, model.dtype.lower(), None)
+    shape = model.shape
     for d in shape:
         if d is not None and d < -1:
             raise SignatureError(f"input {name!r}: dimension {d} is negative (use -1 for any)")

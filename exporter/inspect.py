@@ -22,6 +22,7 @@ from exporter.savedmodel import (
     meta_graph,
     read_saved_model,
 )
+from exporter.signature import shape_of_tensor_info
 from exporter.versions import version_dirs
 from serving.codec import dtype_name
 
@@ -178,7 +179,7 @@ def _signature(key: str, sig: meta_graph_pb2.SignatureDef) -> SignatureInfo:
 
 
 def _tensor(name: str, info: meta_graph_pb2.TensorInfo) -> TensorInfo:
-    shape = info.tensor_shape
+    shape = shape_of_tensor_info(info)  # no tensor_shape at all is unknown too, not a scalar
     encoding = info.WhichOneof("encoding")
     if encoding == "coo_sparse":
         sparse = info.coo_sparse
@@ -193,7 +194,7 @@ def _tensor(name: str, info: meta_graph_pb2.TensorInfo) -> TensorInfo:
     return TensorInfo(
         name=name,
         dtype=dtype_name(info.dtype),
-        shape=None if shape.unknown_rank else [d.size for d in shape.dim],
+        shape=None if shape is None else [-1 if d is None else d for d in shape],
         tensor=tensor,
     )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -16,12 +17,16 @@ from exporter.errors import SignatureError
 
 __all__ = [
     "DTYPES",
+    "DTYPE_ENUMS",
     "PREDICT_METHOD",
     "SERVING_DEFAULT",
+    "Shape",
     "TensorSpec",
     "parse_input_spec",
     "parse_shape",
     "sample_inputs",
+    "shape_of_tensor_info",
+    "spec_from_tensor_info",
 ]
 
 # TF Serving's names for the default signature and the Predict method.
@@ -43,6 +48,28 @@ DTYPES: dict[str, np.dtype] = {
     "string": np.dtype(object),
 }
 
+# Their DataType enum values (tensorflow/core/framework/types.proto). A reference type, which a
+# TF1 variable's output has (DT_FLOAT_REF), is its base type plus 100.
+DTYPE_ENUMS: dict[str, int] = {
+    "float16": 19,
+    "float32": 1,
+    "float64": 2,
+    "int8": 6,
+    "int16": 5,
+    "int32": 3,
+    "int64": 9,
+    "uint8": 4,
+    "uint16": 17,
+    "bool": 10,
+    "string": 7,
+}
+_ENUM_DTYPES = {v: k for k, v in DTYPE_ENUMS.items()}
+_REF_OFFSET = 100
+
+# A shape: None for a dimension of any size; the whole shape None when even the rank is unknown
+# (a TF1 placeholder without a shape, or tf.Example inputs). `()` is a scalar, never "unknown".
+Shape = tuple[int | None, ...] | None
+
 # Signature input names become SavedModel signature keys and JSON keys: keep them plain.
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 
@@ -54,12 +81,13 @@ _UNKNOWN_DIM_SAMPLE = 8
 class TensorSpec:
     """One named tensor of a signature (an input or an output).
 
-    `dtype` is a name from `DTYPES`; `shape` has None for a dimension of any size.
+    `dtype` is a name from `DTYPES`; `shape` has None for a dimension of any size, and is None
+    itself when the rank is unknown.
     """
 
     name: str
     dtype: str
-    shape: tuple[int | None, ...]
+    shape: Shape
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -77,19 +105,54 @@ class TensorSpec:
     def np_dtype(self) -> np.dtype:
         return DTYPES[self.dtype]
 
+    @property
+    def batch_free(self) -> bool:
+        """Its first dimension takes any size: the batch, for the servers and samples."""
+        return bool(self.shape) and self.shape[0] is None  # type: ignore[index]
+
     def shape_text(self) -> str:
-        """The shape as users write it: `[-1, 784]`."""
+        """The shape as users write it: `[-1, 784]`, or `*` for an unknown rank."""
+        if self.shape is None:
+            return "*"
         return "[" + ", ".join("-1" if d is None else str(d) for d in self.shape) + "]"
 
     def describe(self) -> str:
+        if self.shape is None:
+            return f"{self.dtype} of unknown rank"
         return f"{self.dtype} of shape {self.shape_text()}"
 
     def to_json(self) -> dict[str, object]:
-        return {"dtype": self.dtype, "shape": [-1 if d is None else d for d in self.shape]}
+        shape = None if self.shape is None else [-1 if d is None else d for d in self.shape]
+        return {"dtype": self.dtype, "shape": shape}
 
 
-def parse_shape(text: str) -> tuple[int | None, ...]:
-    """Parse `-1,784` (or `[-1, 784]`, or `` for a scalar) into a shape; -1 or ? means any."""
+def shape_of_tensor_info(info: Any) -> Shape:
+    """The shape a SignatureDef's TensorInfo declares. A TensorInfo with no `tensor_shape` at all
+    (TF 1.0 wrote them so) or with `unknown_rank` has an unknown shape (None), never a scalar."""
+    if not info.HasField("tensor_shape") or info.tensor_shape.unknown_rank:
+        return None
+    return tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
+
+
+def spec_from_tensor_info(name: str, info: Any) -> TensorSpec:
+    """Our TensorSpec for a SignatureDef's TensorInfo: the one conversion, for the servers, the
+    load test's payloads and `inspect` alike. A reference dtype (`float_ref`) is its base dtype,
+    the dtype its values have. Raises SignatureError for a dtype no server here decodes."""
+    enum = info.dtype - _REF_OFFSET if info.dtype > _REF_OFFSET else info.dtype
+    dtype = _ENUM_DTYPES.get(enum)
+    if dtype is None:
+        raise SignatureError(
+            f"tensor {name!r} has DataType {info.dtype}, which graphserve does not serve: "
+            f"supported are {', '.join(DTYPES)}"
+        )
+    return TensorSpec(name, dtype, shape_of_tensor_info(info))
+
+
+def parse_shape(text: str) -> Shape:
+    """Parse `-1,784` (or `[-1, 784]`, or `` for a scalar) into a shape; -1 or ? means any
+    size, and `*` alone an unknown rank."""
+    if text.strip() == "*":
+        return None
     body = text.strip().strip("[]()").strip()
     if not body:
         return ()
@@ -131,7 +194,10 @@ def check_unique(specs: Sequence[TensorSpec]) -> None:
 
 
 def sample_shape(spec: TensorSpec, batch_size: int) -> tuple[int, ...]:
-    """A concrete shape for `spec`: the first unknown dimension is the batch."""
+    """A concrete shape for `spec`: the first unknown dimension is the batch. An unknown rank
+    gets a vector of `batch_size`, as tf.Example inputs (serialized examples) take one."""
+    if spec.shape is None:
+        return (batch_size,)
     dims = []
     for i, d in enumerate(spec.shape):
         if d is None:

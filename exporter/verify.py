@@ -201,7 +201,7 @@ def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str
     signature. A `.json` file holds one predict request body (row or columnar format, optional
     `signature_name`) or a list of them. Raises SignatureError when samples do not fit.
     """
-    from serving.codec import decode_json_request, parse_json_body, validate_inputs
+    from serving.codec import decode_json_request, parse_json_body, shape_hint, validate_inputs
     from serving.errors import ServingError
 
     path = Path(path)
@@ -232,6 +232,10 @@ def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str
             specs = {s.name: s for s in by_name[key].inputs}
             cast = {n: _as_dtype(a, specs[n].np_dtype) for n, a in arrays.items() if n in specs}
             samples[key] = validate_inputs(cast, specs)
+            # The servers leave shapes to the graph; samples must fit what is exported.
+            mismatch = shape_hint(samples[key], specs)
+            if mismatch:
+                raise SignatureError(f"samples file {path}: {mismatch}")
     except ServingError as exc:
         raise SignatureError(f"samples file {path}: {exc}") from None
     except (OSError, ValueError) as exc:

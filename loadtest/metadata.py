@@ -24,10 +24,9 @@ from tensorflow_serving.apis import (
 )
 
 from exporter.errors import SignatureError
-from exporter.signature import TensorSpec
+from exporter.signature import TensorSpec, spec_from_tensor_info
 from loadtest.errors import PayloadError
 from loadtest.targets import http_base_url
-from serving.codec import dtype_name
 
 __all__ = [
     "fetch_grpc_specs",
@@ -46,8 +45,9 @@ def specs_from_signature_map(
 ) -> list[TensorSpec]:
     """The input specs of one signature, in name order.
 
-    Raises PayloadError when the signature is missing, or an input has an unknown rank or a dtype
-    we cannot generate samples for.
+    Raises PayloadError when the signature is missing, or an input has a dtype we cannot
+    generate samples for. An input of unknown rank gets samples of one row per batch entry
+    (a vector), the shape tf.Example inputs take.
     """
     signatures = signature_map.signature_def
     if signature_name not in signatures:
@@ -56,11 +56,8 @@ def specs_from_signature_map(
     specs: list[TensorSpec] = []
     # Sorted so that a payload built from gRPC and one built from REST metadata are identical.
     for name, info in sorted(signatures[signature_name].inputs.items()):
-        if info.tensor_shape.unknown_rank:
-            raise PayloadError(f"input {name!r} has an unknown rank, so no sample fits it: {_HINT}")
-        shape = tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
         try:
-            specs.append(TensorSpec(name=name, dtype=dtype_name(info.dtype), shape=shape))
+            specs.append(spec_from_tensor_info(name, info))
         except SignatureError as exc:
             raise PayloadError(
                 f"cannot build a sample for input {name!r}: {exc}; {_HINT}"

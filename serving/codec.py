@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
-from exporter.signature import DTYPES, TensorSpec
+from exporter.signature import DTYPE_ENUMS, DTYPES, Shape, TensorSpec
 from serving.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
 from serving.errors import InvalidInput
 
@@ -37,23 +37,12 @@ __all__ = [
     "json_depth",
     "numpy_dtype_name",
     "parse_json_body",
+    "shape_hint",
     "to_json_value",
     "validate_inputs",
 ]
 
-DTYPE_TO_ENUM: dict[str, int] = {
-    "float16": types_pb2.DT_HALF,
-    "float32": types_pb2.DT_FLOAT,
-    "float64": types_pb2.DT_DOUBLE,
-    "int8": types_pb2.DT_INT8,
-    "int16": types_pb2.DT_INT16,
-    "int32": types_pb2.DT_INT32,
-    "int64": types_pb2.DT_INT64,
-    "uint8": types_pb2.DT_UINT8,
-    "uint16": types_pb2.DT_UINT16,
-    "bool": types_pb2.DT_BOOL,
-    "string": types_pb2.DT_STRING,
-}
+DTYPE_TO_ENUM: dict[str, int] = DTYPE_ENUMS
 ENUM_TO_DTYPE: dict[int, str] = {v: k for k, v in DTYPE_TO_ENUM.items()}
 
 # Which repeated field of TensorProto carries each dtype when `tensor_content` is not used.
@@ -77,7 +66,10 @@ def dtype_name(enum: int) -> str:
     return ENUM_TO_DTYPE.get(enum) or types_pb2.DataType.Name(enum).removeprefix("DT_").lower()
 
 
-def shape_proto(shape: tuple[int | None, ...]) -> tensor_shape_pb2.TensorShapeProto:
+def shape_proto(shape: Shape) -> tensor_shape_pb2.TensorShapeProto:
+    """TensorFlow's shape proto: -1 for a dimension of any size, `unknown_rank` for None."""
+    if shape is None:
+        return tensor_shape_pb2.TensorShapeProto(unknown_rank=True)
     return tensor_shape_pb2.TensorShapeProto(
         dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=-1 if d is None else d) for d in shape]
     )
@@ -188,8 +180,10 @@ def as_bytes(value: object) -> bytes:
 def validate_inputs(
     inputs: Mapping[str, np.ndarray], specs: Mapping[str, TensorSpec]
 ) -> dict[str, np.ndarray]:
-    """Check names, dtypes and shapes against the signature; returns the inputs by name.
+    """Check names and dtypes against the signature; returns the inputs by name.
 
+    Shapes are the graph's business, as in TF Serving: a request whose shape the graph cannot
+    take fails there, and `shape_hint` adds what the signature declares to that error.
     Problems are reported in name order, so a request gets the same message from every server.
     """
     for name in sorted(inputs):
@@ -206,27 +200,31 @@ def validate_inputs(
         spec = specs[name]
         array = inputs[name]
         got = numpy_dtype_name(array)
-        if got != spec.dtype or not _shape_fits(array.shape, spec.shape):
-            raise InvalidInput(_mismatch(spec, got, array.shape))
-        if spec.shape and spec.shape[0] is None and array.shape[0] == 0:
+        if got != spec.dtype:
             raise InvalidInput(
-                f"input {name!r} is a batch of zero rows: send at least one ({spec.describe()})"
+                f"input {name!r} expects {spec.describe()}, got {got} of shape "
+                f"{list(array.shape)}"
             )
         checked[name] = array
     return checked
 
 
-def _mismatch(spec: TensorSpec, got: str, shape: tuple[int, ...]) -> str:
-    message = f"input {spec.name!r} expects {spec.describe()}, got {got} of shape {list(shape)}"
-    fixed = spec.shape[0] if spec.shape else None
-    batch_only = (
-        got == spec.dtype
-        and len(shape) == len(spec.shape)
-        and _shape_fits(shape[1:], spec.shape[1:])
-    )
-    if batch_only and fixed is not None and shape[0] != fixed:
-        return f"{message}: the model's batch dimension is fixed at {fixed} rows"
-    return message
+def shape_hint(inputs: Mapping[str, np.ndarray], specs: Mapping[str, TensorSpec]) -> str:
+    """What the signature declares for each input whose shape does not fit it ("" when all
+    fit): added to the graph's own error, which names tensors, not the signature's inputs."""
+    hints = []
+    for name in sorted(inputs):
+        spec = specs.get(name)
+        if spec is None or spec.shape is None or _shape_fits(inputs[name].shape, spec.shape):
+            continue
+        shape = inputs[name].shape
+        hint = f"input {name!r} is declared {spec.describe()}, got shape {list(shape)}"
+        fixed = spec.shape[0] if spec.shape else None
+        batch_only = len(shape) == len(spec.shape) and _shape_fits(shape[1:], spec.shape[1:])
+        if fixed is not None and batch_only and shape[0] != fixed:
+            hint += f": the model's batch dimension is fixed at {fixed} rows"
+        hints.append(hint)
+    return "; ".join(hints)
 
 
 def _shape_fits(shape: tuple[int, ...], expected: tuple[int | None, ...]) -> bool:
@@ -307,7 +305,7 @@ def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, n
     if not isinstance(instances, list):
         raise InvalidInput(f"'instances' must be a list of rows, got {type(instances).__name__}")
     if not instances:
-        raise InvalidInput("'instances' is an empty list: send at least one row")
+        raise InvalidInput("No values in 'instances' array: send at least one row")
     named = all(isinstance(row, dict) and not _is_b64(row) for row in instances)
     if not named:
         if len(specs) != 1:

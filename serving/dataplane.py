@@ -21,7 +21,7 @@ from tensorflow_serving.apis import (
     status_pb2,
 )
 
-from serving.codec import as_bytes, validate_inputs
+from serving.codec import as_bytes, shape_hint, validate_inputs
 from serving.deadline import check_deadline
 from serving.errors import FailedPrecondition, InvalidInput, Unavailable
 from serving.metrics import Measure, ServingMetrics
@@ -109,7 +109,11 @@ class DataPlane:
         checked = validate_inputs(inputs, signature.inputs)
         check_deadline("before the model ran")
         started = time.perf_counter()
-        outputs = servable.runner.run(signature.name, checked)
+        try:
+            outputs = servable.runner.run(signature.name, checked)
+        except InvalidInput as exc:  # the graph refused the inputs: say what it was declared
+            hint = shape_hint(checked, signature.inputs)
+            raise InvalidInput(f"{exc.message} ({hint})" if hint else exc.message) from exc
         if self.metrics is not None:
             self.metrics.observe_runtime(servable, signature.name, time.perf_counter() - started)
         if output_filter:

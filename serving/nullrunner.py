@@ -14,7 +14,8 @@ import numpy as np
 
 from exporter.savedmodel import signature_defs
 from exporter.signature import DTYPES, TensorSpec
-from serving.errors import ServingError
+from serving.codec import shape_hint
+from serving.errors import InvalidInput, ServingError
 from serving.signature import ServedSignature
 
 __all__ = ["NullRunner"]
@@ -45,7 +46,11 @@ class NullRunner:
         """Zeros (b"" for strings) for every output, the batch size taken from the first input.
 
         The arrays are cached per (signature, batch) and shared between requests: read only.
+        Inputs whose shape a graph of the signature would refuse are refused (InvalidInput).
         """
+        mismatch = shape_hint(inputs, self.signatures[signature].inputs)
+        if mismatch:
+            raise InvalidInput(f"the graph would refuse this request: {mismatch}")
         first = next(iter(inputs.values()), None)
         batch = int(first.shape[0]) if first is not None and first.ndim else 1
         key = (signature, batch)
@@ -59,10 +64,11 @@ class NullRunner:
 
 def _zeros(spec: TensorSpec, batch: int) -> np.ndarray:
     """Zeros of `spec`: an unknown first dimension is `batch`, any other unknown one is 1 (an
-    output of unknown rank is a scalar)."""
+    output of unknown rank is a vector of `batch`)."""
     if spec.dtype not in DTYPES:
         raise ServingError(f"output {spec.name!r} has dtype {spec.dtype}, which has no zeros here")
-    shape = tuple((batch if i == 0 else 1) if d is None else d for i, d in enumerate(spec.shape))
+    dims = (None,) if spec.shape is None else spec.shape
+    shape = tuple((batch if i == 0 else 1) if d is None else d for i, d in enumerate(dims))
     if spec.dtype == "string":
         array = np.empty(shape, dtype=object)
         array.fill(b"")

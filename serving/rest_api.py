@@ -38,10 +38,11 @@ from serving.registry import Servable, VersionRef
 from serving.signature import ServedSignature
 from serving.tfexample import examples_from_json
 
-__all__ = ["RestServer"]
+__all__ = ["RUNNER_HEADER", "RestServer"]
 
 log = logging.getLogger("graphserve.rest")
 
+RUNNER_HEADER = "X-Graphserve-Runner"  # on metadata responses: graph, eager, eager-predict, ...
 LINGER_BYTES = 64 * 1024 * 1024  # the most of a refused body read (and dropped) after a 413
 
 _ROUTE = re.compile(
@@ -98,6 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: RestServer
     _unread = 0  # bytes of a refused body left in the socket
+    _runner = ""  # the RUNNER_HEADER value, on metadata responses
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -109,6 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = "application/json"
         status: int
         self._unread = 0
+        self._runner = ""
         metrics = self.server.plane.metrics
         try:
             body = self._read_body() if method == "POST" else b""
@@ -127,6 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        if self._runner:
+            self.send_header(RUNNER_HEADER, self._runner)
         if self.close_connection:  # an unread body: tell the client this connection is done
             self.send_header("Connection", "close")
         self.end_headers()
@@ -191,18 +196,19 @@ class _Handler(BaseHTTPRequestHandler):
             return HTTPStatus.OK, self._predict(plane, name, version, body)
         return HTTPStatus.OK, self._examples(plane, name, version, body, str(verb))
 
-    @staticmethod
-    def _metadata_json(plane: DataPlane, name: str, version: VersionRef) -> bytes:
+    def _metadata_json(self, plane: DataPlane, name: str, version: VersionRef) -> bytes:
+        """TF Serving's body exactly; how this server runs the model (graph, eager, ...) goes
+        in a response header of our own, where no TF Serving client looks."""
         response = plane.metadata(name, version, (SIGNATURE_DEF_FIELD, RUNNER_FIELD))
         sigmap = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(sigmap)
         runner = wrappers_pb2.StringValue()
         response.metadata[RUNNER_FIELD].Unpack(runner)
-        # TF Serving's shape, plus "runner": how this server runs the model.
+        self._runner = runner.value
         return json.dumps(
             {
                 "model_spec": _proto_json(response.model_spec),
-                "metadata": {SIGNATURE_DEF_FIELD: _proto_json(sigmap), RUNNER_FIELD: runner.value},
+                "metadata": {SIGNATURE_DEF_FIELD: _proto_json(sigmap)},
             }
         ).encode()
 

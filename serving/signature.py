@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec
-from serving.codec import DTYPE_TO_ENUM, dtype_name, shape_proto
+from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec, spec_from_tensor_info
+from serving.codec import DTYPE_TO_ENUM, shape_proto
 
 __all__ = ["PREDICT_METHOD", "SERVING_DEFAULT", "ServedSignature"]
 
@@ -61,11 +61,4 @@ def _fill(info: meta_graph_pb2.TensorInfo, spec: TensorSpec, tensor_name: str) -
 
 
 def _specs(infos: object) -> dict[str, TensorSpec]:
-    specs = {}
-    for key, info in infos.items():  # type: ignore[attr-defined]
-        if info.tensor_shape.unknown_rank:
-            shape: tuple[int | None, ...] = ()
-        else:
-            shape = tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
-        specs[key] = TensorSpec(key, dtype_name(info.dtype), shape)
-    return specs
+    return {key: spec_from_tensor_info(key, info) for key, info in infos.items()}  # type: ignore[attr-defined]

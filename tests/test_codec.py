@@ -124,7 +124,7 @@ def test_columnar_format_and_b64_strings() -> None:
         ({"instances": [300]}, {"u": TensorSpec("u", "uint8", (None,))}, "out of range for uint8"),
         ({"instances": [{"b64": "!!"}]}, TEXT, "not valid base64"),
         ({"instances": [[1, 2]]}, TWO, "each instance must be an object keyed by input name"),
-        ({"instances": []}, IMAGES, "is an empty list: send at least one row"),
+        ({"instances": []}, IMAGES, "No values in 'instances' array: send at least one row"),
     ],
 )
 def test_bad_json_requests_say_what_is_wrong(body: dict, specs: dict, message: str) -> None:

@@ -68,7 +68,8 @@ def test_metadata_says_how_the_model_runs(servers: dict[str, ModelServer]) -> No
         assert runner.value == MODES[mode]
         url = f"http://127.0.0.1:{server.rest_port}/v1/models/mlp/metadata"
         with urllib.request.urlopen(url, timeout=30) as r:
-            assert json.loads(r.read())["metadata"]["runner"] == MODES[mode]
+            assert r.headers["X-Graphserve-Runner"] == MODES[mode]
+            assert set(json.loads(r.read())["metadata"]) == {"signature_def"}
 
 
 def test_function_mode_retraces_on_new_batch_sizes(servers: dict[str, ModelServer]) -> None:

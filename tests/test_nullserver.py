@@ -114,9 +114,10 @@ def test_rest_validates_inputs_against_the_signature(null_server) -> None:
 
 
 def test_metadata_says_the_runner_is_null(null_server, mlp_servers) -> None:
-    status, body = _http(null_server.rest, "/v1/models/mlp/metadata")
-    assert status == 200
-    assert body["metadata"]["runner"] == "null"
+    with urllib.request.urlopen(f"http://{null_server.rest}/v1/models/mlp/metadata") as reply:
+        assert reply.headers["X-Graphserve-Runner"] == "null"
+        body = json.load(reply)
+    assert set(body["metadata"]) == {"signature_def"}  # TF Serving's body, nothing added
     assert set(body["metadata"]["signature_def"]["signature_def"]) == {"serving_default"}
 
     request = get_model_metadata_pb2.GetModelMetadataRequest(

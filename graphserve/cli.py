@@ -1,4 +1,9 @@
-"""The `graphserve` command: mounts each package's CLI. Nothing here imports TensorFlow."""
+"""The `graphserve` command: mounts each package's CLI. Nothing here imports TensorFlow.
+
+Before any command runs, TF_CPP_MIN_LOG_LEVEL is set (unless the user set it) so that TensorFlow's
+C++ start-up lines, "failed call to cuInit" on every machine without a GPU among them, stay off
+the terminal, in this process and in the servers and locust processes it starts.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from bench.cli import bench
 from deploy.cli import app as deploy_app
 from exporter.cli import export, inspect
 from graphserve import __version__
+from graphserve.console import default_tensorflow_log_level
 from graphserve.demo import demo
 from loadtest.cli import app as loadtest_app
 from serving.cli import app as serve_app
@@ -41,3 +47,4 @@ def main(
     ),
 ) -> None:
     """graphserve: graph vs eager, measured."""
+    default_tensorflow_log_level()

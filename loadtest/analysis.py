@@ -28,11 +28,13 @@ from loadtest.scrape import Snapshot
 from loadtest.stats import percentile_cis, ratio_summary, stability, summarize, window_summary
 
 __all__ = [
+    "BREAKDOWN_STATISTIC",
     "CALIBRATION_ARM",
     "GENERATOR_CPU_LIMIT_PCT",
     "RECORD_FIELDS",
     "RawRun",
     "analyze",
+    "breakdown",
     "load_records",
     "read_raw",
 ]
@@ -46,6 +48,8 @@ _NULL_SHARE = 0.9
 # An open-loop request sent this much after its scheduled time counts as late.
 _LATE_MS = 1.0
 CALIBRATION_ARM = "null"
+# The statistic every part of the server-side breakdown is taken from (see `breakdown`).
+BREAKDOWN_STATISTIC = "mean"
 
 
 @dataclass(frozen=True)
@@ -170,9 +174,10 @@ def _window(
 def _generator(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     loads = [w["generator_cpu_pct"] for w in windows if w.get("generator_cpu_pct") is not None]
     cpu = max(loads) if loads else None
-    bound = cpu is not None and cpu >= GENERATOR_CPU_LIMIT_PCT
+    if cpu is None or cpu < GENERATOR_CPU_LIMIT_PCT:  # none measured counts as not bound
+        return {"cpu_pct": cpu, "bound": False, "reason": None}
     reason = f"a locust process used {cpu:.0f}% CPU (limit {GENERATOR_CPU_LIMIT_PCT:.0f}%)"
-    return {"cpu_pct": cpu, "bound": bound, "reason": reason if bound else None}
+    return {"cpu_pct": cpu, "bound": True, "reason": reason}
 
 
 def _calibrate(arms: dict[str, dict[str, Any]]) -> None:
@@ -226,11 +231,33 @@ def _server(
         "client_requests": client_requests,
         "request_mean_ms": request_ms,
         "runtime_mean_ms": runtime_ms,
-        "breakdown_ms": {
-            "model": runtime_ms,
-            "server": _minus(request_ms, runtime_ms),
-            "client_and_network": _minus(client_mean_ms, request_ms),
-        },
+        **breakdown(client_mean_ms, request_ms, runtime_ms),
+    }
+
+
+def breakdown(
+    client_mean_ms: float | None, request_mean_ms: float | None, runtime_mean_ms: float | None
+) -> dict[str, Any]:
+    """Split the client's mean latency into model, rest of the server, client and network.
+
+    Every part is a difference of means (BREAKDOWN_STATISTIC): Prometheus histograms give a
+    server's sum and count, hence its mean, exactly, and no percentile. Means add up, so the
+    three parts sum to the client's mean latency. A part is never negative: the server counts
+    the requests that ended between its scrapes, the client those that started in a window
+    and succeeded, so the two means can disagree by more than the part; such a part shows as 0
+    and its raw difference is kept under "clamped_ms".
+    """
+    raw = {
+        "model": runtime_mean_ms,
+        "server": _minus(request_mean_ms, runtime_mean_ms),
+        "client_and_network": _minus(client_mean_ms, request_mean_ms),
+    }
+    clamped = {name: value for name, value in raw.items() if value is not None and value < 0}
+    return {
+        "statistic": BREAKDOWN_STATISTIC,
+        "client_mean_ms": client_mean_ms,
+        "breakdown_ms": {name: 0.0 if name in clamped else v for name, v in raw.items()},
+        "clamped_ms": clamped,
     }
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from graphserve.console import stderr
+from graphserve.console import quiet_tensorflow, stderr
 
 if TYPE_CHECKING:
     from loadtest.compare import CompareSpec
@@ -157,7 +157,10 @@ def compare(
         Path | None, typer.Option(help=".npz of inputs, or a REST .json body")
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the random payload and bootstrap")] = 0,
-    model_name: Annotated[str, typer.Option(help="model to call")] = "mlp",
+    model_name: Annotated[
+        str | None,
+        typer.Option(help="model to call [default: the --model-base-path directory's name]"),
+    ] = None,
     signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
     workers: Annotated[
         int, typer.Option(min=0, help="locust worker processes (0: one local process)")
@@ -188,7 +191,8 @@ def compare(
     """Load every arm alike, in alternating windows, over a sweep of loads; write the report.
 
     Address mode loads running servers (--arm/--graph/--eager); self-managed mode
-    (--model-base-path with --source) starts the servers itself and stops them after.
+    (--model-base-path with --source) starts the servers itself and stops them after. The model
+    is --model-name, else the directory name of --model-base-path (models/mobilenet: mobilenet).
     Writes OUT/report.json, report.md, report.html, PNG plots, locust CSVs and raw/records.npz.
     Exits 1 when the run fails or an arm gets no successful request, 2 for bad arguments or a
     refused target, 3 when an --slo or --max-failures gate is missed.
@@ -227,6 +231,13 @@ def compare(
         LoadSpec, users, rate, arrivals, max_in_flight, warmup, window, min_windows, max_windows,
         stability, duration,
     )  # fmt: skip
+    if not model_name and model_base_path is None:
+        # TF Serving's APIs address a model by name and cannot list what a server holds.
+        raise typer.BadParameter(
+            "which model do the servers serve? pass --model-name NAME, or --model-base-path "
+            "BASE/NAME (its directory names the model)",
+            param_hint="'--model-name'",
+        )
     spec = CompareSpec(
         arms=tuple(Arm(n, a, metrics_urls.get(n)) for n, a in addresses.items()),
         protocol=protocol.value,
@@ -247,6 +258,7 @@ def compare(
     )
     out_dir = out or Path("loadtest-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     quiet = output is OutputFormat.json
+    quiet_tensorflow()  # the payload and metadata code import it
     try:
         report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet)
     except LoadTestError as exc:

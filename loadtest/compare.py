@@ -39,6 +39,7 @@ __all__ = [
     "LoadSpec",
     "compare",
     "locust_commands",
+    "model_name_of",
     "payload_specs",
     "with_metrics_probe",
 ]
@@ -82,7 +83,7 @@ class CompareSpec:
     arms: tuple[Arm, ...]
     protocol: str = "grpc"
     rest_format: str = "row"
-    model_name: str = "mlp"
+    model_name: str | None = None  # None: the directory name of model_base_path (see below)
     signature_name: str = "serving_default"
     batch_size: int = 1
     payload_file: Path | None = None
@@ -109,6 +110,7 @@ def compare(
     """
     from loadtest.slo import parse_gate
 
+    spec = replace(spec, model_name=model_name_of(spec))
     _check(spec)
     gates = [parse_gate(text) for text in spec.slo]  # a bad gate fails before any load
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,6 +131,7 @@ def compare(
     report: dict[str, Any] = {
         "schema": "graphserve.loadtest/2",
         "title": _title(spec, baseline),
+        "headline": [],  # one sentence per step, written with the report (loadtest/report.py)
         "settings": _settings(spec, baseline, inputs, payload_source),
         "environment": environment(),
         "arms": {arm.name: _arm_info(arm, spec) for arm in spec.arms},
@@ -170,6 +173,24 @@ def locust_commands(plan: Plan, out_dir: Path, master_port: int = 0) -> list[lis
         "--master-port", str(master_port),
     ]  # fmt: skip
     return [master, *([worker] * plan.workers)]
+
+
+def model_name_of(spec: CompareSpec) -> str:
+    """The model the arms are asked for: `model_name` as given, else the directory name of
+    `model_base_path` (models/mobilenet -> mobilenet, as `graphserve serve graph` names it).
+
+    Raises LoadTestError when there is neither: TF Serving's APIs address a model by name and
+    have no call that lists the models a server holds.
+    """
+    if spec.model_name:
+        return spec.model_name
+    if spec.model_base_path is not None:
+        base = spec.model_base_path
+        return base.name or base.resolve().name
+    raise LoadTestError(
+        "which model? pass --model-name NAME (the name the servers serve it under), or "
+        "--model-base-path BASE/NAME, whose directory name is used"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,7 +250,7 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
         inputs = build_payload(specs, spec.batch_size, spec.seed)
     save_payload(out_dir / "payload.npz", inputs)
     if spec.protocol == "grpc":
-        body = grpc_request_bytes(inputs, spec.model_name, spec.signature_name)
+        body = grpc_request_bytes(inputs, model_name_of(spec), spec.signature_name)
     else:
         body = rest_body(inputs, spec.signature_name, columnar=spec.rest_format == "columnar")
     (out_dir / "request.bin").write_bytes(body)
@@ -256,7 +277,7 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
         return specs_from_signature_map(signature_map, spec.signature_name), f"SavedModel {version}"
     first = spec.arms[0]
     target = http_base_url(first.address) if spec.protocol == "rest" else first.address
-    specs = fetch_specs(spec.protocol, target, spec.model_name, spec.signature_name)
+    specs = fetch_specs(spec.protocol, target, model_name_of(spec), spec.signature_name)
     return specs, f"metadata of {first.name} ({first.address})"
 
 
@@ -284,8 +305,8 @@ def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
         arms=arms,
         protocol=spec.protocol,
         body_file=str((out_dir / "request.bin").resolve()),
-        rest_path=f"/v1/models/{spec.model_name}:predict",
-        model_name=spec.model_name,
+        rest_path=f"/v1/models/{model_name_of(spec)}:predict",
+        model_name=model_name_of(spec),
         mode=load.mode,
         loads=tuple(load.loads),
         out_dir=str(out_dir.resolve()),
@@ -311,10 +332,13 @@ def _run_locust(plan: Plan, out_dir: Path, say: Callable[[dict[str, Any]], None]
     events.unlink(missing_ok=True)
     for stale in (out_dir / "raw" / "records.npz", out_dir / "raw" / "phases.json"):
         stale.unlink(missing_ok=True)
+    from graphserve.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
+
     env = {
+        # TensorFlow's C++ logs stay quiet in the locust processes unless the user set the level.
+        TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL,
         **os.environ,
         PLAN_ENV: str((out_dir / "plan.json").resolve()),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
     }
     commands = locust_commands(plan, out_dir, free_port() if plan.workers else 0)
     log = (out_dir / "locust.log").open("wb")
@@ -372,7 +396,7 @@ def _title(spec: CompareSpec, baseline: str) -> str:
     loop = "closed loop" if spec.load.mode == "closed" else f"open loop ({spec.load.arrivals})"
     protocol = "gRPC" if spec.protocol == "grpc" else f"REST ({spec.rest_format})"
     arms = f"{' and '.join(others) or baseline} vs {baseline}"
-    return f"{spec.model_name}: {arms}, {protocol}, {loop}"
+    return f"{model_name_of(spec)}: {arms}, {protocol}, {loop}"
 
 
 def _settings(
@@ -384,7 +408,7 @@ def _settings(
         "rest_format": spec.rest_format,
         **{k: v for k, v in load.items() if k != "loads"},
         "loads": list(spec.load.loads),
-        "model_name": spec.model_name,
+        "model_name": model_name_of(spec),
         "signature_name": spec.signature_name,
         "batch_size": spec.batch_size,
         "seed": spec.seed,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.analysis import CALIBRATION_ARM
-from loadtest.compare import METRICS_PATH, Arm, CompareSpec, compare
+from loadtest.compare import METRICS_PATH, Arm, CompareSpec, compare, model_name_of
 from loadtest.errors import LoadTestError, ServerStartError
 
 __all__ = ["SERVER_KINDS", "managed_servers", "run_managed"]
@@ -105,16 +105,19 @@ def run_managed(
 ) -> dict[str, Any]:
     """Start `kinds` on spec.model_base_path, add `extra_arms` (e.g. a TF Serving address),
     optionally measure cold starts first, run the comparison, stop the servers."""
-    if spec.model_base_path is None:
+    base = spec.model_base_path
+    if base is None:
         raise LoadTestError("a self-managed comparison needs --model-base-path BASE/NAME")
+    # The servers serve the model under the name the load test asks for.
+    spec = replace(spec, model_name=model_name_of(spec))
     cold: list[dict[str, Any]] | None = None
     if cold_start:
         cold = _cold_start(spec, out_dir, source, say)
     with managed_servers(
         kinds,
-        model_base_path=spec.model_base_path,
+        model_base_path=base,
         source=source,
-        model_name=spec.model_name,
+        model_name=model_name_of(spec),
         protocol=spec.protocol,
         log_dir=out_dir,
         say=say,
@@ -151,7 +154,7 @@ def _cold_start(
     runs = cold_start_suite(
         spec.model_base_path,
         source,
-        spec.model_name,
+        model_name_of(spec),
         payload,
         work_dir=out_dir / "cold-start",
         log=say,

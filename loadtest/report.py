@@ -4,8 +4,10 @@
 
     files = write_report(report, Path("out"))   # report.json, report.md, report.html, *.png
 
-`report` is the plain dict that `report.json` holds: settings, environment, arms, steps (per-arm
-results, windows and ratios against the baseline), calibration, cold_start, slo, files. Markdown
+`report` is the plain dict that `report.json` holds: title, headline (one sentence per load step,
+see `headline`), settings, environment, arms, steps (per-arm results, windows and ratios against
+the baseline), calibration, cold_start, slo, files. Markdown, HTML and the terminal table open with
+the headline. Markdown
 and HTML are rendered from one document model (headings, paragraphs, tables, warnings) built by
 `_document`, so both say the same thing. A missing number (an arm with no successful request, an
 arm without a metrics endpoint) shows as "–": rendering never fails on a None, and a key the
@@ -33,6 +35,7 @@ from loadtest.stats import PERCENTILES
 __all__ = [
     "IMAGE_TITLES",
     "arm_order",
+    "headline",
     "load_label",
     "render_html",
     "render_markdown",
@@ -66,7 +69,7 @@ class _Heading:
 @dataclass(frozen=True)
 class _Paragraph:
     text: str
-    tone: str = ""  # "" | "pass" | "fail": shown bold (markdown), coloured (HTML)
+    tone: str = ""  # "" | "lead" | "pass" | "fail": shown bold (markdown), styled (HTML)
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ def write_report(
 
     The latency CDF needs the raw records: `records` when the caller has them already, else
     `out_dir/raw/records.npz`; without either that plot is skipped. Locust's
-    CSVs in `out_dir` (`locust*.csv`) are listed. Sets `report["files"]` in place and returns it.
+    CSVs in `out_dir` (`locust*.csv`) are listed. Sets `report["files"]` and `report["headline"]`
+    in place and returns the files.
     Raises OSError when a file cannot be written and ValueError when raw/records.npz is malformed.
     """
     from loadtest import plots  # matplotlib: only when plots are drawn
@@ -123,6 +127,7 @@ def write_report(
         "raw": "raw/records.npz" if records is not None else None,
     }
     report["files"] = files
+    report["headline"] = headline(report)
     text = json.dumps(report, indent=2, ensure_ascii=False, default=_json_default)
     (out_dir / "report.json").write_text(text + "\n", encoding="utf-8")
     markdown = render_markdown(report, {name: name for name in images})
@@ -179,6 +184,7 @@ def render_table(report: Report) -> RenderableType:
     mode = _settings(report).get("mode")
     baseline = _settings(report).get("baseline")
     parts: list[RenderableType] = [Text(str(report.get("title") or ""), style="bold")]
+    parts += [Text(sentence, style="bold") for sentence in headline(report)]
     for step in _steps(report):
         table = Table(title=load_label(step.get("load"), mode), title_justify="left")
         table.add_column("arm")
@@ -212,6 +218,59 @@ def render_table(report: Report) -> RenderableType:
     return Group(*parts)
 
 
+def headline(report: Report) -> list[str]:
+    """One sentence per load step: how each arm's p50 compares with the baseline's, with the
+    95% CI of that ratio, and the throughput ratio. For example "graph answers in 0.084× the
+    time of eager at 1 user (p50 ratio, 95% CI 0.081–0.087), with 11.3× the throughput."
+
+    Steps without ratios (a single arm) get no sentence; a ratio that cannot be computed says
+    which arm had no successful request; a step with warnings says so.
+    """
+    mode = _settings(report).get("mode")
+    sentences = []
+    for step in _steps(report):
+        ratios = step.get("ratios") or {}
+        if not ratios:
+            continue
+        load = load_label(step.get("load"), mode)
+        if len(ratios) == 1:
+            ((name, ratio),) = ratios.items()
+            sentence = _headline_clause(name, ratio, step, f" at {load}")
+        else:
+            clauses = [_headline_clause(n, r, step, "") for n, r in ratios.items()]
+            sentence = f"At {load}, " + "; ".join(clauses)
+        if any(_concerns(arm) for _, arm in _step_arms(report, step)):
+            sentence += " (read with the warnings below)"
+        sentences.append(sentence + ".")
+    return sentences
+
+
+def _headline_clause(name: str, ratio: Mapping[str, Any], step: Mapping[str, Any], at: str) -> str:
+    """'graph answers in 0.084× the time of eager{at} (p50 ratio, ...), with 11.3× ...'."""
+    arm, _, base = name.partition("/")
+    p50 = ratio.get("p50") or {}
+    if not _is_number(p50.get("value")):
+        arms = step.get("arms") or {}
+        empty = [n for n in (arm, base) if _p50(arms.get(n)) is None]
+        why = f"{' and '.join(empty) or 'an arm'} had no successful request"
+        return f"{arm} and {base} cannot be compared{at}: {why}"
+    ci = p50.get("ci95")
+    detail = "p50 ratio"
+    if ci and all(_is_number(bound) for bound in ci):
+        detail += f", 95% CI {_fmt_interval(ci, _fmt_sig)}"
+        if ci[0] <= 1 <= ci[1]:
+            detail += ": no clear difference"
+    clause = f"{arm} answers in {_fmt_times(p50['value'])} the time of {base}{at} ({detail})"
+    throughput = (ratio.get("throughput") or {}).get("value")
+    if _is_number(throughput):
+        clause += f", with {_fmt_times(throughput)} the throughput"
+    return clause
+
+
+def _p50(arm: Mapping[str, Any] | None) -> Any:
+    return ((arm or {}).get("latency_ms") or {}).get("p50")
+
+
 def arm_order(report: Report) -> list[str]:
     """Arm names in display order: settings.arm_order, then any other arm the steps mention."""
     names = list(_settings(report).get("arm_order") or [])
@@ -235,6 +294,7 @@ def load_label(load: float | None, mode: str | None) -> str:
 def _document(report: Report) -> list[_Block]:
     blocks: list[_Block] = [
         _Heading(1, str(report.get("title") or "graphserve load test")),
+        *(_Paragraph(sentence, "lead") for sentence in headline(report)),
         _Paragraph(_how_it_was_run(report)),
     ]
     mode = _settings(report).get("mode")
@@ -313,7 +373,9 @@ def _step_table(report: Report, step: Mapping[str, Any]) -> _Table:
         "generator",
     ]
     headers += ["late"] if with_late else []
-    headers += ["model / server / rest"] if with_server else []
+    if with_server:
+        statistic = next((a["server"].get("statistic") for _, a in arms if a.get("server")), None)
+        headers.append(f"{statistic or 'mean'}: model / server / client+network")
     rows, classes = [], []
     for name, arm in arms:
         latency = arm.get("latency_ms") or {}
@@ -445,7 +507,28 @@ def _warnings(report: Report) -> list[str]:
         f"{name} at {load_label(step.get('load'), mode)}: {sentence}"
         for step in _steps(report)
         for name, arm in _step_arms(report, step)
-        for _, sentence in _concerns(arm)
+        for sentence in [*(s for _, s in _concerns(arm)), *_breakdown_notes(arm.get("server"))]
+    ]
+
+
+_PART_NAMES = {
+    "model": "model",
+    "server": "rest of the server",
+    "client_and_network": "client + network",
+}
+
+
+def _breakdown_notes(server: Mapping[str, Any] | None) -> list[str]:
+    """Why a part of the breakdown shows as 0: its difference of means came out negative."""
+    if not server:
+        return []
+    statistic = server.get("statistic") or "mean"
+    return [
+        f"the {_PART_NAMES.get(part, part)} part of the server-side breakdown came out at "
+        f"{_fmt_ms(raw)} ms and shows as 0: the {statistic}s it is the difference of cover "
+        "different requests (the server times those that end between its scrapes, the client "
+        "those that start in a window and succeed)"
+        for part, raw in (server.get("clamped_ms") or {}).items()
     ]
 
 
@@ -508,11 +591,16 @@ def _generator(generator: Mapping[str, Any] | None) -> str:
 
 
 def _breakdown(server: Mapping[str, Any] | None) -> str:
+    """'0.322 / 0.093 / 0.596'; a part clamped at 0 shows its raw value: '0 (raw −13.6)'."""
     parts = (server or {}).get("breakdown_ms") or {}
     if not parts:
         return _NONE
+    clamped = (server or {}).get("clamped_ms") or {}
     keys = ("model", "server", "client_and_network")
-    return " / ".join(_fmt_ms(parts.get(k)) for k in keys)
+    return " / ".join(
+        _fmt_ms(parts.get(k)) + (f" (raw {_fmt_ms(clamped[k])})" if k in clamped else "")
+        for k in keys
+    )
 
 
 # --- rendering the document ------------------------------------------------------------------
@@ -590,6 +678,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 tr.warn td { background: #fff8e1; }
 tr.fail td { background: #ffebe9; color: #b42318; font-weight: 600; }
+p.lead { font-size: 1.1rem; }
 p.pass { color: #1a7f37; }
 p.fail { color: #b42318; }
 .warnings { border: 1px solid #e3b341; border-left: 5px solid #d4a72c; background: #fff8e1;

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -184,3 +186,35 @@ def test_demo_json_is_the_export_and_the_report(tmp_path: Path) -> None:
     assert step["ratios"]["graph/eager"]["p50"]["value"] > 0
     assert report["manifest"]["model_name"] == "mlp"
     assert (tmp_path / "report" / "report.html").is_file()
+
+
+# TensorFlow's C++ log lines: absl's "I0000 00:00:1795450031.162587    3570 file.cc:31] ..."
+_TF_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ \S+:\d+\] ", re.MULTILINE)
+
+
+def _export_stderr(tmp_path: Path, tf_log_level: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    if tf_log_level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = tf_log_level
+    done = subprocess.run(
+        [sys.executable, "-m", "graphserve", "export", "examples:mlp", "--name", "m",
+         "--base-path", str(tmp_path / f"level-{tf_log_level}")],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+@pytest.mark.slow
+def test_tensorflow_start_up_lines_are_quiet_unless_the_user_sets_the_level(
+    tmp_path: Path,
+) -> None:
+    # Unset, as in a plain shell: no "E0000 ... failed call to cuInit" (which reads as a failure
+    # on every machine without a GPU), no absl start-up notice, no TensorFlow log line at all.
+    quiet = _export_stderr(tmp_path, None)
+    assert "cuInit" not in quiet and "absl::InitializeLog" not in quiet
+    assert not _TF_LOG_LINE.search(quiet), quiet
+    assert "exported" in quiet  # graphserve's own progress still shows
+    # A level the user set wins: at 0 TensorFlow prints its lines as it always does.
+    loud = _export_stderr(tmp_path, "0")
+    assert _TF_LOG_LINE.search(loud), loud

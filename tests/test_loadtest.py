@@ -4,6 +4,7 @@ real short locust runs against the real graph and eager servers of `mlp_servers`
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from typer.testing import CliRunner
 
 from exporter.signature import TensorSpec
 from loadtest.cli import app, parse_duration, parse_loads
-from loadtest.errors import PayloadError, RemoteTargetError
+from loadtest.errors import LoadTestError, PayloadError, RemoteTargetError
 from loadtest.metadata import specs_from_grpc_metadata, specs_from_rest_metadata
 from loadtest.payloads import (
     build_payload,
@@ -246,7 +247,7 @@ def test_rest_body_row_and_columnar_formats() -> None:
 def test_cli_refuses_remote_targets(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["compare", "--graph", "10.0.0.1:8500", "--eager", "127.0.0.1:9500",
-              "--out", str(tmp_path)],
+              "--model-name", "mlp", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 2
     assert "'10.0.0.1:8500' is not on this machine" in result.output
@@ -300,9 +301,36 @@ def test_cli_needs_arms_or_a_model() -> None:
     assert "name the arms" in result.output
 
 
+def test_cli_needs_the_model_name_for_addresses(tmp_path: Path) -> None:
+    # TF Serving's APIs address a model by name; there is no right default (it was "mlp").
+    result = CliRunner().invoke(
+        app, ["compare", "--graph", "127.0.0.1:1", "--eager", "127.0.0.1:2", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "--model-name" in result.output and "--model-base-path" in result.output
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_model_name_comes_from_the_option_or_the_base_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loadtest.compare import Arm, CompareSpec, compare, model_name_of
+
+    arms = (Arm("graph", "127.0.0.1:1"),)
+    assert model_name_of(CompareSpec(arms, model_base_path=Path("models/mobilenet"))) == "mobilenet"
+    (tmp_path / "tiny").mkdir()
+    monkeypatch.chdir(tmp_path / "tiny")
+    assert model_name_of(CompareSpec(arms, model_base_path=Path("."))) == "tiny"
+    named = CompareSpec(arms, model_name="m", model_base_path=Path("models/mobilenet"))
+    assert model_name_of(named) == "m"
+    with pytest.raises(LoadTestError, match="pass --model-name NAME"):
+        compare(CompareSpec(arms), tmp_path)
+    assert not (tmp_path / "plan.json").exists()
+
+
 def test_cli_bad_slo_fails_before_any_load(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        app, ["compare", "--graph", "127.0.0.1:1", "--eager", "127.0.0.1:2",
+        app, ["compare", "--graph", "127.0.0.1:1", "--eager", "127.0.0.1:2", "--model-name", "m",
               "--slo", "p99<<5", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 2
@@ -408,6 +436,7 @@ def test_sweep_report_against_real_servers(metered_servers, tmp_path: Path) -> N
                 assert low <= latency[key] <= high, (name, key)
             breakdown = arm["server"]["breakdown_ms"]
             assert 0 < breakdown["model"] < arm["server"]["request_mean_ms"] < latency["mean"]
+            assert sum(breakdown.values()) == pytest.approx(latency["mean"])
         ratio = step["ratios"]["graph/eager"]
         assert ratio["p50"]["ci95"][0] <= ratio["p50"]["value"] <= ratio["p50"]["ci95"][1]
         assert ratio["throughput"]["value"] > 0
@@ -424,6 +453,7 @@ def test_sweep_report_against_real_servers(metered_servers, tmp_path: Path) -> N
     stats_csv = (tmp_path / "locust_stats.csv").read_text()
     assert "graph" in stats_csv and "eager" in stats_csv
     assert report["slo"]["passed"] is True and report["slo"]["failures"] == 0
+    assert len(report["headline"]) == 2 and report["title"].startswith("mlp: graph vs eager")
     _assert_html_images_decode(tmp_path / "report.html")
 
 
@@ -450,6 +480,7 @@ def test_slo_breach_exits_3_over_rest(metered_servers, tmp_path: Path) -> None: 
     result = CliRunner().invoke(
         app,
         ["compare", "--protocol", "rest", "--rest-format", "columnar", "--users", "2", *_SHORT,
+         "--model-name", "mlp",
          "--graph", servers["graph"]["rest"], "--eager", servers["eager"]["rest"],
          "--slo", "p99<0.001ms", "--slo", "ratio.p50<100", "--out", str(tmp_path)],
     )  # fmt: skip
@@ -471,6 +502,7 @@ def test_open_loop_distributed_stops_at_max_requests(metered_servers, tmp_path: 
     result = CliRunner().invoke(
         app,
         ["compare", "--arm", f"graph={servers['graph']['grpc']}", "--rate", "200",
+         "--model-name", "mlp",
          "--arrivals", "poisson", "--workers", "2", "--max-requests", "300",
          "--warmup", "0.5s", "--window", "1s", "--min-windows", "3", "--max-windows", "60",
          "--metrics", f"graph={servers['graph']['metrics']}", "--out", str(tmp_path)],
@@ -490,7 +522,7 @@ def test_an_arm_without_successes_exits_1(metered_servers, tmp_path: Path) -> No
     result = CliRunner().invoke(
         app,
         ["compare", "--graph", metered_servers["graph"]["grpc"], "--eager", nobody, *_SHORT,
-         "--out", str(tmp_path)],
+         "--model-name", "mlp", "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 1
     assert "no successful request on eager" in result.output
@@ -548,3 +580,81 @@ def test_calibration_adds_the_null_endpoint_and_reports_render_again(
     rendered = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert rendered.exit_code == 0, rendered.output
     assert "## Calibration" in (tmp_path / "report.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 14, failure 3: a self-managed comparison of a model that is not the MLP
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from exporter.api import ExportSpec, export_model
+
+    base = tmp_path_factory.mktemp("models")
+    export_model(ExportSpec(source="examples:mlp", name="tiny", base_path=base))
+    return base / "tiny"
+
+
+_HEADLINE = re.compile(
+    r"graph answers in [\d.]+× the time of eager at (?P<load>1 user|4 users) \(p50 ratio, "
+    r"95% CI [\d.]+–[\d.]+(: no clear difference)?\), with [\d.]+× the throughput"  # noqa: RUF001
+    r"( \(read with the warnings below\))?\."
+)
+
+
+@pytest.mark.slow
+def test_self_managed_report_names_the_model_and_never_breaks_down_negative(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import graphserve.console
+    from graphserve.cli import app as graphserve_app
+
+    # As a user runs it, with TF_CPP_MIN_LOG_LEVEL unset: the servers started must inherit the
+    # quiet level, so that no "failed call to cuInit" reaches their logs.
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
+    monkeypatch.setattr(graphserve.console, "_chosen_by_us", False)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        graphserve_app,
+        ["loadtest", "compare", "--model-base-path", str(tiny_model_dir),
+         "--source", "examples:mlp", "--users", "1,4", *_SHORT, "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+
+    # The model is named by its directory, not "mlp": the title, the settings, the servers.
+    assert report["title"] == "tiny: graph vs eager, gRPC, closed loop"
+    assert report["settings"]["model_name"] == "tiny"
+    for arm in report["arms"].values():
+        command = arm["server_command"]
+        assert command[command.index("--model-name") + 1] == "tiny"
+
+    # Every part of the server-side breakdown is a difference of means, and none is negative.
+    for step in report["steps"]:
+        for arm in step["arms"].values():
+            server = arm["server"]
+            assert server["statistic"] == "mean"
+            assert server["client_mean_ms"] == arm["latency_ms"]["mean"]
+            parts = server["breakdown_ms"]
+            assert all(part >= 0 for part in parts.values()), parts
+            if not server["clamped_ms"]:
+                assert sum(parts.values()) == pytest.approx(arm["latency_ms"]["mean"])
+
+    # One headline sentence per step opens report.md, report.html and the terminal summary.
+    sentences = report["headline"]
+    assert [_HEADLINE.fullmatch(s)["load"] for s in sentences] == ["1 user", "4 users"]  # type: ignore[index]
+    markdown = (out / "report.md").read_text().split("\n\n")
+    assert markdown[:3] == [
+        "# tiny: graph vs eager, gRPC, closed loop",
+        *(f"**{s}**" for s in sentences),
+    ]
+    assert "| mean: model / server / client+network |" in "\n\n".join(markdown)
+    page = (out / "report.html").read_text()
+    assert page.split("<main>\n", 1)[1].splitlines()[1:3] == [
+        f'<p class="lead"><strong>{s}</strong></p>' for s in sentences
+    ]
+    terminal = " ".join(result.stdout.split())
+    assert terminal.startswith("tiny: graph vs eager, gRPC, closed loop " + " ".join(sentences))
+
+    for log in ("graph-server.log", "eager-server.log", "locust.log"):
+        assert "cuInit" not in (out / log).read_text(errors="replace"), log

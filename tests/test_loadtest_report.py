@@ -19,8 +19,9 @@ from PIL import Image
 from rich.console import Console
 
 from loadtest import plots
-from loadtest.analysis import load_records
-from loadtest.report import render_html, render_markdown, render_table, write_report
+from loadtest.analysis import BREAKDOWN_STATISTIC, RawRun, analyze, breakdown, load_records
+from loadtest.plan import ArmTarget, Plan
+from loadtest.report import headline, render_html, render_markdown, render_table, write_report
 
 T0 = 1_763_632_800.0  # 2025-11-20T10:00:00Z
 WINDOW_S = 5.0
@@ -479,5 +480,173 @@ def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:
     console = Console(record=True, width=160)
     console.print(render_table(report))
     assert "no successes" in console.export_text()
-    del report["files"]
+    del report["files"], report["headline"]
     assert report == original  # rendering reads, never changes, the data
+
+
+# ---------------------------------------------------------------------------------------------
+# The headline: one sentence per load step, at the top of every rendering
+
+
+def test_headline_opens_markdown_html_and_terminal(tmp_path: Path) -> None:
+    report = make_report()
+    expected = [
+        "graph answers in 0.45× the time of eager at 4 users (p50 ratio, 95% CI 0.44–0.46), "
+        "with 2.1× the throughput.",
+        # eager at 16 users is unstable and generator-bound: the sentence points at the warnings
+        "graph answers in 0.45× the time of eager at 16 users (p50 ratio, 95% CI 0.44–0.46), "
+        "with 2.1× the throughput (read with the warnings below).",
+    ]
+    assert headline(report) == expected
+
+    write_report(report, tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["headline"] == (
+        expected
+    )
+    markdown = (tmp_path / "report.md").read_text(encoding="utf-8").split("\n\n")
+    assert markdown[:3] == [
+        "# mlp: graph vs eager, gRPC, closed loop",
+        *(f"**{sentence}**" for sentence in expected),
+    ]
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    body = page.split("<main>\n", 1)[1].splitlines()
+    assert body[1:3] == [f'<p class="lead"><strong>{s}</strong></p>' for s in expected]
+    console = Console(record=True, width=200)
+    console.print(render_table(report))
+    assert console.export_text().splitlines()[:3] == [
+        "mlp: graph vs eager, gRPC, closed loop",
+        *expected,
+    ]
+
+
+def test_headline_with_several_arms_no_clear_difference_and_no_successes() -> None:
+    report = make_report(loads=(1, 4))
+    first, second = report["steps"]
+    first["ratios"]["tfserving/eager"] = {
+        "p50": _ratio(0.98, [0.95, 1.02]),
+        "throughput": _ratio(None),  # type: ignore[arg-type]
+    }
+    second["arms"]["eager"]["latency_ms"]["p50"] = None
+    second["ratios"]["graph/eager"]["p50"] = _ratio(None)  # type: ignore[arg-type]
+    report["settings"]["mode"] = "open"
+    assert headline(report) == [
+        "At 1 req/s, graph answers in 0.45× the time of eager (p50 ratio, 95% CI 0.44–0.46), "
+        "with 2.1× the throughput; tfserving answers in 0.98× the time of eager (p50 ratio, "
+        "95% CI 0.95–1.02: no clear difference).",
+        "graph and eager cannot be compared at 4 req/s: eager had no successful request "
+        "(read with the warnings below).",
+    ]
+    assert headline(make_report(loads=(1,)) | {"steps": []}) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The server-side breakdown: every part a difference of means, never negative
+
+
+def _sweep(eager_server_mean_ms: float) -> tuple[RawRun, Plan]:
+    """One step at 4 users, graph and eager, two windows each, with their servers scraped.
+
+    Client latencies: graph 1 ms, eager 50 ms (means). Server request means: graph 0.8 ms,
+    eager `eager_server_mean_ms`; model (runtime) means: graph 0.5 ms, eager 45 ms.
+    """
+    rng = np.random.default_rng(3)
+    plan = Plan(
+        arms=(ArmTarget("graph", "127.0.0.1:1", "127.0.0.1:1"),
+              ArmTarget("eager", "127.0.0.1:2", "127.0.0.1:2")),
+        protocol="grpc", body_file="request.bin", rest_path="/v1/models/tiny:predict",
+        model_name="tiny", mode="closed", loads=(4,), out_dir=".", min_windows=2, max_windows=2,
+    )  # fmt: skip
+    client_ms = {0: 1.0, 1: 50.0}
+    server_ms = {0: (0.8, 0.5), 1: (eager_server_mean_ms, 45.0)}
+    phases, scrapes, columns = [], [], {k: [] for k in ("arm", "seq", "window", "latency_ms")}
+    seq = 0
+    for arm in (0, 1):
+        scrapes.append(_scrape(arm, "step_start", -1, 0, 0.0, 0.0))
+    for window, arms in enumerate(((0, 1), (1, 0))):
+        for arm in arms:
+            seq += 1
+            started = T0 + seq
+            phases.append({"seq": seq, "kind": "window", "step": 0, "window": window,
+                           "arm": arm, "started": started, "ended": started + 1.0})  # fmt: skip
+            latency = rng.normal(client_ms[arm], client_ms[arm] * 0.05, 100)
+            latency += client_ms[arm] - latency.mean()  # exactly the intended mean
+            columns["arm"] += [arm] * 100
+            columns["seq"] += [seq] * 100
+            columns["window"] += [window] * 100
+            columns["latency_ms"] += list(latency)
+            done = sum(1 for p in phases if p["arm"] == arm) - 1
+            request_ms, runtime_ms = server_ms[arm]
+            scrapes.append(_scrape(arm, "phase_start", seq, 100 * done, request_ms, runtime_ms))
+            scrapes.append(_scrape(arm, "phase_end", seq, 100 * (done + 1), request_ms, runtime_ms))
+    for arm in (0, 1):
+        scrapes.append(_scrape(arm, "step_end", -1, 200, *server_ms[arm]))
+    n = len(columns["arm"])
+    records = {
+        "arms": np.array(["graph", "eager"]),
+        "arm": np.array(columns["arm"], np.int16),
+        "step": np.zeros(n, np.int16),
+        "window": np.array(columns["window"], np.int16),
+        "seq": np.array(columns["seq"], np.int64),
+        "start": np.full(n, T0),
+        "latency_ms": np.array(columns["latency_ms"]),
+        "ok": np.ones(n, bool),
+        "lag_ms": np.zeros(n),
+    }
+    return RawRun(records, phases, scrapes, cpu={}, errors=[], truncated=""), plan
+
+
+def _scrape(
+    arm: int, moment: str, seq: int, count: float, request_ms: float, runtime_ms: float
+) -> dict[str, Any]:
+    """Cumulative counters after `count` requests of `request_ms` (model: `runtime_ms`)."""
+    return {
+        "arm": arm, "moment": moment, "step": 0, "seq": seq, "requests": count,
+        "request_count": count, "request_sum_s": count * request_ms / 1000,
+        "runtime_count": count, "runtime_sum_s": count * runtime_ms / 1000,
+    }  # fmt: skip
+
+
+def test_breakdown_parts_are_means_that_add_up_to_the_client_mean() -> None:
+    run, plan = _sweep(eager_server_mean_ms=46.0)
+    (step,) = analyze(run, plan, baseline="eager")
+    for name, (model, server, rest) in {"graph": (0.5, 0.3, 0.2), "eager": (45, 1, 4)}.items():
+        arm = step["arms"][name]
+        breakdown = arm["server"]
+        assert breakdown["statistic"] == BREAKDOWN_STATISTIC == "mean"
+        assert breakdown["client_mean_ms"] == pytest.approx(arm["latency_ms"]["mean"])
+        parts = breakdown["breakdown_ms"]
+        assert parts == pytest.approx({"model": model, "server": server,
+                                       "client_and_network": rest})  # fmt: skip
+        assert sum(parts.values()) == pytest.approx(arm["latency_ms"]["mean"])
+        assert breakdown["clamped_ms"] == {}
+
+
+def test_breakdown_is_never_negative() -> None:
+    # Issue 14, failure 3: the eager server's mean request time (63.6 ms) exceeded the client's
+    # mean latency (50 ms), and client + network read -13.6 ms.
+    run, plan = _sweep(eager_server_mean_ms=63.6)
+    (step,) = analyze(run, plan, baseline="eager")
+    eager = step["arms"]["eager"]["server"]
+    assert eager["breakdown_ms"] == pytest.approx(
+        {"model": 45.0, "server": 18.6, "client_and_network": 0.0}
+    )
+    assert eager["clamped_ms"] == {"client_and_network": pytest.approx(-13.6)}
+    assert all(v >= 0 for s in step["arms"].values() for v in s["server"]["breakdown_ms"].values())
+    # A model time above the request time (batched runtimes) is clamped the same way.
+    assert breakdown(10.0, 2.0, 3.0)["breakdown_ms"] == {
+        "model": 3.0, "server": 0.0, "client_and_network": 8.0,
+    }  # fmt: skip
+    assert breakdown(None, None, None)["breakdown_ms"] == dict.fromkeys(
+        ("model", "server", "client_and_network")
+    )
+
+    report = make_report(loads=(4,))
+    report["steps"] = [step]
+    markdown = render_markdown(report)
+    assert "| mean: model / server / client+network |" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| eager (baseline) |"))
+    assert row.endswith("| 45.0 / 18.6 / 0 (raw -13.6) |")
+    assert (
+        "eager at 4 users: the client + network part of the server-side breakdown came out at "
+        "-13.6 ms and shows as 0: the means it is the difference of cover different requests"
+    ) in markdown

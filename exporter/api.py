@@ -1,10 +1,11 @@
 """`export_model`: SOURCE → traced concrete functions → verified SavedModel at BASE/NAME/VERSION.
 
 The steps, each a module: load the source (sources), settle the signature contracts (contract),
-probe the source for retracing and trace each signature once (retrace, trace), write into a
-hidden temporary (versions), scan every op (opscan), reload and compare with the eager model
-(verify), write warm-up records and replay them (warmup), write the manifest (manifest), rename
-into place, prune old versions.
+check the arguments and probe the source's own retracing (retrace), trace each signature once
+with its declared signature while watching for Python side effects (trace, hazards), write into
+a hidden temporary (versions), scan every op (opscan), reload and compare with the eager model
+at several batch sizes (hazards, verify), write warm-up records and replay them (warmup), write
+the manifest (manifest), rename into place, prune old versions.
 """
 
 from __future__ import annotations
@@ -115,16 +116,20 @@ _XLA_WARNING = (
 def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult:
     """Export `spec.source` as `spec.base_path/spec.name/VERSION`.
 
-    Raises an ExportError (SourceError, SignatureError, VersionExistsError, RetraceError,
-    UnsafeOpsError, ParityError) and leaves no version directory behind when anything fails.
+    Any callable is traced with the declared signature; `result.retrace.diagnosis` says how the
+    model's own functions traced and what was checked. Raises an ExportError (SourceError,
+    SignatureError, VersionExistsError, RetraceError for a tracing hazard: a Python value the
+    signature cannot carry or a baked dimension, UnsafeOpsError, ParityError) and leaves no
+    version directory behind when anything fails.
     """
     import tensorflow as tf
 
     import graphserve
     from exporter.compat import check_tfserving
+    from exporter.hazards import SideEffects, check_dimensions
     from exporter.manifest import FORMAT_VERSION, content_hash, write_manifest
     from exporter.opscan import describe_flagged, scan_saved_model
-    from exporter.retrace import RetraceReport, check_exported, probe_source
+    from exporter.retrace import RetraceReport, check_arguments, check_exported, probe_source
     from exporter.trace import saveable, trace
     from exporter.verify import DEFAULT_TOLERANCES, check_parity, load_samples
     from exporter.warmup import replay_warmup, warmup_requests, write_warmup_records
@@ -163,17 +168,23 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     variants = [v for c in contracts for v in batch_variants(c, spec.batch_sizes)]
     samples = load_samples(spec.samples_file, contracts) if spec.samples_file else None
 
+    check_arguments(source.model, contracts)
     retrace = RetraceReport()
-    log(f"probing the model for retracing at batch sizes {list(retrace.batch_sizes)}")
-    probe_source(source.model, contracts, retrace)  # the variants call the same functions
-    contracts += variants
-
+    effects = SideEffects(source.model, contracts)
     traced = []
-    for contract in contracts:
-        inputs = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
-        xla = " with jit_compile" if spec.jit_compile else ""
-        log(f"tracing {contract.name}({inputs}){xla}")
-        traced.append(trace(source.model, contract, jit_compile=spec.jit_compile))
+    with effects.watch():
+        log(f"running the model eagerly at batch sizes {list(retrace.batch_sizes)}")
+        # The variants call the same functions; settle once the model has built itself.
+        probe_source(source.model, contracts, retrace, after_first_call=effects.settle)
+        checked = list(contracts)  # the free-batch signatures, checked against the eager model
+        contracts += variants
+        for contract in contracts:
+            inputs = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
+            xla = " with jit_compile" if spec.jit_compile else ""
+            log(f"tracing {contract.name}({inputs}){xla}")
+            traced.append(trace(source.model, contract, jit_compile=spec.jit_compile))
+    for message in effects.warnings():
+        warn(message)
     check_exported(traced, retrace)
     if spec.jit_compile:
         warn(_XLA_WARNING)
@@ -210,6 +221,14 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
             warn(f"{flagged.op} ({flagged.category}) in {flagged.function}: allowed by --allow-op")
         loaded = tf.saved_model.load(str(tmp))
         tolerances = {**DEFAULT_TOLERANCES, **spec.tolerances}
+        log(
+            "checking the exported functions against the eager model at batch sizes "
+            + ", ".join(map(str, retrace.checked_batch_sizes))
+        )
+        for message in check_dimensions(
+            loaded, source.model, checked, retrace, tolerances=tolerances, samples=samples
+        ):
+            warn(message)
         log(
             f"verifying parity of {len(contracts)} signature(s) on "
             + (str(spec.samples_file) if samples else f"{spec.parity_batches} random batches")

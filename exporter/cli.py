@@ -6,7 +6,9 @@ Exit codes: 0 exported; 1 the export or its verification failed (nothing was wri
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -206,7 +208,9 @@ def export(
         tfserving_image=tfserving_image,
     )
     try:
-        result = export_model(spec, log=progress)
+        # A model's own prints go to stderr: with --output json, stdout carries only the JSON.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = export_model(spec, log=progress)
     except ExportError as exc:
         stderr.print(f"[red]export failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
@@ -223,6 +227,9 @@ def export(
         for kind in ("inputs", "outputs"):
             for tname, t in sig[kind].items():
                 stderr.print(f"    {kind[:-1]:6} {tname}: {t['dtype']} {t['shape']}")
+    stderr.print("  [bold]tracing[/]")
+    for sentence in result.retrace.diagnosis:
+        stderr.print(f"    {escape(sentence)}")
     typer.echo(str(result.path))
 
 

@@ -5,7 +5,7 @@ ExportError                 something the user can fix; exit code 1 unless noted
 ├── SignatureError          the input signature is missing, malformed or does not fit the model
 ├── VersionExistsError      BASE/NAME/VERSION exists already
 ├── ParityError             the reloaded SavedModel disagrees with the eager model
-├── RetraceError            a served function traces more than once (retracing trap)
+├── RetraceError            a tracing hazard: a Python value no signature carries, a baked dimension
 └── UnsafeOpsError          the graph has file, network or process ops (op scan)
 """
 

@@ -1,134 +1,356 @@
-"""The retrace guard: every served function must trace once, whatever the batch size.
+"""Retracing: a diagnosis shown with every export, and a gate only for real hazards.
 
-Retracing is the classic `tf.function` trap: a new Python value, or a new shape on a function
-that does not relax shapes, traces a new graph on the request path. The guard checks two things:
+Tracing is the tool's job. Each signature is traced once, by `exporter.trace`, with the declared
+input signature, whatever the model is: an unsigned `tf.function`, a `tf.Module`, a Keras model.
+So a model whose own `tf.function` retraces per batch shape when called eagerly exports fine, and
+the probe here says so in a sentence (printed with the export, kept in the manifest) instead of
+failing: "your own function retraces per batch shape when you call it eagerly; the exported one
+does not".
 
-* the source's own `tf.function`s (the model, its `__call__`, signature methods, and functions
-  they reach through closures or module globals), called eagerly at several batch sizes as the
-  eager server calls them: more traces than a shape-relaxing function needs fails, naming the
-  argument that changed;
-* the exported functions, called at those batch sizes after tracing: they must not trace again.
+What fails the export (RetraceError), each named with its argument and a fix, is what the
+declared signature cannot express:
+
+* a Python value the signature cannot carry: a parameter that no input fills (`check_arguments`),
+  or a Python argument of the model's own tf.function whose value changes between eager calls
+  (`probe_source`): the exported graph would keep only the value seen while tracing;
+* a baked dimension, found by running the exported function next to the eager model at several
+  batch sizes (`exporter.hazards.check_dimensions`).
+
+A `tf.function` whose own input_signature does not accept the declared one is a SignatureError
+naming both. Finally `check_exported` calls each exported function at several batch sizes: none
+may trace again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
 
 from exporter.contract import SignatureContract
-from exporter.errors import RetraceError
-from exporter.signature import sample_inputs
-from exporter.trace import Traced, call_signature, resolve_function, signature_errors
+from exporter.errors import RetraceError, SignatureError
+from exporter.signature import TensorSpec, sample_inputs
+from exporter.trace import (
+    Traced,
+    call_signature,
+    is_keras,
+    parameters,
+    resolve_function,
+    signature_errors,
+    takes_keywords,
+)
 
-__all__ = ["PROBE_BATCH_SIZES", "RetraceReport", "check_exported", "probe_source"]
+__all__ = [
+    "CHECK_BATCH_SIZES",
+    "PROBE_BATCH_SIZES",
+    "RetraceReport",
+    "check_arguments",
+    "check_exported",
+    "entry_function",
+    "model_label",
+    "probe_source",
+]
 
-# Four distinct batch sizes: a function that relaxes shapes traces at most twice over them (the
-# first shape, then a relaxed one); one that traces per shape traces four times.
+# Four distinct batch sizes for the eager probe: a function that relaxes shapes traces at most
+# twice over them (the first shape, then a relaxed one); one that traces per shape, four times.
 PROBE_BATCH_SIZES = (1, 2, 3, 5)
+# The exported functions run at these, next to the eager model: 1 and 2 catch most sizes baked
+# in while tracing, and 7 (odd, prime) a size that only happens to divide the usual ones.
+CHECK_BATCH_SIZES = (1, 2, 7)
 _RELAXED_TRACES = 2
 
 
 @dataclass
 class RetraceReport:
-    batch_sizes: tuple[int, ...] = PROBE_BATCH_SIZES
+    """How the source's functions traced when called eagerly, how often each exported function
+    traced, which dimensions were checked against the eager model, and one sentence on each."""
+
+    batch_sizes: tuple[int, ...] = PROBE_BATCH_SIZES  # the eager probe
+    checked_batch_sizes: tuple[int, ...] = CHECK_BATCH_SIZES  # exported next to eager
     exported: dict[str, int] = field(default_factory=dict)  # signature -> traces
     source_functions: dict[str, int] = field(default_factory=dict)  # function -> eager traces
+    dimensions: dict[str, list[str]] = field(default_factory=dict)  # signature -> checked dims
+    diagnosis: list[str] = field(default_factory=list)  # one sentence per function, then per sig
 
     def to_json(self) -> dict[str, Any]:
         return {
             "batch_sizes": list(self.batch_sizes),
+            "checked_batch_sizes": list(self.checked_batch_sizes),
             "exported": self.exported,
             "source_functions": self.source_functions,
+            "dimensions": self.dimensions,
+            "diagnosis": self.diagnosis,
         }
 
 
-def _probe_sizes(contract: SignatureContract) -> tuple[int, ...]:
-    """Batch sizes a contract accepts: all probe sizes if its batch is free, else its own."""
+# -- before tracing: the arguments the signature gives -----------------------------------------
+
+
+def check_arguments(model: Any, contracts: Sequence[SignatureContract]) -> None:
+    """Fail on a parameter no input fills, and on a tf.function whose own input_signature does
+    not accept the declared inputs. Raises RetraceError or SignatureError."""
+    for contract in contracts:
+        target = resolve_function(model, contract.function)
+        if isinstance(target, tf.types.experimental.ConcreteFunction) or is_keras(target):
+            continue  # a restored signature or Keras' call(inputs, training=...): both fit
+        label = contract.function or model_label(model)
+        names = [s.name for s in contract.inputs]
+        keywords = takes_keywords(target, names)
+        function = entry_function(target)
+        if function is not None and function.input_signature is not None:
+            _check_input_signature(label, function, contract, keywords)
+        params = parameters(target)
+        missing = _unfilled(params, names, keywords) if params is not None else []
+        if missing:
+            given = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
+            arg = missing[0]
+            raise RetraceError(
+                f"argument {arg!r} of {label!r} is a Python value the signature cannot carry: "
+                f"signature {contract.name!r} passes only ({given}). Give {arg!r} a default or "
+                f"bind it in your factory (functools.partial(fn, {arg}=...)); if it is a tensor, "
+                f"declare it as an input too (--input {arg}:DTYPE:SHAPE): several inputs are "
+                "passed by keyword to a function whose parameters carry their names"
+            )
+
+
+def entry_function(target: Any) -> Any:
+    """The tf.function a call of `target` enters first: `target` itself, or its `__call__`."""
+    polymorphic = tf.types.experimental.PolymorphicFunction
+    if isinstance(target, polymorphic):
+        return target
+    # The bound `__call__` of a tf.Module whose __call__ is a tf.function (not callable(): the
+    # question is what __call__ is, not whether there is one).
+    call = getattr(target, "__call__", None)  # noqa: B004
+    return call if isinstance(call, polymorphic) else None
+
+
+def _unfilled(params: list[inspect.Parameter], names: list[str], keywords: bool) -> list[str]:
+    """Required parameters that `call_signature`'s call leaves without a value."""
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    required = [p for p in params if p.default is p.empty and p.kind not in variadic]
+    if keywords:
+        return [p.name for p in required if p.name not in names]
+    # One positional argument: the only input, or the dict of several.
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    first = next((p for p in params if p.kind in positional), None)
+    return [p.name for p in required if p is not first]
+
+
+def _check_input_signature(
+    label: str, function: Any, contract: SignatureContract, keywords: bool
+) -> None:
+    declared = list(function.input_signature)
+    if keywords:
+        order = [p.name for p in parameters(function) or ()]
+        pairs = {n: declared[order.index(n)] for n in order if n in _names(contract)}
+    elif len(contract.inputs) == 1 and declared:
+        pairs = {contract.inputs[0].name: declared[0]}
+    else:
+        return  # several inputs as one dict: the binding error, if any, says it
+    ours = {s.name: s for s in contract.inputs}
+    for name, theirs in pairs.items():
+        if isinstance(theirs, tf.TensorSpec) and not _accepts(theirs, ours[name]):
+            own = ", ".join(_describe_tf(s, i) for i, s in enumerate(declared))
+            raise SignatureError(
+                f"signature {contract.name!r} declares {name}: {ours[name].describe()}, but the "
+                f"model's tf.function {label!r} has its own input_signature ({own}), which does "
+                f"not accept it. Make the two agree: declare the function's signature (--input "
+                f"{name}:{theirs.dtype.name}:{_shape_arg(theirs)}) or change its input_signature"
+            )
+
+
+def _names(contract: SignatureContract) -> set[str]:
+    return {s.name for s in contract.inputs}
+
+
+def _accepts(theirs: tf.TensorSpec, ours: TensorSpec) -> bool:
+    """Whether a tensor of `ours` binds to `theirs`: same dtype, every fixed dimension of
+    theirs fixed to the same size in ours (a free dimension in ours does not bind to a fixed)."""
+    if theirs.dtype.name != ours.dtype:
+        return False
+    if theirs.shape.rank is None:
+        return True
+    dims = theirs.shape.as_list()
+    if ours.shape is None:  # an unknown rank binds only to an unknown rank
+        return False
+    return len(dims) == len(ours.shape) and all(
+        t is None or t == o for t, o in zip(dims, ours.shape, strict=True)
+    )
+
+
+def _describe_tf(spec: Any, index: int) -> str:
+    if not isinstance(spec, tf.TensorSpec):
+        return f"#{index}: {spec!r}"
+    shape = "unknown rank" if spec.shape.rank is None else f"shape [{_shape_arg(spec, ', ')}]"
+    return f"{spec.name or f'#{index}'}: {spec.dtype.name} of {shape}"
+
+
+def _shape_arg(spec: tf.TensorSpec, sep: str = ",") -> str:
+    dims = spec.shape.as_list() if spec.shape.rank is not None else []
+    return sep.join("-1" if d is None else str(d) for d in dims)
+
+
+# -- the eager probe: a diagnosis, and the Python-value gate --------------------------------------
+
+
+def _probe_sizes(contract: SignatureContract, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Batch sizes a contract accepts: all of `sizes` if its batch is free, else its own."""
     first = contract.inputs[0].shape[0] if contract.inputs[0].shape else 1
-    return PROBE_BATCH_SIZES if first is None else (first,)
+    return sizes if first is None else (first,)
 
 
-def probe_source(model: Any, contracts: Sequence[SignatureContract], report: RetraceReport) -> None:
-    """Call each contract eagerly at the probe batch sizes and count the source's traces.
+def probe_source(
+    model: Any,
+    contracts: Sequence[SignatureContract],
+    report: RetraceReport,
+    after_first_call: Callable[[], None] = lambda: None,
+) -> None:
+    """Call each contract eagerly at the probe batch sizes, as the eager server would, and say
+    how the source's own tf.functions traced (`report.diagnosis`).
 
     Run it before tracing the exported functions: tracing them traces the source's functions for
-    the relaxed (None) batch, which would then hide a per-shape retrace. Raises RetraceError.
+    the relaxed (None) batch, which would then hide a per-shape retrace. `after_first_call` runs
+    once the model has run once (and built itself). Raises RetraceError when an argument of a
+    tf.function is a Python value that changes between calls.
     """
     functions = _tf_functions(model, contracts)
-    before = {name: fn.experimental_get_tracing_count() for name, fn in functions.items()}
+    before = {
+        name: (fn.experimental_get_tracing_count(), {id(c) for c in _concretes(fn)})
+        for name, fn in functions.items()
+    }
+    first = True
     for contract in contracts:
-        sizes = _probe_sizes(contract)
-        for i, size in enumerate(sizes):
+        for i, size in enumerate(_probe_sizes(contract, report.batch_sizes)):
             arrays = sample_inputs(contract.inputs, batch_size=size, seed=i)
             with signature_errors(contract):
                 call_signature(model, contract, {k: tf.constant(v) for k, v in arrays.items()})
+            if first:
+                after_first_call()
+                first = False
     for name, fn in functions.items():
-        traces = fn.experimental_get_tracing_count() - before[name]
+        count, known = before[name]
+        traces = fn.experimental_get_tracing_count() - count
         report.source_functions[name] = traces
-        if traces > _RELAXED_TRACES:
+        new = [c.structured_input_signature for c in _concretes(fn) if id(c) not in known]
+        changes = _changes(_arg_names(fn), new)
+        values = [c for c in changes if not c.shape]
+        if values:
+            change = values[0]
             raise RetraceError(
-                f"the model's tf.function {name!r} traced {traces} times when called eagerly at "
-                f"batch sizes {', '.join(map(str, report.batch_sizes))}: {_culprit(fn)}"
+                f"argument {change.arg!r} of the model's tf.function {name!r} is a Python value "
+                f"({change.values[0]!r}, then {change.values[1]!r}) that changes between calls: "
+                "each value "
+                "traces a new graph, and the exported graph would keep only the value seen while "
+                "tracing, which the signature cannot carry. Pass it as a tensor (declare it as an "
+                f"input, --input {change.arg}:DTYPE:SHAPE), or fix its value in your factory "
+                f"(functools.partial(fn, {change.arg}=...))"
             )
+        report.diagnosis.append(_diagnose(name, traces, changes, report.batch_sizes))
 
 
-def check_exported(traced: Sequence[Traced], report: RetraceReport) -> None:
-    """Call every exported function at the probe batch sizes; none may trace again."""
-    for t in traced:
-        for i, size in enumerate(_probe_sizes(t.contract)):
-            arrays = sample_inputs(t.contract.inputs, batch_size=size, seed=i)
-            t.function(*(tf.constant(arrays[s.name]) for s in t.contract.inputs))
-        count = t.function.experimental_get_tracing_count()
-        report.exported[t.contract.name] = count
-        if count > 1 or t.trace_count > 1:
-            raise RetraceError(
-                f"signature {t.contract.name!r} traced {max(count, t.trace_count)} times, "
-                f"expected once: {_culprit(t.function)}"
-            )
+@dataclass
+class _Change:
+    arg: str  # the argument, with a path into it for a dict or list argument: x['a']
+    values: list[Any]  # its distinct values, trace by trace: TensorSpecs or Python values
+    shape: bool  # a tensor whose shape changed; else a Python value
 
 
-def _culprit(fn: Any) -> str:
-    """Name the argument whose value differs between the first two traces of `fn`."""
-    # Private, but the only way to see what each trace was for; degrade to a generic hint.
-    lister = getattr(fn, "_list_all_concrete_functions", None)
-    concretes = list(lister()) if lister else []
-    signatures = [c.structured_input_signature for c in concretes]
-    if len(signatures) >= 2:
-        names = _arg_names(fn)
-        (args_a, kwargs_a), (args_b, kwargs_b) = signatures[0], signatures[1]
+def _changes(names: list[str], signatures: list[Any]) -> list[_Change]:
+    """The arguments whose value differs between traces, with each value they took."""
+    found: dict[str, _Change] = {}
+    if not signatures:
+        return []
+    args0, kwargs0 = signatures[0]
+    for args, kwargs in signatures[1:]:
         pairs = [
             *(
                 (names[i] if i < len(names) else f"#{i}", a, b)
-                for i, (a, b) in enumerate(zip(args_a, args_b, strict=False))
+                for i, (a, b) in enumerate(zip(args0, args, strict=False))
             ),
-            *((k, kwargs_a[k], kwargs_b.get(k)) for k in kwargs_a),
+            *((k, kwargs0[k], kwargs.get(k)) for k in kwargs0),
         ]
-        reasons = []
         for arg, a, b in pairs:
-            if a == b:
-                continue
-            if isinstance(a, tf.TensorSpec) and isinstance(b, tf.TensorSpec):
-                reasons.append(
-                    f"argument {arg!r} changed shape {_shape(a)} -> {_shape(b)} and the function "
-                    f"does not relax shapes; give it input_signature=[tf.TensorSpec("
-                    f"{_relaxed(a)}, tf.{a.dtype.name})] or reduce_retracing=True"
-                )
-            else:  # a Python value: the likelier culprit, so it goes first
-                reasons.insert(
-                    0,
-                    f"argument {arg!r} is a Python value ({a!r}, then {b!r}) where a tensor was "
-                    "expected; each new value traces a new graph: pass it as a tensor",
-                )
-        if reasons:
-            return "; ".join(reasons)
-    return (
-        "something other than the tensor arguments changed between calls (a Python value or a "
-        "shape); give the function an input_signature"
+            for path, x, y in _leaves(arg, a, b):
+                if _same(x, y):
+                    continue
+                shape = isinstance(x, tf.TensorSpec) and isinstance(y, tf.TensorSpec)
+                change = found.setdefault(path, _Change(path, [x], shape))
+                change.shape = change.shape and shape
+                if not any(_same(y, v) for v in change.values):
+                    change.values.append(y)
+    return list(found.values())
+
+
+def _leaves(path: str, a: Any, b: Any) -> Iterator[tuple[str, Any, Any]]:
+    """Pairs of leaves of two arguments of the same structure (a dict of tensors, a list)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and set(a) == set(b):
+        for key in a:
+            yield from _leaves(f"{path}[{key!r}]", a[key], b[key])
+    elif isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            yield from _leaves(f"{path}[{i}]", x, y)
+    else:
+        yield path, a, b
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):  # values whose == is elementwise or refused
+        return a is b
+
+
+def _diagnose(name: str, traces: int, changes: list[_Change], sizes: tuple[int, ...]) -> str:
+    at = f"at batch sizes {', '.join(map(str, sizes))}"
+    if traces == 0:
+        return (
+            f"tf.function {name!r} did not trace when the model ran eagerly {at} (it was traced "
+            "for these shapes before, or is not on the path of a signature)"
+        )
+    if traces == 1:
+        return f"tf.function {name!r} traced once when the model ran eagerly {at}"
+    shapes = "; ".join(
+        f"argument {c.arg!r} of shape {', '.join(_shape(v) for v in c.values)}" for c in changes
     )
+    if traces <= _RELAXED_TRACES:
+        return (
+            f"tf.function {name!r} traced twice when the model ran eagerly {at}, the first "
+            f"shape and then a relaxed one ({shapes or 'shapes relaxed'})"
+        )
+    fixes = [_relaxed_spec(c.values[0]) for c in changes if "[" not in c.arg]
+    fix = (
+        f"input_signature=[{', '.join(fixes)}] or " if fixes and len(fixes) == len(changes) else ""
+    )
+    return (
+        f"your own tf.function {name!r} retraces per batch shape when you call it eagerly "
+        f"({traces} traces {at}: {shapes or 'its inputs changed'}); the exported one does not: "
+        "each signature is traced once, with the declared input signature and a free batch "
+        f"dimension. To stop it retracing in your own eager code too, give it {fix}"
+        "reduce_retracing=True"
+    )
+
+
+def _shape(spec: Any) -> str:
+    if not isinstance(spec, tf.TensorSpec):
+        return repr(spec)
+    return str(tuple(spec.shape.as_list())) if spec.shape.rank is not None else "(unknown rank)"
+
+
+def _relaxed_spec(spec: tf.TensorSpec) -> str:
+    dims = spec.shape.as_list() if spec.shape.rank is not None else []
+    shape = str([None, *dims[1:]]) if dims else "None"
+    return f"tf.TensorSpec({shape}, tf.{spec.dtype.name})"
+
+
+def _concretes(fn: Any) -> list[Any]:
+    # Private, but the only way to see what each trace was for; without it the probe still
+    # counts traces, it only cannot tell which argument changed.
+    lister = getattr(fn, "_list_all_concrete_functions", None)
+    return list(lister()) if lister else []
 
 
 def _arg_names(fn: Any) -> list[str]:
@@ -139,13 +361,35 @@ def _arg_names(fn: Any) -> list[str]:
     return [p for p in params if p != "self"]
 
 
-def _shape(spec: tf.TensorSpec) -> str:
-    return str(tuple(spec.shape.as_list())) if spec.shape.rank is not None else "(unknown rank)"
+# -- after tracing: the exported functions --------------------------------------------------------
 
 
-def _relaxed(spec: tf.TensorSpec) -> str:
-    dims = spec.shape.as_list() if spec.shape.rank is not None else []
-    return str([None, *dims[1:]]) if dims else "None"
+def check_exported(traced: Sequence[Traced], report: RetraceReport) -> None:
+    """Call every exported function at the check batch sizes; none may trace again."""
+    for t in traced:
+        sizes = _probe_sizes(t.contract, report.checked_batch_sizes)
+        for i, size in enumerate(sizes):
+            arrays = sample_inputs(t.contract.inputs, batch_size=size, seed=i)
+            # A graph that fails at this size still shows whether it traced again;
+            # check_dimensions names the cause of the failure.
+            with contextlib.suppress(tf.errors.OpError):
+                t.function(*(tf.constant(arrays[s.name]) for s in t.contract.inputs))
+        count = t.function.experimental_get_tracing_count()
+        report.exported[t.contract.name] = count
+        inputs = ", ".join(f"{s.name}: {s.dtype} {s.shape_text()}" for s in t.contract.inputs)
+        if count > 1 or t.trace_count > 1:
+            raise RetraceError(
+                f"signature {t.contract.name!r} ({inputs}) traced {max(count, t.trace_count)} "
+                "times, expected once: its input signature is fixed, so something in the model "
+                "forces a retrace; please report it with the model"
+            )
+        report.diagnosis.append(
+            f"exported signature {t.contract.name!r} ({inputs}) traced once, and did not trace "
+            f"again at batch sizes {', '.join(map(str, sizes))}"
+        )
+
+
+# -- the tf.functions a signature reaches ----------------------------------------------------------
 
 
 def _tf_functions(model: Any, contracts: Sequence[SignatureContract]) -> dict[str, Any]:
@@ -177,7 +421,7 @@ def _tf_functions(model: Any, contracts: Sequence[SignatureContract]) -> dict[st
     for contract in contracts:
         target = resolve_function(model, contract.function)
         if not isinstance(target, tf.types.experimental.ConcreteFunction):
-            visit(target, contract.function or _label(model), 0)
+            visit(target, contract.function or model_label(model), 0)
     return found
 
 
@@ -188,5 +432,6 @@ def _cell_value(cell: Any) -> Any:
         return None
 
 
-def _label(model: Any) -> str:
+def model_label(model: Any) -> str:
+    """What to call the model in a message: its function's name, else its class name."""
     return getattr(model, "__name__", None) or type(model).__name__

@@ -7,6 +7,8 @@ execute the same Python.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,12 +23,15 @@ from exporter.signature import TensorSpec
 __all__ = [
     "Traced",
     "call_signature",
+    "is_keras",
     "name_outputs",
+    "parameters",
     "predict_signature",
     "resolve_function",
     "saveable",
     "signature_errors",
     "spec_of",
+    "takes_keywords",
     "to_tf_spec",
     "trace",
 ]
@@ -42,7 +47,7 @@ def spec_of(name: str, tf_spec: tf.TensorSpec) -> TensorSpec:
     return TensorSpec(name, tf_spec.dtype.name, shape)
 
 
-def _is_keras(model: Any) -> bool:
+def is_keras(model: Any) -> bool:
     import keras
 
     return isinstance(model, keras.layers.Layer)
@@ -84,17 +89,46 @@ def call_signature(
 ) -> dict[str, Any]:
     """Run `contract`'s function of `model` on named tensors; returns its outputs by name.
 
-    One input is passed bare, several as a dict by name; a SavedModel's signature functions take
+    One input is passed bare; several as keywords when the function has a parameter named after
+    each (`def f(a, b)`), else as one dict by name; a SavedModel's signature functions take
     keyword arguments. Keras models run with `training=False` (dropout off, batch-norm frozen).
     """
     target = resolve_function(model, contract.function)
     names = [s.name for s in contract.inputs]
-    if isinstance(target, tf.types.experimental.ConcreteFunction):
+    if isinstance(target, tf.types.experimental.ConcreteFunction) or takes_keywords(target, names):
         result = target(**{n: inputs[n] for n in names})
     else:
         args: Any = inputs[names[0]] if len(names) == 1 else {n: inputs[n] for n in names}
-        result = target(args, training=False) if _is_keras(target) else target(args)
+        result = target(args, training=False) if is_keras(target) else target(args)
     return name_outputs(result, contract, _keras_output_names(target))
+
+
+def parameters(target: Any) -> list[inspect.Parameter] | None:
+    """The Python parameters of `target` (a function, a tf.function, a bound method or an object
+    with `__call__`), `self` excluded; None when Python cannot tell (a builtin, a C extension)."""
+    try:
+        return list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+
+
+def takes_keywords(target: Any, names: Sequence[str]) -> bool:
+    """Whether several inputs go to `target` as keyword tensors, `f(a=..., b=...)`: when each
+    input names one of its parameters. Otherwise they go as one dict (Keras' convention for
+    several inputs), and one input goes bare."""
+    if len(names) < 2 or is_keras(target):
+        return False
+    try:
+        return _keyword_names(target) >= set(names)
+    except TypeError:  # unhashable: not cached, asked directly
+        return _keyword_names.__wrapped__(target) >= set(names)
+
+
+# Cached: the eager server asks on every request, and a bound method hashes as (self, function).
+@functools.lru_cache(maxsize=256)
+def _keyword_names(target: Any) -> frozenset[str]:
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(p.name for p in parameters(target) or () if p.kind in keyword)
 
 
 def predict_signature(
@@ -102,7 +136,7 @@ def predict_signature(
 ) -> dict[str, Any]:
     """`model.predict(x)`, the Keras batch-inference path users compare with a direct call: the
     same argument convention and output names as `call_signature`. Keras models only."""
-    if contract.function is not None or not _is_keras(model):
+    if contract.function is not None or not is_keras(model):
         raise SignatureError(
             f"signature {contract.name!r}: model.predict needs a Keras model called as a whole"
         )
@@ -113,7 +147,7 @@ def predict_signature(
 
 
 def _keras_output_names(target: Any) -> list[str]:
-    if not _is_keras(target):
+    if not is_keras(target):
         return []
     try:
         return [str(n) for n in getattr(target, "output_names", None) or []]
@@ -201,14 +235,26 @@ def signature_errors(contract: SignatureContract) -> Iterator[None]:
         signature = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
         raise SignatureError(
             f"signature {contract.name!r}: the model cannot be called with inputs ({signature}): "
-            f"{exc}"
+            f"{exc}{_free_dimension_hint(contract, exc)}"
         ) from exc
+
+
+def _free_dimension_hint(contract: SignatureContract, exc: Exception) -> str:
+    """A hint for the commonest tracing error: a free (-1) dimension is None while tracing, so
+    `x.shape[0]` used as a Python int fails there, though it works when called eagerly."""
+    free = any(d is None for s in contract.inputs for d in s.shape or ())
+    if not free or not any(w in str(exc) for w in ("None", "partially known")):
+        return ""
+    return (
+        ". While tracing, a dimension the signature leaves free (-1) is None: compute sizes with "
+        "tf.shape(x)[i] rather than x.shape[i], and use -1 in reshapes"
+    )
 
 
 def saveable(model: Any, traced: Sequence[Traced]) -> tf.Module:
     """A tf.Module that tracks the model's variables next to the serving functions."""
     root = tf.Module()
-    if isinstance(model, tf.Module) or _is_keras(model) or hasattr(model, "signatures"):
+    if isinstance(model, tf.Module) or is_keras(model) or hasattr(model, "signatures"):
         root.model = model
     # Variables a plain function closes over are tracked here, or saving would refuse them.
     root.captured_variables = [v for t in traced for v in t.concrete.variables]

@@ -187,22 +187,42 @@ def test_jit_compile_is_marked_in_the_graph_warned_and_recorded(tmp_path: Path) 
     assert manifest is not None and manifest["options"]["jit_compile"] is True
 
 
-# -- retrace guard --------------------------------------------------------------------------
+# -- retracing: a diagnosis, and a gate for Python values ------------------------------------
 
 
-def test_retrace_guard_names_a_shape_that_is_not_relaxed(tmp_path: Path) -> None:
-    with pytest.raises(RetraceError, match=r"argument 'x' changed shape \(1, 4\) -> \(2, 4\)"):
-        export_model(
-            _spec(tmp_path, "tests.factories:shape_retracing", inputs=_x("x:float32:-1,4"))
-        )
-    assert _children(tmp_path / "m") == []
+def test_a_function_retracing_per_shape_exports_with_a_diagnosis(tmp_path: Path) -> None:
+    """Tracing is the tool's job: an unsigned tf.function __call__ traces per batch shape when
+    called eagerly; the export traces it once with the declared signature and says so."""
+    result = export_model(
+        _spec(tmp_path, "tests.factories:shape_retracing", inputs=_x("x:float32:-1,4"))
+    )
+    assert result.retrace.source_functions == {"ShapeRetracing.__call__": 4}
+    assert result.retrace.exported == {"serving_default": 1}
+    first, exported, checked = result.retrace.diagnosis
+    assert first.startswith("your own tf.function 'ShapeRetracing.__call__' retraces per batch")
+    assert "argument 'x' of shape (1, 4), (2, 4), (3, 4), (5, 4)" in first
+    assert "the exported one does not" in first
+    assert "input_signature=[tf.TensorSpec([None, 4], tf.float32)] or reduce_retracing" in first
+    assert exported.endswith("did not trace again at batch sizes 1, 2, 7")
+    assert checked == (
+        "exported signature 'serving_default' matches the eager model at batch sizes 1, 2, 7"
+    )
+    manifest = read_manifest(result.path)
+    assert manifest is not None and manifest["traces"]["diagnosis"] == result.retrace.diagnosis
+    fn = tf.saved_model.load(str(result.path)).signatures["serving_default"]
+    np.testing.assert_allclose(fn(x=tf.ones([7, 4]))["output_0"], np.full((7, 4), 2.0))
 
 
-def test_retrace_guard_names_a_python_value_argument(tmp_path: Path) -> None:
-    with pytest.raises(RetraceError, match=r"argument 'n' is a Python value \(1, then 2\)"):
+def test_a_python_value_that_changes_between_calls_is_named(tmp_path: Path) -> None:
+    with pytest.raises(
+        RetraceError,
+        match=r"argument 'n' of the model's tf.function '_scaled' is a Python value \(1, then 2\)",
+    ) as err:
         export_model(
             _spec(tmp_path, "tests.factories:value_retracing", inputs=_x("x:float32:-1,4"))
         )
+    assert "functools.partial(fn, n=...)" in str(err.value)
+    assert _children(tmp_path / "m") == []
 
 
 def test_a_shape_relaxing_function_passes_and_traces_are_recorded(tmp_path: Path) -> None:
@@ -210,8 +230,30 @@ def test_a_shape_relaxing_function_passes_and_traces_are_recorded(tmp_path: Path
     assert result.retrace.exported == {"serving_default": 1}
     (traces,) = result.retrace.source_functions.values()
     assert 1 <= traces <= 2
+    assert "'Relaxed.__call__' traced" in result.retrace.diagnosis[0]
     manifest = read_manifest(result.path)
     assert manifest is not None and manifest["traces"]["exported"] == {"serving_default": 1}
+    assert manifest["traces"]["checked_batch_sizes"] == [1, 2, 7]
+
+
+def test_the_cli_prints_the_diagnosis_after_the_export(tmp_path: Path) -> None:
+    out = runner.invoke(
+        app,
+        [
+            "export",
+            "tests.factories:shape_retracing",
+            "--name",
+            "s",
+            "--base-path",
+            str(tmp_path),
+            "--input",
+            "x:float32:-1,4",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert "tracing\n" in out.output
+    assert "retraces per batch shape when you call it eagerly" in out.output
+    assert out.stdout.strip() == str(tmp_path / "s" / "1")
 
 
 # -- op scan ------------------------------------------------------------------------------

@@ -134,6 +134,17 @@ def shape_of_tensor_info(info: Any) -> Shape:
     return tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
 
 
+def _dtype_text(enum: int) -> str:
+    """TensorFlow's name for a DataType enum (`complex64`); only errors need it, so the
+    protobuf module is imported here."""
+    from tensorflow.core.framework import types_pb2
+
+    try:
+        return types_pb2.DataType.Name(enum).removeprefix("DT_").lower()
+    except ValueError:
+        return f"{enum} (not a DataType)"
+
+
 def spec_from_tensor_info(name: str, info: Any) -> TensorSpec:
     """Our TensorSpec for a SignatureDef's TensorInfo: the one conversion, for the servers, the
     load test's payloads and `inspect` alike. A reference dtype (`float_ref`) is its base dtype,
@@ -142,8 +153,8 @@ def spec_from_tensor_info(name: str, info: Any) -> TensorSpec:
     dtype = _ENUM_DTYPES.get(enum)
     if dtype is None:
         raise SignatureError(
-            f"tensor {name!r} has DataType {info.dtype}, which graphserve does not serve: "
-            f"supported are {', '.join(DTYPES)}"
+            f"tensor {name!r} has dtype {_dtype_text(info.dtype)}, which graphserve does not "
+            f"serve: supported are {', '.join(DTYPES)}"
         )
     return TensorSpec(name, dtype, shape_of_tensor_info(info))
 

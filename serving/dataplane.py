@@ -23,24 +23,35 @@ from tensorflow_serving.apis import (
 
 from serving.codec import as_bytes, shape_hint, validate_inputs
 from serving.deadline import check_deadline
-from serving.errors import FailedPrecondition, InvalidInput, Unavailable
+from serving.errors import FailedPrecondition, InvalidInput, Unavailable, Unimplemented
 from serving.metrics import Measure, ServingMetrics
 from serving.registry import ModelRegistry, Servable, VersionRef
-from serving.signature import SERVING_DEFAULT, ServedSignature
+from serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
 
 __all__ = ["DataPlane"]
 
 SIGNATURE_DEF_FIELD = "signature_def"
 RUNNER_FIELD = "runner"
+EXAMPLES_INPUT = "inputs"  # the key of a classify or regress signature's one input
+REGRESS_OUTPUT = "outputs"  # ... and of a regress signature's one output
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
 
 
 class DataPlane:
-    def __init__(self, registry: ModelRegistry, metrics: ServingMetrics | None = None) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        metrics: ServingMetrics | None = None,
+        *,
+        method_name_check: bool = False,
+    ) -> None:
         self.registry = registry
         self.metrics = metrics
+        # Refuse Classify/Regress on signatures of another method, as TF Serving does only
+        # under --enable_signature_method_name_check.
+        self.method_name_check = method_name_check
         self._draining = False
         self._in_flight = 0
         self._idle = threading.Condition()
@@ -125,56 +136,76 @@ class DataPlane:
     ) -> list[list[tuple[str, float]]]:
         """Per example, its (label, score) pairs: the signature's `classes` and/or `scores`."""
         outputs = self._run_examples(servable, signature, CLASSIFY_METHOD, examples)
-        classes, scores = outputs.get("classes"), outputs.get("scores")
-        if classes is None and scores is None:
-            raise FailedPrecondition(
-                f"classification signature {signature.name!r} has neither 'classes' nor 'scores'"
-            )
-        n = len(examples)
-        labels = None if classes is None else classes.reshape(n, -1)
-        values = None if scores is None else scores.reshape(n, -1)
-        width = (values if values is not None else labels).shape[1]  # type: ignore[union-attr]
-        return [
-            [
-                (
-                    "" if labels is None else as_bytes(labels[i, k]).decode(),
-                    0.0 if values is None else float(values[i, k]),
-                )
-                for k in range(width)
-            ]
-            for i in range(n)
-        ]
+        return classifications(signature, outputs, len(examples))
 
     def regress(
         self, servable: Servable, signature: ServedSignature, examples: list[bytes]
     ) -> list[float]:
         """Per example, the signature's `outputs` value."""
         outputs = self._run_examples(servable, signature, REGRESS_METHOD, examples)
-        if "outputs" not in outputs:
-            raise FailedPrecondition(f"regression signature {signature.name!r} has no 'outputs'")
-        values = outputs["outputs"].reshape(len(examples), -1)
-        if values.shape[1] != 1:
-            raise FailedPrecondition(
-                f"regression output of {signature.name!r} has {values.shape[1]} values per "
-                "example, expected 1"
+        return regressions(signature, outputs, len(examples))
+
+    def multi_inference(
+        self,
+        servable: Servable,
+        tasks: Sequence[tuple[ServedSignature, str]],
+        examples: list[bytes],
+    ) -> list[list[list[tuple[str, float]]] | list[float]]:
+        """Classify and regress the same examples with several signatures, as TF Serving's
+        MultiInference: every task names a classify or regress method and a signature of its
+        own; every signature is fed the same examples."""
+        if not tasks:
+            raise InvalidInput("MultiInferenceRequest must specify at least one task.")
+        seen: set[str] = set()
+        for signature, method in tasks:
+            if signature.name in seen:
+                raise InvalidInput(f"Duplicate evaluation of signature: {signature.name}")
+            seen.add(signature.name)
+            if method not in (CLASSIFY_METHOD, REGRESS_METHOD):
+                raise Unimplemented(f"Unsupported signature method_name: {method}")
+            self._examples_input(signature, method)
+        results: list[list[list[tuple[str, float]]] | list[float]] = []
+        for signature, method in tasks:
+            outputs = self._run_examples(servable, signature, method, examples)
+            if method == CLASSIFY_METHOD:
+                results.append(classifications(signature, outputs, len(examples)))
+            else:
+                results.append(regressions(signature, outputs, len(examples)))
+        return results
+
+    def _examples_input(self, signature: ServedSignature, method: str) -> TensorSpec:
+        """The one input (the serialized tf.Examples) of a classify or regress signature, by
+        TF Serving's rules: the method name is checked only when the server was asked to
+        (--enable_signature_method_name_check; TF2 exports name every signature predict)."""
+        kind = "classification" if method == CLASSIFY_METHOD else "regression"
+        if self.method_name_check and signature.method_name != method:
+            raise InvalidInput(
+                f"Expected {kind} signature method_name to be {method}. "
+                f"Was: {signature.method_name}"
             )
-        return [float(v) for v in values[:, 0]]
+        if len(signature.inputs) != 1:
+            raise InvalidInput("Expected one input Tensor.")
+        if EXAMPLES_INPUT not in signature.inputs:
+            raise InvalidInput(
+                f"No {kind} inputs found in SignatureDef: signature {signature.name!r} has "
+                f"{', '.join(repr(n) for n in signature.inputs)}, expected '{EXAMPLES_INPUT}'"
+            )
+        return signature.inputs[EXAMPLES_INPUT]
 
     def _run_examples(
         self, servable: Servable, signature: ServedSignature, method: str, examples: list[bytes]
     ) -> dict[str, np.ndarray]:
-        if signature.method_name != method:
-            raise FailedPrecondition(
-                f"Expected {method.rsplit('/', 1)[-1]} signature method_name to be {method}. "
-                f"Was: {signature.method_name}"
-            )
-        if len(signature.inputs) != 1:
-            raise FailedPrecondition(
-                f"signature {signature.name!r} must have exactly one input (the serialized "
-                f"tf.Examples), has {len(signature.inputs)}"
-            )
-        (name,) = signature.inputs
-        return self.predict(servable, signature, {name: np.array(examples, dtype=object)})
+        spec = self._examples_input(signature, method)
+        if method == REGRESS_METHOD:
+            if len(signature.outputs) != 1:
+                raise InvalidInput("Expected one output Tensor.")
+            if REGRESS_OUTPUT not in signature.outputs:
+                raise InvalidInput(
+                    f"No regression outputs found in SignatureDef: signature {signature.name!r} "
+                    f"has {', '.join(repr(o) for o in signature.outputs)}, expected "
+                    f"'{REGRESS_OUTPUT}'"
+                )
+        return self.predict(servable, signature, {spec.name: np.array(examples, dtype=object)})
 
     def metadata(
         self, name: str, version: VersionRef, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)
@@ -216,6 +247,66 @@ class DataPlane:
                 ),
             )
         return response
+
+
+def classifications(
+    signature: ServedSignature, outputs: dict[str, np.ndarray], n: int
+) -> list[list[tuple[str, float]]]:
+    """TF Serving's classification result: per example, (label, score) pairs from the
+    signature's `classes` (strings) and/or `scores` (floats), one row per example."""
+    classes, scores = outputs.get("classes"), outputs.get("scores")
+    if classes is None and scores is None:
+        raise InvalidInput(
+            'Expected classification signature outputs to contain at least one of "classes" or '
+            f'"scores". Signature {signature.name!r} has '
+            + ", ".join(repr(o) for o in signature.outputs)
+        )
+    if classes is not None and classes.dtype.kind not in "OSU":
+        raise InvalidInput(f"Expected classes Tensor of DT_STRING. Got: {classes.dtype}")
+    if scores is not None and scores.dtype.kind != "f":
+        raise InvalidInput(f"Expected scores Tensor of DT_FLOAT. Got: {scores.dtype}")
+    labels = None if classes is None else _rows(classes, n, "classes")
+    values = None if scores is None else _rows(scores, n, "scores")
+    if labels is not None and values is not None and labels.shape != values.shape:
+        raise InvalidInput(
+            f"Tensors class and score should match in shape: {list(labels.shape)} vs "
+            f"{list(values.shape)}"
+        )
+    width = (values if values is not None else labels).shape[1]  # type: ignore[union-attr]
+    return [
+        [
+            (
+                "" if labels is None else as_bytes(labels[i, k]).decode(),
+                0.0 if values is None else float(values[i, k]),
+            )
+            for k in range(width)
+        ]
+        for i in range(n)
+    ]
+
+
+def regressions(signature: ServedSignature, outputs: dict[str, np.ndarray], n: int) -> list[float]:
+    """TF Serving's regression result: one float per example, from the signature's one output."""
+    (values,) = outputs.values()
+    if values.dtype.kind != "f":
+        raise InvalidInput(f"Expected output Tensor of DT_FLOAT. Got: {values.dtype}")
+    rows = _rows(values, n, "output")
+    if rows.shape[1] != 1:
+        raise InvalidInput(
+            f"Expected output Tensor shape to be [{n}] or [{n}, 1], the regression output of "
+            f"{signature.name!r} has {rows.shape[1]} values per example"
+        )
+    return [float(v) for v in rows[:, 0]]
+
+
+def _rows(array: np.ndarray, n: int, what: str) -> np.ndarray:
+    """`array` as one row per example; its batch size must be the number of examples."""
+    if array.ndim == 0 or array.shape[0] != n:
+        raise InvalidInput(
+            f"Input batch size did not match output batch size: {n} examples, {what} of shape "
+            f"{list(array.shape)}"
+        )
+    return array.reshape(n, -1)
 
 
 def model_spec(servable: Servable, signature_name: str = "") -> model_pb2.ModelSpec:

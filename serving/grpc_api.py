@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 from tensorflow_serving.apis import (
     classification_pb2,
+    inference_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
@@ -22,12 +23,12 @@ from tensorflow_serving.apis import (
 )
 
 from serving.codec import array_from_proto, array_to_proto
-from serving.dataplane import DataPlane, model_spec
+from serving.dataplane import CLASSIFY_METHOD, DataPlane, model_spec
 from serving.deadline import check_deadline, deadline_scope
 from serving.defaults import DEFAULT_MAX_BODY_BYTES
-from serving.errors import ServingError, Unimplemented
+from serving.errors import InvalidInput, ServingError, Unimplemented
 from serving.registry import Servable, VersionRef
-from serving.signature import ServedSignature
+from serving.signature import SERVING_DEFAULT, ServedSignature
 from serving.tfexample import examples_from_input
 
 __all__ = ["UndecodableRequests", "add_services"]
@@ -174,7 +175,39 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_mapped
     def MultiInference(self, request: Any, context: Any) -> Any:
-        raise Unimplemented("MultiInference is not supported by this server; use Predict")
+        """Several classify/regress tasks on one model and one set of examples (TF Serving's
+        multi_inference.cc rules: one model name, no signature twice, one shared input)."""
+        specs = [task.model_spec for task in request.tasks]
+        if not specs:
+            raise InvalidInput("MultiInferenceRequest must specify at least one task.")
+        if any(not spec.name for spec in specs):
+            raise InvalidInput("Found ModelSpec with an empty model name.")
+        if len({spec.name for spec in specs}) != 1:
+            raise InvalidInput(
+                "All ModelSpecs in a MultiInferenceRequest must access the same model name."
+            )
+        with self._resolve(specs[0], context) as (servable, _):
+            tasks = []
+            for task in request.tasks:
+                key = task.model_spec.signature_name or SERVING_DEFAULT
+                if key not in servable.runner.signatures:
+                    raise InvalidInput(f"Requested signature not found in model graph: {key}")
+                tasks.append((servable.runner.signatures[key], task.method_name))
+            examples = examples_from_input(request.input)
+            results = self.plane.multi_inference(servable, tasks, examples)
+            response = inference_pb2.MultiInferenceResponse()
+            for task, result in zip(request.tasks, results, strict=True):
+                out = response.results.add()
+                out.model_spec.CopyFrom(model_spec(servable, task.model_spec.signature_name))
+                if task.method_name == CLASSIFY_METHOD:
+                    for row in result:
+                        classifications = out.classification_result.classifications.add()
+                        for label, score in row:  # type: ignore[union-attr]
+                            classifications.classes.add(label=label, score=score)
+                else:
+                    for value in result:
+                        out.regression_result.regressions.add(value=value)
+            return response
 
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):

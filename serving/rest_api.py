@@ -222,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _examples(
         self, plane: DataPlane, name: str, version: VersionRef, body: bytes, verb: str
     ) -> bytes:
-        """:classify and :regress: tf.Example features in, TF Serving's `result` out."""
+        """:classify and :regress: tf.Example features in, TF Serving's `results` out."""
         depth = self.server.max_json_depth
         with _resolve(plane, name, version, body, depth) as (servable, signature, request):
             examples = examples_from_json(request)
@@ -233,7 +233,9 @@ class _Handler(BaseHTTPRequestHandler):
                 ]
             else:
                 result = plane.regress(servable, signature, examples)
-            return json.dumps({"result": result}).encode()
+            # "results", as TF Serving's code writes it (json_tensor.cc) and its tests read it;
+            # its api_rest.md says "result" in one place, which no TF Serving server sends.
+            return json.dumps({"results": result}).encode()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)

@@ -342,7 +342,8 @@ def test_samples_file_npz_and_tf_serving_json(tmp_path: Path) -> None:
 
     wrong = tmp_path / "wrong.npz"
     np.savez(wrong, images=np.zeros((2, 5), np.float32))
-    with pytest.raises(SignatureError, match=r"input 'images' expects float32 of shape"):
+    declared = r"input 'images' is declared float32 of shape \[-1, 784\], got shape \[2, 5\]"
+    with pytest.raises(SignatureError, match=declared):
         export_model(_spec(tmp_path, samples_file=wrong))
 
 

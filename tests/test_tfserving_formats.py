@@ -62,17 +62,17 @@ def _stub(server: ModelServer) -> prediction_service_pb2_grpc.PredictionServiceS
         (
             ":regress",
             {"signature_name": "regress_x_to_y", "examples": [{"x": 1.0}, {"x": 2.0}]},
-            {"result": [2.5, 3.0]},
+            {"results": [2.5, 3.0]},
         ),
         (
             ":classify",
             {"signature_name": "classify_x_to_y", "examples": [{"x": 1.0}, {"x": -2.0}]},
-            {"result": [[["", 2.5]], [["", 1.0]]]},
+            {"results": [[["", 2.5]], [["", 1.0]]]},
         ),
         (
             ":regress",
             {"signature_name": "regress_x_to_y", "context": {"x": 4.0}, "examples": [{}]},
-            {"result": [4.0]},
+            {"results": [4.0]},
         ),
     ],
 )
@@ -97,12 +97,14 @@ def test_rest_versions_and_metadata_of_a_tf1_model(server: ModelServer) -> None:
 @pytest.mark.parametrize(
     ("path", "body", "status", "message"),
     [
-        (":classify", {"examples": [{"x": 1.0}]}, 400, "Expected classify signature method_name"),
+        # TF Serving checks the method name only when asked (tests/test_conformance.py); it
+        # needs the signature's input keyed "inputs" and, to regress, its output "outputs".
+        (":classify", {"examples": [{"x": 1.0}]}, 400, "No classification inputs found"),
         (
             ":regress",
             {"signature_name": "classify_x_to_y", "examples": [{"x": 1.0}]},
             400,
-            "Expected regress signature method_name to be tensorflow/serving/regress",
+            "No regression outputs found in SignatureDef",
         ),
         (":regress", {"signature_name": "regress_x_to_y", "examples": []}, 400, "non-empty"),
         (
@@ -159,7 +161,8 @@ def test_grpc_predict_classify_regress(server: ModelServer) -> None:
     classify.model_spec.signature_name = "serving_default"
     with pytest.raises(grpc.RpcError) as err:
         stub.Classify(classify, timeout=30)
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # as TF Serving's classifier
+    assert "No classification inputs found in SignatureDef" in err.value.details()
 
 
 def test_keras_export_is_served(tmp_path: Path) -> None:

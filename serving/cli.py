@@ -1,21 +1,30 @@
 """`graphserve serve graph|eager|null`: start a TF Serving-compatible server in the foreground.
 
 All run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests and exit 0.
+
+They also read `tensorflow_model_server`'s flags (`--port=8500 --model_name=m ...`), so a script
+or container command written for TF Serving runs them unchanged: its spellings are extra names of
+our options, or, where TF Serving means something else (`--port`, `--rest_api_port`,
+`--model_base_path`), options of their own with TF Serving's meaning. `_ServeCommand` adds TF
+Serving's boolean form (`--enable_batching=true`) and names any TF Serving flag we do not take.
+One difference stays on purpose: the servers bind loopback unless `--host` says otherwise.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
+from typer.core import TyperCommand, TyperOption
 
 from graphserve.console import EXIT_FAILED, EXIT_USAGE, configure_logging, quiet_tensorflow, stderr
 from serving.defaults import (
@@ -28,6 +37,9 @@ from serving.defaults import (
 log = logging.getLogger("graphserve.serve")
 
 MAX_AUTO_GRPC_WORKERS = 512  # the most threads batching sizes the gRPC pool to
+TFSERVING_REST_TIMEOUT_MS = 30_000  # TF Serving's --rest_api_timeout_in_ms default
+# gRPC arguments --max-message-bytes sets; --grpc-channel-arguments may not contradict it.
+_MESSAGE_LIMITS = ("grpc.max_receive_message_length", "grpc.max_send_message_length")
 
 app = typer.Typer(
     help="Serve a model over the TensorFlow Serving gRPC and REST APIs.", no_args_is_help=True
@@ -41,11 +53,25 @@ _SHARED: dict[str, tuple[Any, Any]] = {
             str,
             typer.Option(
                 "--host",
-                help="Address to bind. Loopback by default: the servers have no authentication; "
-                "put a gateway in front before binding 0.0.0.0.",
+                help="Address to bind. Loopback by default, also with TF Serving's flags (it "
+                "binds 0.0.0.0): the servers have no authentication; put a gateway in front "
+                "before binding 0.0.0.0.",
             ),
         ],
         "127.0.0.1",
+    ),
+    "grpc_socket_path": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--grpc-socket-path",
+                "--grpc_socket_path",
+                help="Also serve gRPC on this Unix domain socket (clients dial unix:PATH); who "
+                "may connect is up to the file's permissions.",
+                show_default=False,
+            ),
+        ],
+        None,
     ),
     "metrics": (
         Annotated[
@@ -61,6 +87,7 @@ _SHARED: dict[str, tuple[Any, Any]] = {
             Path | None,
             typer.Option(
                 "--monitoring-config-file",
+                "--monitoring_config_file",
                 help="TF Serving monitoring config "
                 "(prometheus_config { enable: true, path: ... }).",
             ),
@@ -122,6 +149,7 @@ _SHARED: dict[str, tuple[Any, Any]] = {
             int,
             typer.Option(
                 "--tensorflow-intra-op-parallelism",
+                "--tensorflow_intra_op_parallelism",
                 min=0,
                 help="Threads inside one op (0: TF's choice).",
             ),
@@ -133,6 +161,7 @@ _SHARED: dict[str, tuple[Any, Any]] = {
             int,
             typer.Option(
                 "--tensorflow-inter-op-parallelism",
+                "--tensorflow_inter_op_parallelism",
                 min=0,
                 help="Ops run in parallel (0: TF's choice).",
             ),
@@ -148,7 +177,11 @@ _SHARED: dict[str, tuple[Any, Any]] = {
     "enable_batching": (
         Annotated[
             bool,
-            typer.Option("--enable-batching", help="Batch concurrent requests (TF Serving's)."),
+            typer.Option(
+                "--enable-batching",
+                "--enable_batching",
+                help="Batch concurrent requests (TF Serving's).",
+            ),
         ],
         False,
     ),
@@ -157,8 +190,48 @@ _SHARED: dict[str, tuple[Any, Any]] = {
             Path | None,
             typer.Option(
                 "--batching-parameters-file",
+                "--batching_parameters_file",
                 help="TF Serving batching parameters (text proto: max_batch_size { value: 32 } "
                 "...); implies --enable-batching.",
+            ),
+        ],
+        None,
+    ),
+    "rest_timeout_ms": (
+        Annotated[
+            int,
+            typer.Option(
+                "--rest-timeout-ms",
+                "--rest_api_timeout_in_ms",
+                min=0,
+                help="Deadline of a REST request that sets none with a Grpc-Timeout header "
+                "(504 past it; 0: none). TF Serving's default.",
+            ),
+        ],
+        TFSERVING_REST_TIMEOUT_MS,
+    ),
+    "method_name_check": (
+        Annotated[
+            bool,
+            typer.Option(
+                "--enable-signature-method-name-check",
+                "--enable_signature_method_name_check",
+                help="Refuse Predict on a classify or regress signature and the reverse, as TF "
+                "Serving does with this flag (off there and here: TF2 models set no method).",
+            ),
+        ],
+        False,
+    ),
+    "grpc_channel_arguments": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--grpc-channel-arguments",
+                "--grpc_channel_arguments",
+                help="More gRPC server arguments, KEY=VALUE[,KEY=VALUE...] as TF Serving takes "
+                "them (grpc.max_connection_age_ms=2000); message sizes come from "
+                "--max-message-bytes.",
+                show_default=False,
             ),
         ],
         None,
@@ -166,13 +239,22 @@ _SHARED: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _usage_error(message: str) -> NoReturn:
+    stderr.print(f"[red]error:[/] {escape(message)}")
+    raise typer.Exit(EXIT_USAGE)
+
+
 @dataclass
 class _Serve:
     """What every serve command shares: where to listen, limits, threads, metrics, logs."""
 
     host: str = "127.0.0.1"
-    grpc_port: int = 0
-    rest_port: int = 0
+    grpc_port: int | None = None  # None: the command's default, unless --port says otherwise
+    rest_port: int | None = None
+    default_ports: tuple[int, int] = (0, 0)  # gRPC, REST
+    port: int | None = None  # TF Serving's --port
+    rest_api_port: int | None = None  # TF Serving's --rest_api_port
+    grpc_socket_path: str | None = None
     metrics: bool = False
     monitoring_config_file: Path | None = None
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -184,6 +266,9 @@ class _Serve:
     log_format: str = "text"
     enable_batching: bool = False
     batching_parameters_file: Path | None = None
+    rest_timeout_ms: int = TFSERVING_REST_TIMEOUT_MS
+    method_name_check: bool = False
+    grpc_channel_arguments: str | None = None
     batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
     warnings: list[str] = field(default_factory=list)  # logged once logging is set up
 
@@ -205,19 +290,65 @@ class _Serve:
                 else BatchingParameters()
             )
         except BatchingConfigError as exc:
-            stderr.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_USAGE) from None
+            _usage_error(str(exc))
         # Each waiting request holds a gRPC thread, so too few threads would cap every batch.
         self.batch_rows = params.max_batch_size * (params.num_batch_threads + 1)
         return lambda runner: BatchingRunner(runner, params)
 
+    def listen(self) -> tuple[int | None, int | None]:
+        """The gRPC and REST TCP ports (None: none), TF Serving's spellings meaning what they
+        mean there: `--port=0` serves gRPC only on the Unix socket, and with `--port` REST is
+        served only on a port `--rest_api_port` (or `--rest-port`) names; `--rest_api_port=0` is
+        no REST. Exits with a usage error on a contradiction."""
+        grpc_default = self.default_ports[0]
+        rest_default: int | None = self.default_ports[1]
+        if self.port is not None:
+            if self.grpc_port is not None and self.grpc_port != self.port:
+                _usage_error("--port and --grpc-port name different gRPC ports: give one")
+            grpc_port = self.port or None
+            rest_default = None  # REST only on a port it is given
+        else:
+            grpc_port = grpc_default if self.grpc_port is None else self.grpc_port
+        if self.rest_api_port is not None:
+            if self.rest_port is not None and self.rest_port != self.rest_api_port:
+                _usage_error("--rest_api_port and --rest-port name different REST ports: give one")
+            rest_port = self.rest_api_port or None
+        else:
+            rest_port = rest_default if self.rest_port is None else self.rest_port
+        if grpc_port is None and not self.grpc_socket_path:
+            _usage_error(
+                "--port=0 serves no gRPC port: give --grpc_socket_path too, as TF Serving asks"
+            )
+        if grpc_port and grpc_port == rest_port:
+            _usage_error(f"gRPC and REST cannot share port {grpc_port}")
+        return grpc_port, rest_port
+
+    def grpc_arguments(self) -> tuple[tuple[str, int | str], ...]:
+        """--grpc-channel-arguments as gRPC server options: whole numbers as ints, the rest as
+        strings, as TF Serving passes them."""
+        parsed: list[tuple[str, int | str]] = []
+        for item in (self.grpc_channel_arguments or "").split(","):
+            key, equals, value = (part.strip() for part in item.partition("="))
+            if not (key or equals or value):
+                continue
+            if not key or not equals:
+                _usage_error(f"--grpc-channel-arguments: {item.strip()!r} is not KEY=VALUE")
+            if key in _MESSAGE_LIMITS:
+                _usage_error(f"--grpc-channel-arguments: set {key} with --max-message-bytes")
+            number = value.removeprefix("-").isdigit()
+            parsed.append((key, int(value) if number else value))
+        return tuple(parsed)
+
     def run(self, load: Any) -> None:
-        """Load with `load(registry)` (returns a ModelManager to stop at exit, or None), then
-        serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
+        """Load with `load(registry)` (returns what to call at exit, or None), then serve until
+        SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
         if self.log_format not in ("text", "json"):
-            stderr.print("[red]error:[/] --log-format must be 'text' or 'json'")
-            raise typer.Exit(EXIT_USAGE)
+            _usage_error("--log-format must be 'text' or 'json'")
+        grpc_port, rest_port = self.listen()
+        grpc_arguments = self.grpc_arguments()
         metrics_path = self._metrics_path()
+        if metrics_path and rest_port is None:
+            self.warnings.append("metrics are served on the REST port, and REST is off")
         configure_logging(self.log_format)
         for warning in self.warnings:
             log.warning("%s", warning)
@@ -237,19 +368,23 @@ class _Serve:
 
         registry = ModelRegistry()
         try:
-            manager = load(registry)
+            stop_loading = load(registry)
         except ModelLoadError as exc:
             stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_FAILED) from None
         options = ServerOptions(
             host=self.host,
-            grpc_port=self.grpc_port,
-            rest_port=self.rest_port,
+            grpc_port=grpc_port,
+            rest_port=rest_port,
             grpc_workers=self.workers(),
             max_message_bytes=self.max_message_bytes,
             max_json_depth=self.max_json_depth,
             max_concurrent_rpcs=self.max_concurrent_rpcs,
             metrics_path=metrics_path,
+            grpc_socket_path=self.grpc_socket_path,
+            grpc_arguments=grpc_arguments,
+            rest_timeout_ms=self.rest_timeout_ms or None,
+            method_name_check=self.method_name_check,
         )
         server = ModelServer(registry, options)
         try:
@@ -260,8 +395,8 @@ class _Serve:
 
         def shutdown(signum: int, _frame: object) -> None:
             stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
-            if manager is not None:
-                manager.stop()
+            if stop_loading is not None:
+                stop_loading()
             server.stop()
 
         signal.signal(signal.SIGINT, shutdown)
@@ -272,8 +407,8 @@ class _Serve:
             for name in registry.names()
             if registry.available(name)
         )
-        where = f"gRPC {self.host}:{server.grpc_port}, REST http://{self.host}:{server.rest_port}"
-        if metrics_path:
+        where = server.describe()
+        if metrics_path and rest_port is not None:
             where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"
         stderr.print(f"[green]serving[/] {served}: {where} (Ctrl-C stops)")
         server.wait()
@@ -292,8 +427,56 @@ class _Serve:
         try:
             return load_monitoring_config(self.monitoring_config_file)
         except MonitoringConfigError as exc:
-            stderr.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_USAGE) from None
+            _usage_error(str(exc))
+
+
+class _ServeCommand(TyperCommand):
+    """A serve command that also reads TF Serving's boolean form (`--enable_batching=true`,
+    `=false`), and names a TF Serving flag (`--some_flag`) that it does not take."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        options = {
+            name: param
+            for param in self.get_params(ctx)
+            if isinstance(param, TyperOption)
+            for name in param.opts
+        }
+        return super().parse_args(ctx, _tfserving_forms(options, args))
+
+
+def _tfserving_forms(options: dict[str, TyperOption], args: list[str]) -> list[str]:
+    """`args` with TF Serving's `--flag=true|false` as click reads flags; exits with a usage
+    error naming a `--flag_with_underscores` that is not an option (the TF Serving flags taken
+    are the option names with underscores)."""
+    out: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            out += [arg, *rest]
+            break
+        name, equals, value = arg.partition("=")
+        option = options.get(name) if arg.startswith("--") else None
+        if option is None:
+            if arg.startswith("--") and "_" in name:  # click would only say "no such option"
+                accepted = " ".join(sorted(n for n in options if "_" in n))
+                _usage_error(
+                    f"unknown flag {name}: not one of the TF Serving flags this server takes, "
+                    f"which are {accepted}"
+                )
+            out.append(arg)
+        elif option.is_flag and equals:  # click flags take no value; TF Serving's do
+            if value.lower() in ("true", "1"):
+                out.append(name)
+            elif value.lower() in ("false", "0"):
+                # the off form, if any; without one, off is the flag's default
+                out += option.secondary_opts[:1]
+            else:
+                _usage_error(f"{name} takes true or false, not {value!r}")
+        else:
+            out.append(arg)
+            if not option.is_flag and not equals:  # its value is the next argument
+                out += itertools.islice(rest, option.nargs)
+    return out
 
 
 def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any], Any]:
@@ -302,8 +485,60 @@ def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any],
     one _Serve."""
     shared = {
         "host": _SHARED["host"],
-        "grpc_port": (Annotated[int, typer.Option("--grpc-port", min=0, max=65535)], grpc_port),
-        "rest_port": (Annotated[int, typer.Option("--rest-port", min=0, max=65535)], rest_port),
+        "grpc_port": (
+            Annotated[
+                int | None,
+                typer.Option(
+                    "--grpc-port",
+                    min=0,
+                    max=65535,
+                    help=f"gRPC port (default {grpc_port}; 0: a free one).",
+                    show_default=False,
+                ),
+            ],
+            None,
+        ),
+        "rest_port": (
+            Annotated[
+                int | None,
+                typer.Option(
+                    "--rest-port",
+                    min=0,
+                    max=65535,
+                    help=f"REST port (default {rest_port}; 0: a free one).",
+                    show_default=False,
+                ),
+            ],
+            None,
+        ),
+        "port": (
+            Annotated[
+                int | None,
+                typer.Option(
+                    "--port",
+                    min=0,
+                    max=65535,
+                    help="TF Serving's gRPC port flag, with its meaning: 0 serves gRPC only on "
+                    "--grpc_socket_path, and REST is off unless --rest_api_port (or --rest-port) "
+                    "names a port.",
+                    show_default=False,
+                ),
+            ],
+            None,
+        ),
+        "rest_api_port": (
+            Annotated[
+                int | None,
+                typer.Option(
+                    "--rest_api_port",
+                    min=0,
+                    max=65535,
+                    help="TF Serving's REST port flag, with its meaning: 0 is no REST.",
+                    show_default=False,
+                ),
+            ],
+            None,
+        ),
         **_SHARED,
     }
     assert set(shared) <= {f.name for f in fields(_Serve)}
@@ -321,13 +556,15 @@ def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any],
 
         @functools.wraps(command)
         def run(**options: Any) -> None:
-            serve = _Serve(**{key: options.pop(key) for key in shared})
+            serve = _Serve(
+                **{key: options.pop(key) for key in shared}, default_ports=(grpc_port, rest_port)
+            )
             command(serve, **options)
 
         parameters = own + added
         run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in parameters}
-        app.command(name)(run)
+        app.command(name, cls=_ServeCommand)(run)
         return command
 
     return register
@@ -351,20 +588,48 @@ def graph(
         typer.Option("--model-base-path", help="BASE/NAME holding numeric versions."),
     ] = None,
     model_name: Annotated[
-        str | None, typer.Option("--model-name", help="Name clients use in requests.")
+        str | None,
+        typer.Option(
+            "--model-name",
+            "--model_name",
+            help="Name clients use in requests (default: the base path's last part; 'default' "
+            "with --model_base_path).",
+            show_default=False,
+        ),
+    ] = None,
+    tfserving_base_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--model_base_path",
+            help="TF Serving's --model-base-path, with its meaning: the model is named "
+            "'default' unless --model_name names it.",
+            show_default=False,
+        ),
     ] = None,
     model_config_file: Annotated[
         Path | None,
         typer.Option(
             "--model-config-file",
+            "--model_config_file",
             help="TF Serving model config (text proto): several models, version policies, "
             "labels. Replaces --model-base-path/--model-name.",
         ),
     ] = None,
+    config_poll_seconds: Annotated[
+        float,
+        typer.Option(
+            "--model-config-file-poll-wait-seconds",
+            "--model_config_file_poll_wait_seconds",
+            min=0,
+            help="Read --model-config-file again this often while serving: load the models "
+            "added, unload the ones removed (0: read once, at start).",
+        ),
+    ] = 0.0,
     poll_seconds: Annotated[
         float,
         typer.Option(
             "--file-system-poll-wait-seconds",
+            "--file_system_poll_wait_seconds",
             min=0,
             help="Look for new and removed versions this often (0: only at start).",
         ),
@@ -373,22 +638,30 @@ def graph(
 ) -> None:
     """Serve SavedModel versions (the graph runner): new versions are picked up while serving,
     warmed, and only then take traffic; the old ones are unloaded after."""
-    from serving.config import ModelConfig, ModelConfigError, load_model_config_file
+    from serving.config import (
+        ModelConfig,
+        ModelConfigError,
+        ModelConfigWatcher,
+        load_model_config_file,
+    )
 
+    if model_base_path is not None and tfserving_base_path is not None:
+        _usage_error("give --model-base-path or --model_base_path, not both")
+    base_path = model_base_path or tfserving_base_path
     if model_config_file is not None:
-        if model_base_path is not None or model_name is not None:
-            stderr.print("[red]error:[/] give --model-config-file or --model-base-path, not both")
-            raise typer.Exit(EXIT_USAGE)
+        if base_path is not None or model_name is not None:
+            _usage_error("give --model-config-file or --model-base-path, not both")
         try:
             models = load_model_config_file(model_config_file)
         except ModelConfigError as exc:
-            stderr.print(f"[red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_USAGE) from None
-    elif model_base_path is not None:
-        models = [ModelConfig(model_name or model_base_path.name, model_base_path)]
+            _usage_error(str(exc))
+    elif base_path is not None:
+        default_name = "default" if tfserving_base_path is not None else base_path.name
+        models = [ModelConfig(model_name or default_name, base_path)]
     else:
-        stderr.print("[red]error:[/] give --model-base-path (and --model-name) or a config file")
-        raise typer.Exit(EXIT_USAGE)
+        _usage_error("give --model-base-path (and --model-name) or a config file")
+    if config_poll_seconds and model_config_file is None:
+        serve.warnings.append("--model-config-file-poll-wait-seconds: no config file to read")
     allowed = list(allow_ops or [])
     if allowed:
         serve.warnings.append(
@@ -397,14 +670,24 @@ def graph(
         )
     wrap = serve.batching()
 
-    def load(registry: Any) -> Any:
+    def load(registry: Any) -> Callable[[], None]:
         from serving.manager import ModelManager, load_version
 
         manager = ModelManager(
             registry, models, lambda path: wrap(load_version(path, allow_ops=allowed))
         ).start()
         manager.poll(poll_seconds)
-        return manager
+        if model_config_file is None or not config_poll_seconds:
+            return manager.stop
+        watcher = ModelConfigWatcher(
+            model_config_file, config_poll_seconds, manager.reconfigure, models
+        ).start()
+
+        def stop() -> None:
+            watcher.stop()
+            manager.stop()
+
+        return stop
 
     serve.run(load)
 
@@ -449,12 +732,10 @@ def eager(
     try:
         specs = [parse_input_spec(text) for text in inputs or []]
     except ExportError as exc:
-        stderr.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
+        _usage_error(str(exc))
     names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
     if mode not in ("call", "predict", "function"):
-        stderr.print(f"[red]error:[/] --mode must be call, predict or function, got {mode!r}")
-        raise typer.Exit(EXIT_USAGE)
+        _usage_error(f"--mode must be call, predict or function, got {mode!r}")
     if allow_unsafe:
         serve.warnings.append(f"--allow-unsafe: Keras safe mode is off for {source}")
     wrap = serve.batching()

@@ -134,6 +134,38 @@ class ModelManager:
         self._thread = threading.Thread(target=loop, name="model-poll", daemon=True)
         self._thread.start()
 
+    def reconfigure(self, models: Sequence[ModelConfig]) -> None:
+        """Serve `models` from now on (a model config file re-read while serving): load the
+        added ones, unload every version of the removed ones, keep the unchanged ones as they
+        are. A model whose base path changed loads its versions from the new path, each one
+        replacing its old copy once loaded (availability first). As in TF Serving, a removed
+        model's versions stay in its status as END, and requests for it get NOT_FOUND."""
+        with self._sync_lock:
+            before = {m.name: m for m in self.models}
+            self.models = list(models)
+            after = {m.name: m for m in self.models}
+            for name, model in before.items():
+                if name in after and after[name].base_path == model.base_path:
+                    continue
+                for key in [k for k in {*self._failed, *self._paths} if k[0] == name]:
+                    self._failed.pop(key, None)
+                    self._paths.pop(key, None)
+                for servable in self.registry.available(name):
+                    key = (name, servable.version)
+                    if name in after:  # the next pass loads it from the new base path
+                        self._loaded[key] = None
+                        continue
+                    log.info("%s: removed from the config, unloading version %d", *key)
+                    self.registry.set_status(name, servable.version, "UNLOADING")
+                    self.registry.remove(name, servable.version)
+                    self._loaded.pop(key, None)
+                if name not in after:
+                    self.registry.set_labels(name, {})
+        self.sync()
+        for model in models:  # a failed load is logged where it fails; nothing tried is not
+            if model.name not in before and not self.registry.known(model.name):
+                log.error("%s: added, nothing to load: %s", model.name, self._why_nothing(model))
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:

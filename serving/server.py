@@ -56,16 +56,27 @@ def prime_threads(
 
 @dataclass
 class ServerOptions:
-    """Where to listen and how big requests may be. Port 0 picks a free port."""
+    """Where to listen and how big requests may be. Port 0 picks a free port; None serves no
+    TCP port for that protocol (gRPC then needs `grpc_socket_path`)."""
 
     host: str = "127.0.0.1"
-    grpc_port: int = 8500
-    rest_port: int = 8501
+    grpc_port: int | None = 8500
+    rest_port: int | None = 8501
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_concurrent_rpcs: int | None = None  # gRPC calls in progress or waiting; None: no limit
     metrics_path: str | None = None  # e.g. /monitoring/prometheus/metrics; None: no metrics
+    grpc_socket_path: str | None = None  # also serve gRPC on this Unix domain socket
+    # Extra gRPC server arguments, as TF Serving's --grpc_channel_arguments (message limits
+    # come from max_message_bytes).
+    grpc_arguments: tuple[tuple[str, int | str], ...] = ()
+    # TF Serving's --rest_api_timeout_in_ms: the deadline of a REST request that sets none
+    # itself; None: no deadline. Stored for the REST front end.
+    rest_timeout_ms: int | None = None
+    # TF Serving's --enable_signature_method_name_check: Predict refuses classify and regress
+    # signatures and the reverse. Stored for the data plane.
+    method_name_check: bool = False
 
 
 class ModelServer:
@@ -87,9 +98,10 @@ class ModelServer:
         self._stopped = threading.Event()
 
     def start(self) -> ModelServer:
-        """Bind both ports and start serving; raises OSError if a port is taken."""
+        """Bind the ports (and socket) asked for and start serving; raises OSError if one is
+        taken."""
         opts = self.options
-        limits = [
+        limits: list[tuple[str, int | str]] = [
             ("grpc.max_receive_message_length", opts.max_message_bytes),
             ("grpc.max_send_message_length", opts.max_message_bytes),
         ]
@@ -102,36 +114,60 @@ class ModelServer:
         self._grpc = grpc.server(
             workers,
             interceptors=[UndecodableRequests()],
-            options=limits,
+            options=[*limits, *opts.grpc_arguments],
             maximum_concurrent_rpcs=opts.max_concurrent_rpcs,
         )
         add_services(self._grpc, self.plane, opts.max_message_bytes)
         health_servicer = self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
-        address = f"[{opts.host}]" if ":" in opts.host else opts.host
-        self.grpc_port = self._grpc.add_insecure_port(f"{address}:{opts.grpc_port}")
-        if self.grpc_port == 0:
-            raise OSError(f"cannot bind gRPC port {opts.host}:{opts.grpc_port}")
-        self._rest = RestServer(
-            (opts.host, opts.rest_port), self.plane, opts.max_message_bytes, opts.max_json_depth
-        )
-        self.rest_port = self._rest.server_address[1]
+        self._bind_grpc(self._grpc)
+        if opts.rest_port is not None:
+            self._rest = RestServer(
+                (opts.host, opts.rest_port), self.plane, opts.max_message_bytes, opts.max_json_depth
+            )
+            self.rest_port = self._rest.server_address[1]
         self._grpc.start()
-        self._rest_thread = threading.Thread(
-            target=self._rest.serve_forever, name="rest", daemon=True
-        )
-        self._rest_thread.start()
+        if self._rest is not None:
+            self._rest_thread = threading.Thread(
+                target=self._rest.serve_forever, name="rest", daemon=True
+            )
+            self._rest_thread.start()
         for service in ("", PREDICTION_SERVICE, MODEL_SERVICE):
             health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info(
-            "serving %s: gRPC at %s:%d, REST at http://%s:%d",
-            ", ".join(self.registry.names()),
-            opts.host,
-            self.grpc_port,
-            opts.host,
-            self.rest_port,
-        )
+        log.info("serving %s: %s", ", ".join(self.registry.names()), self.describe())
         return self
+
+    def _bind_grpc(self, server: grpc.Server) -> None:
+        """The TCP port, the Unix socket, or both, as the options ask."""
+        opts = self.options
+        if opts.grpc_port is None and not opts.grpc_socket_path:
+            raise OSError("no gRPC address: give a gRPC port or a Unix socket path")
+        if opts.grpc_port is not None:
+            address = f"[{opts.host}]" if ":" in opts.host else opts.host
+            self.grpc_port = server.add_insecure_port(f"{address}:{opts.grpc_port}")
+            if self.grpc_port == 0:
+                raise OSError(f"cannot bind gRPC port {opts.host}:{opts.grpc_port}")
+        if opts.grpc_socket_path:
+            # gRPC replaces a socket file at the path (left by a server that is gone), never
+            # another kind of file; it removes its socket when it stops.
+            try:
+                server.add_insecure_port(f"unix:{opts.grpc_socket_path}")
+            except RuntimeError:
+                raise OSError(
+                    f"cannot listen on Unix socket {opts.grpc_socket_path}: its directory must "
+                    "exist and be writable, and no file other than a socket may be there"
+                ) from None
+
+    def describe(self) -> str:
+        """Where this server listens, for logs: "gRPC H:P, gRPC unix:PATH, REST http://H:P"."""
+        host = self.options.host
+        where = []
+        if self.options.grpc_port is not None:
+            where.append(f"gRPC {host}:{self.grpc_port}")
+        if self.options.grpc_socket_path:
+            where.append(f"gRPC unix:{self.options.grpc_socket_path}")
+        where.append(f"REST http://{host}:{self.rest_port}" if self._rest else "REST off")
+        return ", ".join(where)
 
     def _warm_this_thread(self) -> None:
         """Replay the warm-up records of every model's newest version on this thread, as the

@@ -79,14 +79,25 @@ def shape_proto(shape: Shape) -> tensor_shape_pb2.TensorShapeProto:
 # TensorProto
 
 
-def array_to_proto(array: np.ndarray, dtype: str | None = None) -> tensor_pb2.TensorProto:
-    """Encode `array` as a TensorProto: raw `tensor_content` for numbers, `string_val` for bytes."""
+def array_to_proto(
+    array: np.ndarray, dtype: str | None = None, *, typed_fields: bool = False
+) -> tensor_pb2.TensorProto:
+    """Encode `array` as a TensorProto: raw `tensor_content` for numbers (compact, the fast path
+    for requests), or with `typed_fields` the typed `*_val` field of its dtype, as TF Serving
+    writes every Predict response (Tensor::AsProtoField): clients that read `float_val` work.
+    Strings always travel in `string_val`."""
     name = dtype or numpy_dtype_name(array)
     proto = tensor_pb2.TensorProto(dtype=DTYPE_TO_ENUM[name], tensor_shape=shape_proto(array.shape))
     if name == "string":
         proto.string_val.extend(as_bytes(v) for v in array.reshape(-1))
-    else:
+    elif not typed_fields:
         proto.tensor_content = np.ascontiguousarray(array, dtype=DTYPES[name]).tobytes()
+    elif name == "float16":  # half_val holds each half's 16 bits
+        proto.half_val.extend(np.asarray(array, np.float16).reshape(-1).view(np.uint16).tolist())
+    else:
+        getattr(proto, _VAL_FIELD[name]).extend(
+            np.asarray(array, DTYPES[name]).reshape(-1).tolist()
+        )
     return proto
 
 

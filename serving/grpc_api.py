@@ -142,7 +142,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             response.model_spec.CopyFrom(model_spec(servable, signature.name))
             for name, array in outputs.items():
                 dtype = signature.outputs[name].dtype
-                response.outputs[name].CopyFrom(array_to_proto(array, dtype))
+                # Typed fields, as TF Serving answers: clients read `float_val` directly.
+                response.outputs[name].CopyFrom(array_to_proto(array, dtype, typed_fields=True))
             return response
 
     @_mapped

@@ -119,7 +119,9 @@ class _Handler(BaseHTTPRequestHandler):
                 status, (payload, content_type) = HTTPStatus.OK, metrics.render()
             else:
                 timeout = self.headers.get(TIMEOUT_HEADER)
-                with deadline_scope(parse_timeout(timeout) if timeout else None):
+                with deadline_scope(
+                    parse_timeout(timeout) if timeout else self.server.default_timeout
+                ):
                     status, payload = self._dispatch(method, body)
         except ServingError as exc:
             status, payload = exc.http_status, json.dumps({"error": exc.message}).encode()
@@ -251,8 +253,11 @@ class RestServer(ThreadingHTTPServer):
         plane: DataPlane,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+        default_timeout: float | None = None,
     ) -> None:
         self.plane = plane
         self.max_body_bytes = max_body_bytes
         self.max_json_depth = max_json_depth
+        # The deadline of a request that sets none (TF Serving's --rest_api_timeout_in_ms).
+        self.default_timeout = default_timeout
         super().__init__(address, _Handler)

@@ -72,10 +72,10 @@ class ServerOptions:
     # come from max_message_bytes).
     grpc_arguments: tuple[tuple[str, int | str], ...] = ()
     # TF Serving's --rest_api_timeout_in_ms: the deadline of a REST request that sets none
-    # itself; None: no deadline. Stored for the REST front end.
+    # itself; None: no deadline.
     rest_timeout_ms: int | None = None
     # TF Serving's --enable_signature_method_name_check: Predict refuses classify and regress
-    # signatures and the reverse. Stored for the data plane.
+    # signatures and the reverse.
     method_name_check: bool = False
 
 
@@ -88,7 +88,9 @@ class ModelServer:
             if self.options.metrics_path
             else None
         )
-        self.plane = DataPlane(registry, metrics)
+        self.plane = DataPlane(
+            registry, metrics, method_name_check=self.options.method_name_check
+        )
         self.grpc_port = 0
         self.rest_port = 0
         self._grpc: grpc.Server | None = None
@@ -123,7 +125,11 @@ class ModelServer:
         self._bind_grpc(self._grpc)
         if opts.rest_port is not None:
             self._rest = RestServer(
-                (opts.host, opts.rest_port), self.plane, opts.max_message_bytes, opts.max_json_depth
+                (opts.host, opts.rest_port),
+                self.plane,
+                opts.max_message_bytes,
+                opts.max_json_depth,
+                default_timeout=opts.rest_timeout_ms / 1000 if opts.rest_timeout_ms else None,
             )
             self.rest_port = self._rest.server_address[1]
         self._grpc.start()

@@ -26,7 +26,7 @@ from exporter.versions import existing_versions, version_path
 from exporter.warmup import replay_warmup
 from serving.config import ModelConfig
 from serving.registry import ModelLoadError, ModelRegistry, Servable
-from serving.runners import GraphRunner, Runner
+from serving.runners import Runner, load_runner
 
 __all__ = ["ModelManager", "load_version"]
 
@@ -38,8 +38,8 @@ Fingerprint = tuple[tuple[str, int, int], ...] | None
 
 def load_version(path: Path, allow_ops: Collection[str] = ()) -> Runner:
     """Load one SavedModel version and run its warm-up records; raises on any failure (a graph
-    with flagged ops not in `allow_ops` is refused: see GraphRunner)."""
-    runner = GraphRunner(path, allow_ops)
+    with flagged ops not in `allow_ops` is refused; `load_runner` picks how it runs)."""
+    runner = load_runner(path, allow_ops)
     try:
         count = replay_warmup(path, runner.run)
     except Exception as exc:

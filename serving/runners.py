@@ -1,10 +1,11 @@
 """Runners: the one part that differs between the graph server and the eager server.
 
     GraphRunner   executes the SavedModel's signature functions (graphs; no Python per op)
+    SessionRunner runs the SavedModel in a TF1 Session, as TF Serving does (serving.session_runner)
     EagerRunner   calls the Python model eagerly, op by op, exactly as `model(x)` in a notebook
 
-Both take and return numpy arrays keyed by tensor name, after the shared front ends have validated
-the inputs against `signatures`.
+All take and return numpy arrays keyed by tensor name, after the shared front ends have validated
+the inputs against `signatures`. `load_runner` picks GraphRunner or SessionRunner for a SavedModel.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import functools
 import logging
 from collections.abc import Collection
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import meta_graph_pb2
 
 from exporter.contract import SignatureContract, load_signature_file
 from exporter.errors import SignatureError, UnsafeOpsError
@@ -29,7 +31,17 @@ from serving.codec import numpy_dtype_name
 from serving.errors import InvalidInput, ServingError
 from serving.signature import ServedSignature
 
-__all__ = ["EagerRunner", "GraphRunner", "Runner"]
+if TYPE_CHECKING:
+    from serving.session_runner import SessionRunner
+
+__all__ = [
+    "EagerRunner",
+    "GraphRunner",
+    "Runner",
+    "checked_meta_graph",
+    "load_runner",
+    "run_errors",
+]
 
 log = logging.getLogger("graphserve.runners")
 
@@ -41,11 +53,32 @@ class Runner(Protocol):
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
-def _run_errors(exc: Exception) -> ServingError:
+def run_errors(exc: Exception) -> ServingError:
     """TensorFlow's runtime errors on bad input are the client's: INVALID_ARGUMENT / 400."""
     if isinstance(exc, tf.errors.InvalidArgumentError | ValueError | TypeError):
         return InvalidInput(getattr(exc, "message", None) or str(exc))
     return ServingError(f"{type(exc).__name__}: {exc}")
+
+
+def checked_meta_graph(path: Path, allow_ops: Collection[str] = ()) -> meta_graph_pb2.MetaGraphDef:
+    """The `serve` MetaGraph of the SavedModel at `path`, once the op scan passed it.
+
+    Models are programs: a graph with ops that touch files, the network or processes raises
+    UnsafeOpsError unless each such op is in `allow_ops` (the servers' --allow-op), which is
+    logged. Raises SavedModelError when `path` is not a readable SavedModel.
+    """
+    graph = serve_meta_graph(path)
+    scan = scan_meta_graph(graph)
+    refused = scan.refused(allow_ops)
+    if refused:
+        raise UnsafeOpsError(
+            f"refusing to serve {path}: its graph has ops that touch files, the network "
+            f"or processes: {describe_flagged(refused)}. Start the server with --allow-op OP "
+            "for each if you trust the model"
+        )
+    for flagged in scan.flagged:
+        log.warning("%s: serving %s, allowed by --allow-op", path, describe_flagged([flagged]))
+    return graph
 
 
 class GraphRunner:
@@ -57,22 +90,18 @@ class GraphRunner:
     """
 
     kind = "graph"
+    execution = "function"  # SessionRunner's is "session"
 
-    def __init__(self, path: Path, allow_ops: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        path: Path,
+        allow_ops: Collection[str] = (),
+        *,
+        meta_graph: meta_graph_pb2.MetaGraphDef | None = None,
+    ) -> None:
         self.path = Path(path)
-        graph = serve_meta_graph(self.path)  # parsed once, for the scan and the signatures
-        scan = scan_meta_graph(graph)
-        refused = scan.refused(allow_ops)
-        if refused:
-            raise UnsafeOpsError(
-                f"refusing to serve {self.path}: its graph has ops that touch files, the network "
-                f"or processes: {describe_flagged(refused)}. Start the server with --allow-op OP "
-                "for each if you trust the model"
-            )
-        for flagged in scan.flagged:
-            log.warning(
-                "%s: serving %s, allowed by --allow-op", self.path, describe_flagged([flagged])
-            )
+        # Parsed once, for the scan and the signatures; given when the caller already scanned it.
+        graph = checked_meta_graph(self.path, allow_ops) if meta_graph is None else meta_graph
         self._loaded = tf.saved_model.load(str(self.path), tags=["serve"])
         self._functions = dict(self._loaded.signatures)
         self.signatures = {
@@ -85,8 +114,52 @@ class GraphRunner:
         try:
             outputs = self._functions[signature](**{k: tf.constant(v) for k, v in inputs.items()})
         except Exception as exc:
-            raise _run_errors(exc) from exc
+            raise run_errors(exc) from exc
         return {name: t.numpy() for name, t in outputs.items()}
+
+
+def load_runner(path: Path, allow_ops: Collection[str] = ()) -> GraphRunner | SessionRunner:
+    """The graph server's runner for the SavedModel at `path`: a Session (SessionRunner), as TF
+    Serving runs every SavedModel, TF1 or TF2; the signature functions (GraphRunner) for a model
+    the Session cannot load, with a warning. If both fail, the error of the loader of the model's
+    own format is raised (TF2's for a TF2 SavedModel, the Session's for a TF1 one).
+
+    Chosen by measurement (`python -m bench.runners`; README, "How the graph server runs a
+    SavedModel"): on every model both load, TF1 exports and TF2 ones alike, the Session gave the
+    same outputs and answered each call 1.3 to 9 times faster (one C++ Session::Run against an
+    eager function call); and only the Session loads TF1 reference variables and TF 1.0 graphs.
+    The op scan runs once, before either (see `checked_meta_graph`).
+    """
+    from serving.session_runner import SessionRunner  # it imports this module
+
+    path = Path(path)
+    graph = checked_meta_graph(path, allow_ops)
+    written = "TF2" if graph.HasField("object_graph_def") else "TF1"
+    try:
+        runner: GraphRunner | SessionRunner = SessionRunner(path, meta_graph=graph)
+    except Exception as session_error:
+        log.warning(
+            "%s: a %s SavedModel the Session could not load (%s); trying its signature functions",
+            path,
+            written,
+            _first_line(session_error),
+        )
+        try:
+            runner = GraphRunner(path, meta_graph=graph)
+        except Exception as function_error:
+            log.warning(
+                "%s: its signature functions failed too (%s)", path, _first_line(function_error)
+            )
+            # A damaged version is best described by the loader of its own format ("Failed to
+            # find any matching files for .../variables/variables" from TF2's, where TF1's says
+            # "not a valid checkpoint").
+            raise (function_error if written == "TF2" else session_error) from None
+    log.info("%s: a %s SavedModel, served on the %s path", path, written, runner.execution)
+    return runner
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
 EAGER_MODES = ("call", "predict", "function")
@@ -170,4 +243,4 @@ class EagerRunner:
         try:
             return self._call(self._contracts[signature], inputs)
         except Exception as exc:
-            raise _run_errors(exc) from exc
+            raise run_errors(exc) from exc

@@ -1,0 +1,157 @@
+"""Session or function: the two ways the graph server runs a SavedModel, timed side by side.
+
+    python -m bench.runners [PATH ...] [--mlp] [--batch N ...] [--budget SECONDS]
+
+For each SavedModel version directory, both runners load it: `session` (SessionRunner: a TF1
+Session, a callable per signature, as TF Serving runs it) and `function` (GraphRunner: the
+signature functions of `tf.saved_model.load`). The same random batch of the signature runs
+through both, whose outputs must agree, then both are timed per call in interleaved rounds
+(bench.timing). A path that cannot load the model is reported with its error: that is the other
+half of the choice `serving.runners.load_runner` makes. `--mlp` first exports `examples:mlp`
+(a TF2 SavedModel, as `graphserve export` writes it) to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.timing import Timing, interleave
+
+__all__ = ["RunnerComparison", "compare_runners", "main"]
+
+PATHS = ("session", "function")
+
+
+@dataclass
+class RunnerComparison:
+    """One model, one signature, one batch size: load time and per-call Timing per path, and
+    why a path was not measured."""
+
+    model: str
+    signature: str
+    batch_size: int
+    load_s: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, Timing] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def ratio(self) -> float | None:
+        """session p50 / function p50 (below 1: the Session is faster)."""
+        if set(PATHS) - set(self.timings):
+            return None
+        return self.timings["session"].p50_ms / self.timings["function"].p50_ms
+
+    def line(self) -> str:
+        parts = [f"{self.model} {self.signature} b{self.batch_size}:"]
+        for path in PATHS:
+            if path in self.timings:
+                t = self.timings[path]
+                parts.append(
+                    f"{path} p50 {t.p50_ms:.3f} ms p99 {t.p99_ms:.3f} ms "
+                    f"(load {self.load_s[path]:.2f} s, {t.samples} calls);"
+                )
+            else:
+                parts.append(f"{path} failed: {self.failed.get(path, '?')};")
+        ratio = self.ratio()
+        if ratio is not None:
+            parts.append(f"session/function {ratio:.2f}x")
+        return " ".join(parts)
+
+
+def _load(path: Path, kind: str) -> Any:
+    from serving.runners import GraphRunner
+    from serving.session_runner import SessionRunner
+
+    return SessionRunner(path) if kind == "session" else GraphRunner(path)
+
+
+def compare_runners(
+    path: Path,
+    signature: str = "serving_default",
+    batch_sizes: Sequence[int] = (1, 32),
+    *,
+    budget_s: float = 3.0,
+    seed: int = 0,
+) -> list[RunnerComparison]:
+    """Load `path` on both paths and time `signature` at each batch size (random inputs from
+    its declared specs; an unknown dimension or rank is taken as a batch of one-element rows).
+    Raises AssertionError when both load and disagree on an output."""
+    from exporter.signature import TensorSpec, sample_inputs
+
+    runners: dict[str, Any] = {}
+    load_s: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    for kind in PATHS:
+        started = time.perf_counter()
+        try:
+            runners[kind] = _load(path, kind)
+        except Exception as exc:
+            failed[kind] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            continue
+        load_s[kind] = time.perf_counter() - started
+    results = []
+    for batch in batch_sizes:
+        result = RunnerComparison(path.parent.name, signature, batch, load_s, failed=failed)
+        if runners:
+            specs = next(iter(runners.values())).signatures[signature].inputs.values()
+            known = [
+                TensorSpec(s.name, s.dtype, (None, 1) if s.shape is None else s.shape)
+                for s in specs
+            ]
+            inputs = sample_inputs(known, batch_size=batch, seed=seed)
+            outputs = {kind: runner.run(signature, inputs) for kind, runner in runners.items()}
+            if len(outputs) == len(PATHS):
+                for name, value in outputs["session"].items():
+                    np.testing.assert_allclose(value, outputs["function"][name], rtol=1e-5)
+            result.timings = interleave(
+                {
+                    kind: functools.partial(runner.run, signature, inputs)
+                    for kind, runner in runners.items()
+                },
+                budget_s=budget_s,
+            )
+        results.append(result)
+    for runner in runners.values():
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.runners", description=__doc__)
+    parser.add_argument("paths", nargs="*", type=Path, help="SavedModel version directories")
+    parser.add_argument("--mlp", action="store_true", help="also export and time examples:mlp")
+    parser.add_argument("--batch", type=int, action="append", help="batch sizes (1 and 32)")
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per batch size")
+    parser.add_argument("--signature", default="serving_default")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = list(args.paths)
+        if args.mlp:
+            from exporter import ExportSpec, export_model
+
+            exported = export_model(
+                ExportSpec(source="examples:mlp", name="mlp", base_path=Path(tmp))
+            )
+            paths.append(exported.path)
+        if not paths:
+            parser.error("give SavedModel version directories, or --mlp")
+        for path in paths:
+            for result in compare_runners(
+                Path(path), args.signature, args.batch or (1, 32), budget_s=args.budget
+            ):
+                print(result.line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -38,6 +38,7 @@ __all__ = [
     "numpy_dtype_name",
     "parse_json_body",
     "shape_hint",
+    "signature_name_of",
     "to_json_value",
     "validate_inputs",
 ]
@@ -197,27 +198,42 @@ def validate_inputs(
     take fails there, and `shape_hint` adds what the signature declares to that error.
     Problems are reported in name order, so a request gets the same message from every server.
     """
-    for name in sorted(inputs):
-        if name not in specs:
-            raise InvalidInput(f"unknown input {name!r}: this signature takes {_names(specs)}")
+    extra = sorted(set(inputs) - set(specs))
     missing = sorted(set(specs) - set(inputs))
-    if len(missing) == 1:
-        (name,) = missing
-        raise InvalidInput(f"missing input {name!r}: expected {specs[name].describe()}")
-    if missing:
-        raise InvalidInput(f"missing inputs {', '.join(map(repr, missing))}: expected all of them")
+    if extra or missing:
+        raise InvalidInput(_names_mismatch(sorted(inputs), specs, extra, missing))
     checked: dict[str, np.ndarray] = {}
     for name in sorted(specs):
         spec = specs[name]
         array = inputs[name]
         got = numpy_dtype_name(array)
-        if got != spec.dtype:
+        if got != spec.dtype:  # ours, then TensorFlow's words, as TF Serving passes them on
+            arg = sorted(specs).index(name)
             raise InvalidInput(
                 f"input {name!r} expects {spec.describe()}, got {got} of shape "
-                f"{list(array.shape)}"
+                f"{list(array.shape)}: Expects arg[{arg}] to be {_tf_type(spec.dtype)} but "
+                f"{_tf_type(got)} is provided"
             )
         checked[name] = array
     return checked
+
+
+def _names_mismatch(
+    sent: list[str], specs: Mapping[str, TensorSpec], extra: list[str], missing: list[str]
+) -> str:
+    """Ours first (which input, what was expected), then TF Serving's own sentence
+    (predict_util.cc), which its tests and clients match on."""
+    if extra:
+        ours = f"unknown input {extra[0]!r}: this signature takes {_names(specs)}"
+    elif len(missing) == 1:
+        ours = f"missing input {missing[0]!r}: expected {specs[missing[0]].describe()}"
+    else:
+        ours = f"missing inputs {', '.join(map(repr, missing))}: expected all of them"
+    return (
+        f"{ours}. input size does not match signature: {len(sent)}!={len(specs)} "
+        f"len({{{','.join(sent)}}}) != len({{{','.join(sorted(specs))}}}). Sent extra: "
+        f"{{{','.join(extra)}}}. Missing but required: {{{','.join(missing)}}}."
+    )
 
 
 def shape_hint(inputs: Mapping[str, np.ndarray], specs: Mapping[str, TensorSpec]) -> str:
@@ -276,7 +292,8 @@ def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dic
     """
     if not body.strip():
         raise InvalidInput(
-            "request body is empty: expected a JSON object with 'instances' or 'inputs'"
+            "JSON Parse error: The document is empty: expected a JSON object with 'instances' "
+            "or 'inputs'"
         )
     depth = json_depth(body)
     if depth > max_depth:
@@ -287,7 +304,11 @@ def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dic
     try:
         request = json.loads(body)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int past 4300 digits
-        raise InvalidInput(f"request body is not valid JSON: {exc}") from None
+        # TF Serving's parser (rapidjson) calls a token that starts no JSON value "Invalid value"
+        what = "Invalid value: " if str(exc).startswith("Expecting value") else ""
+        raise InvalidInput(
+            f"JSON Parse error: {what}request body is not valid JSON: {exc}"
+        ) from None
     except RecursionError:  # a limit above the interpreter's own
         raise InvalidInput(
             f"request body nests JSON too deeply for this server; the limit is {max_depth}"
@@ -297,6 +318,16 @@ def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dic
     return request
 
 
+def signature_name_of(request: Mapping[str, Any]) -> str:
+    """The body's `signature_name` ("" for the default); TF Serving refuses any other type."""
+    name = request.get("signature_name", "")
+    if not isinstance(name, str):
+        raise InvalidInput(
+            f"'signature_name' key must be a string value. Got {json.dumps(name)[:64]}"
+        )
+    return name
+
+
 def decode_json_request(
     request: Mapping[str, Any], specs: Mapping[str, TensorSpec]
 ) -> tuple[dict[str, np.ndarray], str]:
@@ -304,7 +335,10 @@ def decode_json_request(
     "columnar" (`inputs`)."""
     has_rows, has_cols = "instances" in request, "inputs" in request
     if has_rows and has_cols:
-        raise InvalidInput("request has both 'instances' and 'inputs': use one format")
+        raise InvalidInput(
+            "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to "
+            "exist: request has both 'instances' and 'inputs', use one format"
+        )
     if has_rows:
         return _decode_rows(request["instances"], specs), "row"
     if has_cols:
@@ -317,7 +351,15 @@ def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, n
         raise InvalidInput(f"'instances' must be a list of rows, got {type(instances).__name__}")
     if not instances:
         raise InvalidInput("No values in 'instances' array: send at least one row")
-    named = all(isinstance(row, dict) and not _is_b64(row) for row in instances)
+    objects = [isinstance(row, dict) and not _is_b64(row) for row in instances]
+    if any(objects) and not all(objects):  # TF Serving's words, by what the first row is
+        first, other = ("object", "list") if objects[0] else ("value/list", "object")
+        raise InvalidInput(
+            f"Expecting {first} but got {other}: instance {objects.index(not objects[0])} is "
+            f"{'not ' if objects[0] else ''}an object keyed by input name, instance 0 is "
+            f"{'' if objects[0] else 'not '}one; every instance must be of one kind"
+        )
+    named = all(objects)
     if not named:
         if len(specs) != 1:
             raise InvalidInput(
@@ -363,12 +405,48 @@ def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray
         array = np.asarray(value)
     except ValueError:
         raise InvalidInput(
-            f"input {spec.name!r} is ragged: every row must have the same shape, expected "
-            f"{spec.describe()}"
+            f"input {spec.name!r} is ragged ({_ragged(value)}): every row must have the same "
+            f"shape, expected {spec.describe()}"
         ) from None
     if array.dtype.kind in "US":
-        raise InvalidInput(f"input {spec.name!r} expects {spec.describe()}, got strings")
+        raise InvalidInput(
+            f"input {spec.name!r} expects {spec.describe()}, got strings (JSON value not of "
+            f"expected type: {_tf_type(spec.dtype)})"
+        )
     return _cast(array, spec)
+
+
+# TensorFlow's own names for dtypes, as TF Serving's messages use them.
+_TF_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half"}
+
+
+def _tf_type(dtype: str) -> str:
+    return _TF_TYPE_NAMES.get(dtype, dtype)
+
+
+def _ragged(value: Any) -> str:
+    """Why nested lists do not make a tensor, in TF Serving's words: rows nested to different
+    depths ("Expecting shape") or lists of different lengths ("Expecting tensor size")."""
+    level = [value]
+    while level:
+        depths = {_depth(v) for v in level}
+        if len(depths) > 1:
+            return f"Expecting shape: rows nested {min(depths)} and {max(depths)} deep"
+        lists = [v for v in level if isinstance(v, list)]
+        sizes = sorted({len(v) for v in lists})
+        if len(sizes) > 1:
+            return f"Expecting tensor size: lists of {sizes[0]} and {sizes[-1]} values at one depth"
+        level = [x for v in lists for x in v]
+    return "Expecting shape"
+
+
+def _depth(value: Any) -> int:
+    """How deep lists nest, following first elements (how TF Serving reads a row's shape)."""
+    depth = 0
+    while isinstance(value, list):
+        depth += 1
+        value = value[0] if value else None
+    return depth
 
 
 def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
@@ -459,8 +537,13 @@ def _string_array(value: Any, name: str) -> np.ndarray:
         array = None
     # numpy builds an array of lists from ragged input rather than failing.
     if array is None or any(isinstance(v, list) for v in array.reshape(-1)):
-        raise InvalidInput(f"input {name!r} is ragged: every row must have the same shape")
+        raise InvalidInput(
+            f"input {name!r} is ragged ({_ragged(converted)}): every row must have the same shape"
+        )
     return array
+
+
+_SHORT_FLOATS = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def encode_json_response(outputs: Mapping[str, np.ndarray], row_format: bool) -> bytes:
@@ -488,6 +571,11 @@ def encode_json_response(outputs: Mapping[str, np.ndarray], row_format: bool) ->
 
 
 def to_json_value(name: str, array: np.ndarray) -> Any:
+    if array.dtype in _SHORT_FLOATS:
+        # The fewest digits that read back as the same float32 (2.05, not 2.049999952316284,
+        # its float64 expansion), as TF Serving writes floats: numpy's str() is that shortest
+        # form, and the float64 parsed from it prints the same digits.
+        return array.astype(str).astype(np.float64).tolist()
     if array.dtype.kind not in "OSU":
         return array.tolist()
     as_b64 = name.endswith("_bytes")

@@ -111,13 +111,22 @@ class DataPlane:
         output_filter: Sequence[str] = (),
     ) -> dict[str, np.ndarray]:
         """Validate, run and filter. Raises InvalidInput for inputs or filters that do not fit."""
-        for alias in output_filter:
+        for i, alias in enumerate(output_filter):  # TF Serving's words (predict_util.cc)
             if alias not in signature.outputs:
                 raise InvalidInput(
-                    f"output tensor alias not found in signature: {alias!r}; outputs are "
-                    + ", ".join(repr(o) for o in signature.outputs)
+                    f"output tensor alias not found in signature: {alias} Outputs expected to "
+                    f"be in the set {{{','.join(sorted(signature.outputs))}}}."
                 )
-        checked = validate_inputs(inputs, signature.inputs)
+            if alias in output_filter[:i]:
+                raise InvalidInput(f"duplicate output tensor alias: {alias}")
+        outputs = self._run(servable, signature, validate_inputs(inputs, signature.inputs))
+        if output_filter:
+            return {alias: outputs[alias] for alias in output_filter}
+        return outputs
+
+    def _run(
+        self, servable: Servable, signature: ServedSignature, checked: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         check_deadline("before the model ran")
         started = time.perf_counter()
         try:
@@ -127,8 +136,6 @@ class DataPlane:
             raise InvalidInput(f"{exc.message} ({hint})" if hint else exc.message) from exc
         if self.metrics is not None:
             self.metrics.observe_runtime(servable, signature.name, time.perf_counter() - started)
-        if output_filter:
-            return {alias: outputs[alias] for alias in output_filter}
         return outputs
 
     def classify(
@@ -205,7 +212,9 @@ class DataPlane:
                     f"has {', '.join(repr(o) for o in signature.outputs)}, expected "
                     f"'{REGRESS_OUTPUT}'"
                 )
-        return self.predict(servable, signature, {spec.name: np.array(examples, dtype=object)})
+        # The serialized examples go in as strings whatever dtype the signature declares: TF
+        # Serving feeds them so, and TF 1.0 exports (half_plus_three) declared them DT_FLOAT.
+        return self._run(servable, signature, {spec.name: np.array(examples, dtype=object)})
 
     def metadata(
         self, name: str, version: VersionRef, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)

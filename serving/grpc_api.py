@@ -117,17 +117,23 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.max_message_bytes = max_message_bytes
 
     @contextmanager
-    def _resolve(
-        self, spec: Any, context: grpc.ServicerContext
-    ) -> Iterator[tuple[Servable, ServedSignature]]:
-        """The servable and signature a request names, resolved inside its measurement and
-        under the client's deadline (no work for a client that stopped waiting in a queue)."""
+    def _servable(self, spec: Any, context: grpc.ServicerContext) -> Iterator[tuple[Servable, Any]]:
+        """The servable a request names, resolved inside its measurement and under the
+        client's deadline (no work for a client that stopped waiting in a queue)."""
         with (
             self.plane.measure(spec.name, "grpc") as measure,
             deadline_scope(context.time_remaining()),
         ):
             check_deadline("before the server could start on it")
-            servable = measure.servable = self.plane.servable(spec.name, _version(spec))
+            measure.servable = self.plane.servable(spec.name, _version(spec))
+            yield measure.servable, measure
+
+    @contextmanager
+    def _resolve(
+        self, spec: Any, context: grpc.ServicerContext
+    ) -> Iterator[tuple[Servable, ServedSignature]]:
+        """... and the signature it names."""
+        with self._servable(spec, context) as (servable, measure):
             signature = self.plane.signature(servable, spec.signature_name)
             measure.signature = signature.name
             yield servable, signature
@@ -187,7 +193,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise InvalidInput(
                 "All ModelSpecs in a MultiInferenceRequest must access the same model name."
             )
-        with self._resolve(specs[0], context) as (servable, _):
+        with self._servable(specs[0], context) as (servable, _):
             tasks = []
             for task in request.tasks:
                 key = task.model_spec.signature_name or SERVING_DEFAULT

@@ -29,7 +29,12 @@ from google.protobuf import json_format, wrappers_pb2
 from google.protobuf.message import Message
 from tensorflow_serving.apis import get_model_metadata_pb2
 
-from serving.codec import decode_json_request, encode_json_response, parse_json_body
+from serving.codec import (
+    decode_json_request,
+    encode_json_response,
+    parse_json_body,
+    signature_name_of,
+)
 from serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
 from serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
 from serving.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
@@ -42,6 +47,7 @@ __all__ = ["RUNNER_HEADER", "RestServer"]
 
 log = logging.getLogger("graphserve.rest")
 
+MAX_VERSION = 2**63 - 1  # versions are int64, as in TF Serving
 RUNNER_HEADER = "X-Graphserve-Runner"  # on metadata responses: graph, eager, eager-predict, ...
 LINGER_BYTES = 64 * 1024 * 1024  # the most of a refused body read (and dropped) after a 413
 
@@ -86,7 +92,7 @@ def _resolve(
         servable = measure.servable = plane.servable(name, version)
         # The signature name sits inside the body, so the body is parsed once, up front.
         request = parse_json_body(body, max_depth)
-        signature = plane.signature(servable, str(request.get("signature_name") or ""))
+        signature = plane.signature(servable, signature_name_of(request))
         measure.signature = signature.name
         yield servable, signature, request
 
@@ -183,6 +189,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str, body: bytes) -> tuple[int, bytes]:
         path = self.path.split("?", 1)[0]
+        if method == "GET" and path.rstrip("/") == "/v1/models":
+            raise InvalidInput("Missing model name in request: GET /v1/models/NAME")
         match = _ROUTE.match(path)
         verb = match and match["verb"]
         if not match or (method == "GET") == bool(verb):
@@ -190,6 +198,8 @@ class _Handler(BaseHTTPRequestHandler):
         plane = self.server.plane
         name = match["name"]
         version: VersionRef = int(match["version"]) if match["version"] else match["label"]
+        if isinstance(version, int) and version > MAX_VERSION:
+            raise InvalidInput(f"Failed to convert version: {match['version']} is not an int64")
         if method == "GET" and match["metadata"]:
             return HTTPStatus.OK, self._metadata_json(plane, name, version)
         if method == "GET":

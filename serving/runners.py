@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -53,11 +54,32 @@ class Runner(Protocol):
     def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
+# What eager TensorFlow wraps around a graph's own error: "Graph execution error: Detected at
+# node N defined at (most recent call last): <stack traces unavailable>" before it, and
+# " [Op:__inference_...]" after. TF Serving's Session reports the error alone.
+_GRAPH_PREAMBLE = re.compile(
+    r"^Graph execution error:\s*(?:Detected at node .*? defined at \(most recent call last\):\s*"
+    r"(?:<stack traces unavailable>\s*)?)?",
+    re.DOTALL,
+)
+_OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\](?: name: .*)?\s*$", re.DOTALL)
+# ... and what it puts before an op's error when the op ran alone (eager): "{{function_node
+# __wrapped__MatMul_device_/job:localhost/...}} ".
+_FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
+
+
+def graph_error_text(exc: Exception) -> str:
+    """A TensorFlow error's own message, as TF Serving shows it."""
+    message = getattr(exc, "message", None) or str(exc)
+    message = _FUNCTION_NODE.sub("", _GRAPH_PREAMBLE.sub("", message, count=1))
+    return _OP_SUFFIX.sub("", message)
+
+
 def run_errors(exc: Exception) -> ServingError:
     """TensorFlow's runtime errors on bad input are the client's: INVALID_ARGUMENT / 400."""
     if isinstance(exc, tf.errors.InvalidArgumentError | ValueError | TypeError):
-        return InvalidInput(getattr(exc, "message", None) or str(exc))
-    return ServingError(f"{type(exc).__name__}: {exc}")
+        return InvalidInput(graph_error_text(exc))
+    return ServingError(f"{type(exc).__name__}: {graph_error_text(exc)}")
 
 
 def checked_meta_graph(path: Path, allow_ops: Collection[str] = ()) -> meta_graph_pb2.MetaGraphDef:
@@ -212,10 +234,18 @@ class EagerRunner:
 
     def _describe(self, contract: SignatureContract) -> ServedSignature:
         """One eager call on a sample batch tells the outputs' names, dtypes and shapes (and
-        warms the eager path the way warm-up records warm a SavedModel)."""
-        probe = self._call(contract, sample_inputs(contract.inputs, batch_size=1))
-        first = contract.inputs[0].shape
-        batch_free = bool(first) and first[0] is None
+        warms the eager path the way warm-up records warm a SavedModel). Random strings are
+        not serialized tf.Examples: a model that parses them is probed with empty strings,
+        which are (an Example with no features)."""
+        sample = sample_inputs(contract.inputs, batch_size=1)
+        try:
+            probe = self._call(contract, sample)
+        except Exception:
+            if not any(s.dtype == "string" for s in contract.inputs):
+                raise
+            empty = {k: np.full_like(v, b"") if v.dtype == object else v for k, v in sample.items()}
+            probe = self._call(contract, empty)
+        batch_free = contract.inputs[0].batch_free
         outputs = [
             TensorSpec(
                 name,

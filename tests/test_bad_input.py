@@ -152,7 +152,8 @@ CASES = [
             }
         ),
         400,
-        "input 'features' is ragged: every row must have the same shape",
+        "input 'features' is ragged (Expecting tensor size: lists of 7 and 8 values at one "
+        "depth): every row must have the same shape",
         _content_mismatch,
         INVALID,
         "input 'features': tensor_content holds 60 bytes, expected 64 for float32 of shape [2, 8]",
@@ -182,7 +183,7 @@ CASES = [
         "both `instances` and `inputs`",
         Rest(body={"instances": [{"text": "a"}], "inputs": _inputs()}),
         400,
-        "request has both 'instances' and 'inputs': use one format",
+        "Not formatted correctly expecting only one of 'inputs' or 'instances' keys to exist",
     ),
     Case(
         "neither-format",
@@ -199,7 +200,8 @@ CASES = [
         "empty body (gRPC: a request naming no model)",
         Rest(body=b""),
         400,
-        "request body is empty: expected a JSON object with 'instances' or 'inputs'",
+        "JSON Parse error: The document is empty: expected a JSON object with 'instances' or "
+        "'inputs'",
         lambda: predict_pb2.PredictRequest(),
         INVALID,
         "model_spec.name is empty",
@@ -325,7 +327,8 @@ CASES = [
         None,
         lambda: _with_filter(_request(), "score", "nope"),
         INVALID,
-        "output tensor alias not found in signature: 'nope'",
+        "output tensor alias not found in signature: nope Outputs expected to be in the set "
+        "{best,score}.",
     ),
     Case(
         "zero-batch",

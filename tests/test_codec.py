@@ -135,7 +135,7 @@ def test_bad_json_requests_say_what_is_wrong(body: dict, specs: dict, message: s
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        (b"", "request body is empty"),
+        (b"", "JSON Parse error: The document is empty"),
         (b"{nope", "not valid JSON"),
         (b"[1]", "must be a JSON object"),
     ],

@@ -395,7 +395,8 @@ def _title(spec: CompareSpec, baseline: str) -> str:
     others = [a.name for a in spec.arms if a.name not in (baseline, "null")]
     loop = "closed loop" if spec.load.mode == "closed" else f"open loop ({spec.load.arrivals})"
     protocol = "gRPC" if spec.protocol == "grpc" else f"REST ({spec.rest_format})"
-    arms = f"{' and '.join(others) or baseline} vs {baseline}"
+    # One arm is measured, not compared: "graph", never "graph vs graph".
+    arms = f"{' and '.join(others)} vs {baseline}" if others else baseline
     return f"{model_name_of(spec)}: {arms}, {protocol}, {loop}"
 
 

@@ -27,7 +27,7 @@ from exporter.opscan import describe_flagged, scan_meta_graph
 from exporter.savedmodel import serve_meta_graph
 from exporter.signature import TensorSpec, sample_inputs
 from exporter.sources import load_source, resolve_contracts
-from exporter.trace import call_signature, predict_signature
+from exporter.trace import call_signature, predict_signature, signature_errors
 from serving.codec import numpy_dtype_name
 from serving.errors import InvalidInput, ServingError
 from serving.signature import ServedSignature
@@ -238,13 +238,18 @@ class EagerRunner:
         not serialized tf.Examples: a model that parses them is probed with empty strings,
         which are (an Example with no features)."""
         sample = sample_inputs(contract.inputs, batch_size=1)
-        try:
-            probe = self._call(contract, sample)
-        except Exception:
-            if not any(s.dtype == "string" for s in contract.inputs):
-                raise
-            empty = {k: np.full_like(v, b"") if v.dtype == object else v for k, v in sample.items()}
-            probe = self._call(contract, empty)
+        # A model that cannot take the signature's inputs fails to load, naming both, as the
+        # exporter says it (a SignatureError), never with its own traceback.
+        with signature_errors(contract):
+            try:
+                probe = self._call(contract, sample)
+            except Exception:
+                if not any(s.dtype == "string" for s in contract.inputs):
+                    raise
+                empty = {
+                    k: np.full_like(v, b"") if v.dtype == object else v for k, v in sample.items()
+                }
+                probe = self._call(contract, empty)
         batch_free = contract.inputs[0].batch_free
         outputs = [
             TensorSpec(

@@ -328,7 +328,7 @@ CASES = [
         lambda: _with_filter(_request(), "score", "nope"),
         INVALID,
         "output tensor alias not found in signature: nope Outputs expected to be in the set "
-        "{best,score}.",
+        "{bucket,label,score}.",
     ),
     Case(
         "zero-batch",

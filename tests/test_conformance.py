@@ -695,3 +695,60 @@ def test_readme_conformance_table_matches_the_cases() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for source, (held, missing) in counts().items():
         assert f"| `{source}` | {held} | {missing} |" in readme, source
+
+
+# -- what the issues found, kept as tests -------------------------------------------------------
+
+
+def test_examples_input_of_unknown_rank_takes_a_batch(tmp_path: Path) -> None:
+    """Estimator-style exports feed serialized tf.Examples through an input of unknown rank
+    (and TF 1.0 wrote it with no shape at all): Regress with two examples is a batch of two,
+    never "expects string of shape [], got string of shape [2]"."""
+    from tests.tf1_models import write_tf1_half_plus_three
+
+    write_tf1_half_plus_three(tmp_path / "m" / "00000123")
+    registry = ModelRegistry()
+    registry.load_graph("three", tmp_path / "m")
+    regress = "tensorflow/serving/regress"
+    assert registry.get("three").runner.signatures[regress].inputs["inputs"].shape is None
+    with ModelServer(registry, ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0)) as s:
+        body = {"signature_name": regress, "examples": [{"x": 1.0}, {"x": 3.0}]}
+        path = "/v1/models/three:regress"
+        status, _, answer = _call_rest(f"127.0.0.1:{s.rest_port}", "POST", path, body)
+        assert (status, answer) == (200, {"results": [3.5, 4.5]})
+        request = _regress(regress, 1.0, 3.0)
+        request.model_spec.name = "three"
+        with grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}") as channel:
+            response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Regress(
+                request, timeout=30
+            )
+        assert [r.value for r in response.result.regressions] == [3.5, 4.5]
+
+
+def test_method_name_check_is_tf_servings_flag(tmp_path: Path) -> None:
+    """Off by default (TF2 exports name every signature predict, and classify works on them);
+    with --enable_signature_method_name_check, Classify refuses a predict-method signature with
+    TF Serving's message, and still classifies with a classify-method one."""
+    _write_tf2(tmp_path / "tf2" / "00000123")
+    write_tf1_half_plus_two(tmp_path / "tf1" / "00000123")
+    registry = ModelRegistry()
+    registry.load_graph("tf2", tmp_path / "tf2")
+    registry.load_graph("tf1", tmp_path / "tf1")
+    options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=None, method_name_check=True)
+    with (
+        ModelServer(registry, options) as server,
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+    ):
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        request = _classify("classify_x_to_y", 2.0)
+        request.model_spec.name = "tf2"
+        with pytest.raises(grpc.RpcError) as info:
+            stub.Classify(request, timeout=30)
+        assert info.value.code() == INVALID
+        assert info.value.details() == (
+            "Expected classification signature method_name to be "
+            "tensorflow/serving/classify. Was: tensorflow/serving/predict"
+        )
+        request.model_spec.name = "tf1"
+        answer = stub.Classify(request, timeout=30)
+        assert answer.result.classifications[0].classes[0].score == 3.0

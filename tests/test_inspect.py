@@ -460,3 +460,16 @@ def test_help_lists_inspect_without_importing_tensorflow() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "TF_NOT_IMPORTED" in out.stdout
+
+
+def test_an_input_with_no_shape_is_unknown_not_a_scalar(tmp_path: Path) -> None:
+    """TF 1.0 wrote SignatureDef tensors without `tensor_shape`: inspect says unknown rank (and
+    JSON null), as serving and the load test's payloads read it, never `[]` (a scalar)."""
+    from tests.tf1_models import write_tf1_half_plus_three
+
+    version = write_tf1_half_plus_three(tmp_path / "three" / "00000123")
+    info = inspect_saved_model(tmp_path / "three")
+    assert info.to_json()["signatures"]["serving_default"]["inputs"]["x"]["shape"] is None
+    result = CliRunner().invoke(app, ["inspect", str(version)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "unknown rank" in result.output

@@ -37,6 +37,7 @@ from serving.codec import array_from_proto, array_to_proto
 from serving.errors import InvalidInput, Unavailable
 from serving.runners import GraphRunner, load_runner
 from serving.session_runner import SessionRunner
+from tests.rest import post_json
 from tests.savedmodels import write_with_read_file
 from tests.tf1_models import (
     write_tf1_counter,
@@ -75,13 +76,7 @@ def counter_server(tmp_path: Path) -> Iterator[ModelServer]:
 
 
 def _post(server: ModelServer, path: str, body: Any) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{server.rest_port}{path}"
-    request = urllib.request.Request(url, data=json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    return post_json(f"http://127.0.0.1:{server.rest_port}{path}", body)
 
 
 def _get(server: ModelServer, path: str) -> Any:

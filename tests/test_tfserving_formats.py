@@ -24,6 +24,7 @@ from tensorflow_serving.apis import (
 
 from serving import ModelRegistry, ModelServer, ServerOptions
 from serving.codec import array_from_proto, array_to_proto
+from tests.rest import post_json
 from tests.savedmodels import write_half_plus_two
 
 
@@ -38,13 +39,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
 
 
 def _post(server: ModelServer, path: str, body: Any) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{server.rest_port}{path}"
-    request = urllib.request.Request(url, data=json.dumps(body).encode())
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    return post_json(f"http://127.0.0.1:{server.rest_port}{path}", body)
 
 
 def _stub(server: ModelServer) -> prediction_service_pb2_grpc.PredictionServiceStub:

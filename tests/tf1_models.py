@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2, tensor_shape_pb2
+from tensorflow.core.framework import attr_value_pb2, tensor_shape_pb2, types_pb2
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 __all__ = [
@@ -183,7 +183,8 @@ def write_tf1_half_plus_three(path: Path) -> Path:
 
     `tf_example` and `x2` are placeholders whose `shape` attr is the empty TensorShapeProto
     (TF 1.0's "unknown"; a scalar in today's TF), the GraphDef's producer is 21, and the
-    SignatureDef tensors carry no `tensor_shape`. `x` is not a placeholder: clients feed the
+    SignatureDef tensors carry no `tensor_shape` (and the regress input claims DT_FLOAT, as in TF
+    Serving's file). `x` is not a placeholder: clients feed the
     parsed-example identity directly. The init op is a legacy_init_op assigning the asset name.
     """
     graph = tf.Graph()
@@ -235,6 +236,9 @@ def _as_tf1_0(saved: saved_model_pb2.SavedModel) -> None:
     for signature in graph.signature_def.values():
         for info in [*signature.inputs.values(), *signature.outputs.values()]:
             info.ClearField("tensor_shape")
+    # TF Serving's shipped file declares the regress input (the string `tf_example`) DT_FLOAT:
+    # servers must feed the serialized examples whatever dtype the signature claims.
+    graph.signature_def[_REGRESS].inputs["inputs"].dtype = types_pb2.DT_FLOAT
 
 
 def write_tf1_counter(path: Path) -> Path:

@@ -219,14 +219,15 @@ def trace(model: Any, contract: SignatureContract, jit_compile: bool = False) ->
     traced.function = tf.function(
         serve, input_signature=[to_tf_spec(s) for s in contract.inputs], jit_compile=jit_compile
     )
-    with signature_errors(contract):
+    with signature_errors(contract, tracing=True):
         traced.concrete = traced.function.get_concrete_function()
     return traced
 
 
 @contextmanager
-def signature_errors(contract: SignatureContract) -> Iterator[None]:
-    """Turn the errors a model raises on inputs it does not accept into a SignatureError."""
+def signature_errors(contract: SignatureContract, *, tracing: bool = False) -> Iterator[None]:
+    """Turn the errors a model raises on inputs it does not accept into a SignatureError;
+    `tracing`: raised while tracing, where a free dimension is None (a hint says so)."""
     try:
         yield
     except SignatureError:
@@ -235,7 +236,7 @@ def signature_errors(contract: SignatureContract) -> Iterator[None]:
         signature = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
         raise SignatureError(
             f"signature {contract.name!r}: the model cannot be called with inputs ({signature}): "
-            f"{exc}{_free_dimension_hint(contract, exc)}"
+            f"{exc}{_free_dimension_hint(contract, exc) if tracing else ''}"
         ) from exc
 
 
@@ -243,7 +244,9 @@ def _free_dimension_hint(contract: SignatureContract, exc: Exception) -> str:
     """A hint for the commonest tracing error: a free (-1) dimension is None while tracing, so
     `x.shape[0]` used as a Python int fails there, though it works when called eagerly."""
     free = any(d is None for s in contract.inputs for d in s.shape or ())
-    if not free or not any(w in str(exc) for w in ("None", "partially known")):
+    # Python arithmetic or a reshape on that None; not a shape printed as (None, 784)
+    symptoms = ("NoneType", "partially known", "None values not supported")
+    if not free or not any(w in str(exc) for w in symptoms):
         return ""
     return (
         ". While tracing, a dimension the signature leaves free (-1) is None: compute sizes with "

@@ -211,6 +211,11 @@ def resolve_contracts(
     declared = list(file_contracts) or source.declared or _keras_contracts(source.model)
     contracts = merge_contracts(declared, inputs=inputs, output_names=output_names, extra=extra)
     if not contracts:
+        if source.kind == "savedmodel":  # --input cannot help: say why each signature was left
+            raise SignatureError(
+                f"the SavedModel {source.text!r} has no signature graphserve can run from "
+                "Python: " + "; ".join(source.warnings or ["it has no signatures"])
+            )
         raise SignatureError(
             f"cannot tell the input signature of {source.text!r}: pass --input NAME:DTYPE:SHAPE "
             "(e.g. --input images:float32:-1,784), a --signature-file, or define INPUT_SIGNATURE "

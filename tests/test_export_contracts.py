@@ -593,3 +593,17 @@ def test_tf1_savedmodel_re_exports_its_predict_signatures(tmp_path: Path) -> Non
     fn = tf.saved_model.load(str(result.path)).signatures["serving_default"]
     probabilities = fn(x=tf.constant([[1.0, 0.0, 0.0]]))["probabilities"].numpy()
     np.testing.assert_allclose(probabilities, [[0.880797, 0.119203]], atol=1e-5)
+
+
+def test_a_savedmodel_with_nothing_to_run_from_python_says_why(tmp_path: Path) -> None:
+    """An existing SavedModel whose signatures cannot be re-run from Python (here, an input of
+    unknown rank) names each one and why, where `--input` could not help."""
+    from exporter.errors import SignatureError
+    from exporter.sources import load_source, resolve_contracts
+
+    module = tf.Module()
+    module.f = tf.function(lambda t: {"y": t * 2.0}, input_signature=[tf.TensorSpec(None)])
+    tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.f})
+    with pytest.raises(SignatureError, match=r"no signature graphserve can run from Python: "
+                       r"signature 'serving_default' .* has an input of unknown rank"):
+        resolve_contracts(load_source(str(tmp_path / "sm")))

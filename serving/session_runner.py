@@ -178,5 +178,11 @@ class SessionRunner:
 
 def _session_config() -> config_pb2.ConfigProto:
     # Soft placement: a TF1 export pinned to /gpu:0 (TF Serving's half_plus_two_gpu) still
-    # loads on a machine without one, as it does with tf.saved_model.load.
-    return config_pb2.ConfigProto(allow_soft_placement=True)
+    # loads on a machine without one, as it does with tf.saved_model.load. The thread pools are
+    # the process's (--tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism set
+    # them for eager TensorFlow; a Session has its own unless told): 0 is TensorFlow's default.
+    return config_pb2.ConfigProto(
+        allow_soft_placement=True,
+        intra_op_parallelism_threads=tf.config.threading.get_intra_op_parallelism_threads(),
+        inter_op_parallelism_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+    )

@@ -436,3 +436,23 @@ def test_the_runner_benchmark_times_both_paths(base: Path) -> None:
     assert "session p50" in b1.line()
     (only,) = compare_runners(base / "half_plus_three" / VERSION, batch_sizes=[1], budget_s=0.2)
     assert set(only.timings) == {"session"} and "Shape" in only.failed["function"]
+
+
+def test_the_session_uses_the_thread_pools_the_server_was_given() -> None:
+    """--tensorflow_intra_op_parallelism / --tensorflow_inter_op_parallelism set eager
+    TensorFlow's pools; a Session has its own unless its config says so."""
+    import subprocess
+    import sys
+
+    code = (
+        "import tensorflow as tf\n"
+        "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
+        "tf.config.threading.set_inter_op_parallelism_threads(3)\n"
+        "from serving.session_runner import _session_config\n"
+        "c = _session_config()\n"
+        "print(c.intra_op_parallelism_threads, c.inter_op_parallelism_threads)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == ["1", "3"]

@@ -51,3 +51,24 @@ def test_sample_inputs_fit_specs_and_repeat_with_seed() -> None:
         np.testing.assert_array_equal(first[name], again[name])
     other = sample_inputs(specs, batch_size=5, seed=8)
     assert not np.array_equal(first["x"], other["x"])
+
+
+def test_unknown_rank_is_a_shape_of_its_own() -> None:
+    """`*` (or a whole shape of null in a signature file) is an unknown rank: never a scalar,
+    sampled as one value per row, written back as `*`."""
+    from exporter.contract import contracts_from_mapping
+
+    assert parse_shape("*") is None
+    assert parse_shape("") == ()
+    spec = TensorSpec("t", "string", None)
+    assert spec.describe() == "string of unknown rank"
+    assert spec.shape_text() == "*"
+    assert spec.to_json() == {"dtype": "string", "shape": None}
+    assert not spec.batch_free
+    assert sample_inputs([spec], batch_size=3)["t"].shape == (3,)
+    (contract,) = contracts_from_mapping(
+        {"signatures": {"serving_default": {"inputs": {"t": {"dtype": "string", "shape": "*"},
+                                                        "u": {"dtype": "int64", "shape": None}}}}},
+        "test",
+    )
+    assert [s.shape for s in contract.inputs] == [None, None]

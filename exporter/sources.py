@@ -140,7 +140,7 @@ def _load_saved_model(text: str) -> ModelSource:
     except Exception as exc:
         raise SourceError(f"cannot load SavedModel {text!r}: {exc}") from exc
     contracts, warnings = [], []
-    for key, function in loaded.signatures.items():
+    for key, function in sorted(loaded.signatures.items()):  # a stable order for messages
         if methods.get(key, PREDICT_METHOD) not in (PREDICT_METHOD, ""):
             warnings.append(
                 f"signature {key!r} of {text} ({methods[key]}) is not re-exported: graphserve "

@@ -10,7 +10,6 @@ BASE       ?= models
 DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
-export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: install demo export serve serve-eager bench test lint clean
 

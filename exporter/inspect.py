@@ -22,9 +22,8 @@ from exporter.savedmodel import (
     meta_graph,
     read_saved_model,
 )
-from exporter.signature import shape_of_tensor_info
+from exporter.signature import dtype_name, shape_of_tensor_info
 from exporter.versions import version_dirs
-from serving.codec import dtype_name
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -22,6 +22,7 @@ __all__ = [
     "SERVING_DEFAULT",
     "Shape",
     "TensorSpec",
+    "dtype_name",
     "parse_input_spec",
     "parse_shape",
     "sample_inputs",
@@ -134,9 +135,11 @@ def shape_of_tensor_info(info: Any) -> Shape:
     return tuple(None if d.size < 0 else d.size for d in info.tensor_shape.dim)
 
 
-def _dtype_text(enum: int) -> str:
-    """TensorFlow's name for a DataType enum (`complex64`); only errors need it, so the
-    protobuf module is imported here."""
+def dtype_name(enum: int) -> str:
+    """Our name for a DataType enum (`float32`), else TensorFlow's (`complex64`, `float_ref`).
+    TensorFlow's protobuf module is imported only for dtypes we do not serve."""
+    if enum in _ENUM_DTYPES:
+        return _ENUM_DTYPES[enum]
     from tensorflow.core.framework import types_pb2
 
     try:
@@ -153,7 +156,7 @@ def spec_from_tensor_info(name: str, info: Any) -> TensorSpec:
     dtype = _ENUM_DTYPES.get(enum)
     if dtype is None:
         raise SignatureError(
-            f"tensor {name!r} has dtype {_dtype_text(info.dtype)}, which graphserve does not "
+            f"tensor {name!r} has dtype {dtype_name(info.dtype)}, which graphserve does not "
             f"serve: supported are {', '.join(DTYPES)}"
         )
     return TensorSpec(name, dtype, shape_of_tensor_info(info))

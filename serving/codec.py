@@ -62,11 +62,6 @@ _VAL_FIELD: dict[str, str] = {
 }
 
 
-def dtype_name(enum: int) -> str:
-    """Our dtype name for a DataType enum; `DT_<NAME>` text for ones we do not serve."""
-    return ENUM_TO_DTYPE.get(enum) or types_pb2.DataType.Name(enum).removeprefix("DT_").lower()
-
-
 def shape_proto(shape: Shape) -> tensor_shape_pb2.TensorShapeProto:
     """TensorFlow's shape proto: -1 for a dimension of any size, `unknown_rank` for None."""
     if shape is None:

@@ -216,8 +216,9 @@ _SHARED: dict[str, tuple[Any, Any]] = {
             typer.Option(
                 "--enable-signature-method-name-check",
                 "--enable_signature_method_name_check",
-                help="Refuse Predict on a classify or regress signature and the reverse, as TF "
-                "Serving does with this flag (off there and here: TF2 models set no method).",
+                help="Refuse Classify and Regress on a signature of another method, as TF "
+                "Serving does with this flag (off there and here: TF2 exports name every "
+                "signature predict).",
             ),
         ],
         False,

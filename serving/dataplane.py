@@ -160,9 +160,7 @@ class DataPlane:
     ) -> list[list[list[tuple[str, float]]] | list[float]]:
         """Classify and regress the same examples with several signatures, as TF Serving's
         MultiInference: every task names a classify or regress method and a signature of its
-        own; every signature is fed the same examples."""
-        if not tasks:
-            raise InvalidInput("MultiInferenceRequest must specify at least one task.")
+        own; every signature is fed the same examples. All are checked before any runs."""
         seen: set[str] = set()
         for signature, method in tasks:
             if signature.name in seen:

@@ -183,7 +183,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_mapped
     def MultiInference(self, request: Any, context: Any) -> Any:
         """Several classify/regress tasks on one model and one set of examples (TF Serving's
-        multi_inference.cc rules: one model name, no signature twice, one shared input)."""
+        multi_inference.cc rules: one model name, no signature twice, every signature fed the
+        same examples)."""
         specs = [task.model_spec for task in request.tasks]
         if not specs:
             raise InvalidInput("MultiInferenceRequest must specify at least one task.")

@@ -74,8 +74,8 @@ class ServerOptions:
     # TF Serving's --rest_api_timeout_in_ms: the deadline of a REST request that sets none
     # itself; None: no deadline.
     rest_timeout_ms: int | None = None
-    # TF Serving's --enable_signature_method_name_check: Predict refuses classify and regress
-    # signatures and the reverse.
+    # TF Serving's --enable_signature_method_name_check: Classify and Regress refuse a signature
+    # whose method is another (Predict takes any of the three, there as here).
     method_name_check: bool = False
 
 

@@ -35,7 +35,7 @@ serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
 bench: $(STAMP) ## the benchmark suite (under 10 min): goals with pass/miss, bench/results.{json,md}
-	$(BIN)/graphserve bench --out bench
+	$(BIN)/python -m bench --out bench
 
 test: $(STAMP) ## run the test suite
 	$(BIN)/python -m pytest
@@ -43,6 +43,7 @@ test: $(STAMP) ## run the test suite
 lint: $(STAMP) ## what CI checks besides the tests
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info

@@ -1,4 +1,5 @@
-"""`graphserve bench`: the benchmark suite, its goals printed with pass/miss, results written."""
+"""`python -m bench` (`make bench`): the benchmark suite, its goals printed with pass/miss, results
+written. A development tool run from a clone: bench/ is not part of the wheel."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from graphserve.console import EXIT_FAILED, progress, quiet_tensorflow, stderr
+from graphserve.core.console import progress, quiet_tensorflow, stderr
+from graphserve.core.errors import EXIT_FAILED
 
 EXIT_MISSED = 3  # as a missed SLO gate in `loadtest compare`: the run worked, a goal did not
 
@@ -62,3 +64,7 @@ def bench(
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
     if strict and not all(g["passed"] for g in results["goals"]):
         raise typer.Exit(EXIT_MISSED)
+
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app.command()(bench)

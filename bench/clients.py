@@ -20,7 +20,7 @@ import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
 from bench.timing import Timing, timing_of
-from loadtest.plan import PREDICT_METHOD
+from graphserve.loadtest.plan import PREDICT_METHOD
 
 __all__ = ["BenchRequestError", "Load", "closed_loop", "grpc_caller", "merge", "rest_caller"]
 

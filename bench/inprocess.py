@@ -58,10 +58,10 @@ def in_process(
     signature. Raises what loading or tracing the source raises (SourceError, SignatureError)."""
     import tensorflow as tf
 
-    from exporter.errors import SignatureError
-    from exporter.signature import sample_inputs
-    from exporter.sources import load_source, resolve_contracts
-    from exporter.trace import call_signature, predict_signature, trace
+    from graphserve.core.errors import SignatureError
+    from graphserve.core.signature import sample_inputs
+    from graphserve.model.sources import load_source, resolve_contracts
+    from graphserve.model.trace import call_signature, predict_signature, trace
 
     loaded = load_source(source)
     model, contract = loaded.model, resolve_contracts(loaded)[0]

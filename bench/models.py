@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 __all__ = ["INPUT_SIGNATURE", "ImageHead", "image"]
 

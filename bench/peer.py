@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from graphserve.processes import ServerProcess, free_port
+from graphserve.core.processes import ServerProcess, free_port
 
 __all__ = ["PeerProcess", "build_app"]
 
@@ -29,10 +29,10 @@ def build_app(source: str, model_name: str) -> Any:
     """The Flask app serving `source`'s single-input serving_default signature."""
     from flask import Flask, jsonify, request
 
-    from exporter.errors import SignatureError
-    from exporter.signature import sample_inputs
-    from exporter.sources import load_source, resolve_contracts
-    from exporter.trace import call_signature, predict_signature
+    from graphserve.core.errors import SignatureError
+    from graphserve.core.signature import sample_inputs
+    from graphserve.model.sources import load_source, resolve_contracts
+    from graphserve.model.trace import call_signature, predict_signature
 
     loaded = load_source(source)
     model, contract = loaded.model, resolve_contracts(loaded)[0]

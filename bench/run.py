@@ -84,7 +84,7 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     Raises what the parts raise: SourceError/SignatureError/ExportError for a model that cannot
     be loaded or exported, RuntimeError for a server that does not start or answers wrongly.
     """
-    from loadtest.compare import environment
+    from graphserve.loadtest.compare import environment
 
     started = time.perf_counter()
     run = _Run(spec, say)
@@ -123,7 +123,7 @@ def _codec(run: _Run) -> None:
 
 
 def _export(run: _Run, model: BenchModel) -> Path:
-    from exporter.api import ExportSpec, export_model
+    from graphserve.exporter.api import ExportSpec, export_model
 
     base = run.spec.work_dir / "models"
     result = export_model(
@@ -147,8 +147,8 @@ def _served(
         served_latency,
         server_kinds_json,
     )
-    from loadtest.metadata import fetch_specs
-    from loadtest.payloads import build_payload
+    from graphserve.loadtest.metadata import fetch_specs
+    from graphserve.loadtest.payloads import build_payload
 
     run.say(f"starting {', '.join(kinds)} servers for {model.name}")
     with model_servers(model.name, base, model.source, run.spec.work_dir, kinds) as servers:
@@ -179,9 +179,9 @@ def _served(
 
 
 def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
-    from exporter.sources import load_source, resolve_contracts
-    from loadtest.coldstart import cold_start_suite
-    from loadtest.payloads import build_payload
+    from graphserve.loadtest.coldstart import cold_start_suite
+    from graphserve.loadtest.payloads import build_payload
+    from graphserve.model.sources import load_source, resolve_contracts
 
     contract = resolve_contracts(load_source(model.source))[0]
     run.say(f"cold start: {model.name}")

@@ -67,8 +67,8 @@ class RunnerComparison:
 
 
 def _load(path: Path, kind: str) -> Any:
-    from serving.runners import GraphRunner
-    from serving.session_runner import SessionRunner
+    from graphserve.serving.runners import GraphRunner
+    from graphserve.serving.session_runner import SessionRunner
 
     return SessionRunner(path) if kind == "session" else GraphRunner(path)
 
@@ -84,7 +84,7 @@ def compare_runners(
     """Load `path` on both paths and time `signature` at each batch size (random inputs from
     its declared specs; an unknown dimension or rank is taken as a batch of one-element rows).
     Raises AssertionError when both load and disagree on an output."""
-    from exporter.signature import TensorSpec, sample_inputs
+    from graphserve.core.signature import TensorSpec, sample_inputs
 
     runners: dict[str, Any] = {}
     load_s: dict[str, float] = {}
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         paths = list(args.paths)
         if args.mlp:
-            from exporter import ExportSpec, export_model
+            from graphserve.exporter import ExportSpec, export_model
 
             exported = export_model(
                 ExportSpec(source="examples:mlp", name="mlp", base_path=Path(tmp))

@@ -30,7 +30,7 @@ import numpy as np
 from bench.clients import Load, closed_loop, grpc_caller, merge, rest_caller
 from bench.peer import PeerProcess
 from bench.timing import Timing, interleave
-from graphserve.processes import ServerProcess
+from graphserve.core.processes import ServerProcess
 
 __all__ = ["BATCHING_PARAMETERS", "SERVER_KINDS", "Batching", "model_servers", "served_latency"]
 
@@ -108,7 +108,7 @@ class Requests:
 
 
 def encode_requests(model_name: str, payload: Mapping[str, np.ndarray]) -> Requests:
-    from loadtest.payloads import grpc_request_bytes, rest_body
+    from graphserve.loadtest.payloads import grpc_request_bytes, rest_body
 
     return Requests(
         grpc=grpc_request_bytes(payload, model_name),

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest.stats import percentile
+from graphserve.loadtest.stats import percentile
 
 __all__ = ["Timing", "interleave", "timing_of"]
 

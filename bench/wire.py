@@ -7,7 +7,7 @@ it: decode a request into a numpy array, and encode a same-shape array into a re
 - `typed_fields`: the same messages with the values in the repeated `float_val` field.
 - `json`: the REST row format (`instances` in, `predictions` out).
 
-Decoding and encoding go through `serving.codec`, the code the servers run; request bytes come
+Decoding and encoding go through `core.codec`, the code the servers run; request bytes come
 from `loadtest.payloads`, the code the load test sends. Each path is checked to give back exactly
 the array sent before it is timed, so a broken path fails instead of being measured.
 """
@@ -27,9 +27,7 @@ from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2
 
 from bench.timing import Timing, interleave
-from exporter.signature import TensorSpec
-from loadtest.payloads import build_payload, grpc_request_bytes, rest_body
-from serving.codec import (
+from graphserve.core.codec import (
     array_from_proto,
     array_to_proto,
     decode_json_request,
@@ -37,6 +35,8 @@ from serving.codec import (
     parse_json_body,
     shape_proto,
 )
+from graphserve.core.signature import TensorSpec
+from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, rest_body
 
 __all__ = ["ENCODINGS", "CodecMismatchError", "CodecTiming", "codec_suite"]
 

@@ -1,6 +1,6 @@
 """graphserve deploy: TensorFlow Serving GPU containers (docker compose) and Kubernetes manifests.
 
-    from deploy import ComposeOptions, TFServingSpec, deploy_tfserving, plan_serving
+    from graphserve.deploy import ComposeOptions, TFServingSpec, deploy_tfserving, plan_serving
 
     serving = plan_serving(TFServingSpec(model_base_path=Path("models"), monitoring=True))
     result = deploy_tfserving(serving, ComposeOptions(gpus=1), timeout=300)
@@ -8,9 +8,7 @@
 Importing this package imports neither TensorFlow nor docker; the functions do what they need.
 """
 
-from deploy.api import ComposeResult, K8sResult, compose_down, deploy_tfserving, write_k8s
-from deploy.compose import ComposeOptions
-from deploy.errors import (
+from graphserve.core.errors import (
     DeployError,
     DeployUsageError,
     DockerError,
@@ -18,8 +16,16 @@ from deploy.errors import (
     NoModelsError,
     NotAvailableError,
 )
-from deploy.k8s import K8sOptions
-from deploy.plan import ServingPlan, TFServingSpec, plan_serving
+from graphserve.deploy.api import (
+    ComposeResult,
+    K8sResult,
+    compose_down,
+    deploy_tfserving,
+    write_k8s,
+)
+from graphserve.deploy.compose import ComposeOptions
+from graphserve.deploy.k8s import K8sOptions
+from graphserve.deploy.plan import ServingPlan, TFServingSpec, plan_serving
 
 __all__ = [
     "ComposeOptions",

@@ -4,7 +4,7 @@
     result = deploy_tfserving(plan, ComposeOptions(gpus=1), wait=True, timeout=300)
     write_k8s(plan, K8sOptions(model_pvc="models", hpa=True))
 
-Each raises a DeployError (deploy.errors) naming what was wrong and what was expected.
+Each raises a DeployError (graphserve.core.errors) naming what was wrong and what was expected.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.compose import COMPOSE_FILE, SERVICE, ComposeOptions, write_compose_project
-from deploy.errors import DeployError, NotAvailableError
-from deploy.k8s import K8sOptions, write_manifests
-from deploy.plan import ServingPlan
-from deploy.wait import VersionStatus
+from graphserve.core.errors import DeployError, NotAvailableError
+from graphserve.deploy.compose import COMPOSE_FILE, SERVICE, ComposeOptions, write_compose_project
+from graphserve.deploy.k8s import K8sOptions, write_manifests
+from graphserve.deploy.plan import ServingPlan
+from graphserve.deploy.wait import VersionStatus
 
 __all__ = ["ComposeResult", "K8sResult", "compose_down", "deploy_tfserving", "write_k8s"]
 
@@ -110,7 +110,7 @@ def deploy_tfserving(
     for path in files:
         progress(f"wrote {path}")
 
-    from deploy.docker import Compose, require_compose
+    from graphserve.deploy.docker import Compose, require_compose
 
     compose = Compose(require_compose(), options.project_dir / COMPOSE_FILE, options.project_name)
     progress(f"docker compose -p {options.project_name} up -d ({plan.image})")
@@ -119,7 +119,7 @@ def deploy_tfserving(
     if not wait:
         return result
 
-    from deploy.wait import wait_until_available
+    from graphserve.deploy.wait import wait_until_available
 
     def still_running() -> None:
         state = compose.states().get(SERVICE, "missing")
@@ -148,7 +148,7 @@ def compose_down(project_dir: Path, project_name: str | None = None) -> str:
     """
     import yaml
 
-    from deploy.docker import Compose, require_compose
+    from graphserve.deploy.docker import Compose, require_compose
 
     compose_file = Path(project_dir) / COMPOSE_FILE
     if not compose_file.is_file():

@@ -15,7 +15,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
-from graphserve.console import progress, stderr
+from graphserve.core.console import progress, stderr
 
 __all__ = ["app"]
 
@@ -164,10 +164,10 @@ def tfserving(
     Writes PROJECT_DIR/compose.yaml and PROJECT_DIR/config/, then runs
     `docker compose -p NAME -f compose.yaml up -d` and polls GetModelStatus on the gRPC port.
     """
-    from deploy.api import deploy_tfserving
-    from deploy.compose import ComposeOptions
-    from deploy.errors import DeployError
-    from deploy.plan import TFServingSpec, plan_serving
+    from graphserve.core.errors import DeployError
+    from graphserve.deploy.api import deploy_tfserving
+    from graphserve.deploy.compose import ComposeOptions
+    from graphserve.deploy.plan import TFServingSpec, plan_serving
 
     gpu_count = _parse_gpus(gpus)
     spec = TFServingSpec(
@@ -223,8 +223,8 @@ def down(
     ] = None,
 ) -> None:
     """Stop and remove what `deploy tfserving` started (`docker compose down`)."""
-    from deploy.api import compose_down
-    from deploy.errors import DeployError
+    from graphserve.core.errors import DeployError
+    from graphserve.deploy.api import compose_down
 
     try:
         project = compose_down(project_dir, name)
@@ -276,10 +276,10 @@ def k8s(
 ) -> None:
     """Write Kubernetes manifests for TF Serving replicas on GPU nodes; apply them with
     `kubectl apply -f OUT/`."""
-    from deploy.api import write_k8s
-    from deploy.errors import DeployError
-    from deploy.k8s import K8sOptions
-    from deploy.plan import TFServingSpec, plan_serving
+    from graphserve.core.errors import DeployError
+    from graphserve.deploy.api import write_k8s
+    from graphserve.deploy.k8s import K8sOptions
+    from graphserve.deploy.plan import TFServingSpec, plan_serving
 
     spec = TFServingSpec(
         model_base_path=model_base_path,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from deploy.errors import DeployUsageError, NoModelsError
+from graphserve.core.errors import DeployUsageError, NoModelsError
 
 __all__ = [
     "BATCHING_CONFIG",
@@ -60,7 +60,7 @@ class ModelDir:
 
 
 def _versions(path: Path) -> tuple[int, ...]:
-    from exporter.versions import existing_versions
+    from graphserve.core.versions import existing_versions
 
     return tuple(existing_versions(path))
 
@@ -195,7 +195,8 @@ def batching_parameters(path: Path) -> str:
     server uses). TF Serving crashes at start on a file it cannot use; this fails first, naming
     the line. Raises DeployUsageError.
     """
-    from serving.batching import BatchingConfigError, load_batching_parameters
+    from graphserve.core.batchingparams import load_batching_parameters
+    from graphserve.core.errors import BatchingConfigError
 
     try:
         load_batching_parameters(Path(path))

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.errors import DockerError
+from graphserve.core.errors import DockerError
 
 __all__ = ["Compose", "require_compose"]
 

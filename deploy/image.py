@@ -2,7 +2,7 @@
 
 Each version's TensorFlow comes from its graphserve manifest (`tensorflow_version`), else from
 `saved_model.pb` (`meta_info_def.tensorflow_version`, written by every TF2 save); the comparison
-itself is `exporter.compat.check_tfserving`, the same one `graphserve export` records.
+itself is `graphserve.core.compat.check_tfserving`, the same one `graphserve export` records.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.config import ModelDir
-from deploy.errors import DeployUsageError
-from exporter.versions import version_path
+from graphserve.core.errors import DeployUsageError
+from graphserve.core.versions import version_path
+from graphserve.deploy.config import ModelDir
 
 __all__ = ["ImageReport", "VersionCheck", "check_image", "export_tensorflow_version", "image_tag"]
 
@@ -66,7 +66,7 @@ def image_tag(image: str) -> str:
 
 def export_tensorflow_version(version_dir: Path) -> str | None:
     """The TensorFlow that wrote `version_dir`, or None when nothing readable records it."""
-    from exporter.manifest import read_manifest
+    from graphserve.core.manifest import read_manifest
 
     try:
         manifest = read_manifest(version_dir)
@@ -75,7 +75,7 @@ def export_tensorflow_version(version_dir: Path) -> str | None:
     if manifest and isinstance(manifest.get("tensorflow_version"), str):
         return str(manifest["tensorflow_version"])
     # Only here is TensorFlow imported (its protos), for SavedModels graphserve did not write.
-    from exporter.savedmodel import SavedModelError, read_saved_model
+    from graphserve.core.savedmodel import SavedModelError, read_saved_model
 
     try:
         saved = read_saved_model(version_dir)
@@ -91,7 +91,7 @@ def check_image(image: str, models: list[ModelDir], *, gpus: int | str) -> Image
 
     Raises DeployUsageError for an image reference that is empty or holds whitespace.
     """
-    from exporter.compat import DEFAULT_TFSERVING_IMAGE, check_tfserving
+    from graphserve.core.compat import DEFAULT_TFSERVING_IMAGE, check_tfserving
 
     if not image or any(c.isspace() for c in image):
         raise DeployUsageError(f"--image {image!r}: expected e.g. {DEFAULT_TFSERVING_IMAGE}")

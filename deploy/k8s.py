@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from deploy.config import (
+from graphserve.core.errors import DeployUsageError
+from graphserve.deploy.config import (
     CONTAINER_CONFIG_DIR,
     CONTAINER_MODELS_DIR,
     MONITORING_CONFIG,
     PROMETHEUS_PATH,
 )
-from deploy.errors import DeployUsageError
-from deploy.files import dump_yaml, write_atomic
-from deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, ServingPlan
+from graphserve.deploy.files import dump_yaml, write_atomic
+from graphserve.deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, ServingPlan
 
 __all__ = ["MANIFEST_FILES", "K8sOptions", "manifests", "write_manifests"]
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.config import (
+from graphserve.core.errors import DeployUsageError, IncompatibleImageError
+from graphserve.deploy.config import (
     BATCHING_CONFIG,
     CONTAINER_CONFIG_DIR,
     MODELS_CONFIG,
@@ -24,8 +25,7 @@ from deploy.config import (
     monitoring_config,
     rewrite_model_config,
 )
-from deploy.errors import DeployUsageError, IncompatibleImageError
-from deploy.image import ImageReport, check_image
+from graphserve.deploy.image import ImageReport, check_image
 
 __all__ = [
     "CONTAINER_GRPC_PORT",
@@ -46,7 +46,7 @@ class TFServingSpec:
     model_base_path: Path
     model_name: str | None = None  # serve BASE/NAME with --model_name/--model_base_path
     model_config_file: Path | None = None  # serve this ModelServerConfig, paths rewritten
-    image: str | None = None  # default: exporter.compat.tfserving_image()
+    image: str | None = None  # default: graphserve.core.compat.tfserving_image()
     batching_parameters_file: Path | None = None
     monitoring: bool = False
     per_process_gpu_memory_fraction: float | None = None
@@ -91,7 +91,7 @@ def plan_serving(spec: TFServingSpec) -> ServingPlan:
     NoModelsError when nothing servable is found, IncompatibleImageError with `strict` when the
     image is unpinned or may not load an export.
     """
-    from exporter.compat import tfserving_image
+    from graphserve.core.compat import tfserving_image
 
     if spec.model_name is not None and spec.model_config_file is not None:
         raise DeployUsageError(

@@ -1,13 +1,12 @@
 """graphserve's exporter: trace a model into a versioned, parity-verified SavedModel.
 
-    from exporter import ExportSpec, export_model
+    from graphserve.exporter import ExportSpec, export_model
     result = export_model(ExportSpec(source="examples:mlp", name="mlp", base_path=Path("models")))
 
 Importing this package does not import TensorFlow; `export_model` does, when called.
 """
 
-from exporter.api import ExportResult, ExportSpec, export_model
-from exporter.errors import (
+from graphserve.core.errors import (
     ExportError,
     ParityError,
     RetraceError,
@@ -16,7 +15,8 @@ from exporter.errors import (
     UnsafeOpsError,
     VersionExistsError,
 )
-from exporter.signature import TensorSpec, parse_input_spec
+from graphserve.core.signature import TensorSpec, parse_input_spec
+from graphserve.exporter.api import ExportResult, ExportSpec, export_model
 
 __all__ = [
     "ExportError",

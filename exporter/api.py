@@ -18,23 +18,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.contract import batch_variants, load_signature_file
-from exporter.errors import ParityError, SignatureError, UnsafeOpsError
-from exporter.signature import PREDICT_METHOD, TensorSpec
-from exporter.sources import load_source, resolve_contracts
-from exporter.versions import (
+from graphserve.core.contract import batch_variants, load_signature_file
+from graphserve.core.errors import ParityError, SignatureError, UnsafeOpsError
+from graphserve.core.signature import PREDICT_METHOD, TensorSpec
+from graphserve.core.versions import (
     atomic_version_dir,
     clean_stale_temporaries,
     ensure_version_free,
     next_version,
     prune_versions,
 )
+from graphserve.model.sources import load_source, resolve_contracts
 
 if TYPE_CHECKING:  # these import TensorFlow; export_model imports them when called
-    from exporter.compat import TFServingCheck
-    from exporter.opscan import OpScan
-    from exporter.retrace import RetraceReport
-    from exporter.verify import ParityReport
+    from graphserve.core.compat import TFServingCheck
+    from graphserve.exporter.retrace import RetraceReport
+    from graphserve.exporter.verify import ParityReport
+    from graphserve.model.opscan import OpScan
 
 __all__ = ["ExportResult", "ExportSpec", "export_model"]
 
@@ -53,7 +53,7 @@ class ExportSpec:
     keep: int | None = None  # prune to the newest N versions after exporting
     inputs: list[TensorSpec] = field(default_factory=list)  # serving_default's inputs
     output_names: list[str] = field(default_factory=list)  # serving_default's output names
-    signature_file: Path | None = None  # YAML/JSON contracts (see exporter.contract)
+    signature_file: Path | None = None  # YAML/JSON contracts (see graphserve.core.contract)
     signatures: dict[str, str] = field(default_factory=dict)  # extra NAME -> model attribute
     batch_sizes: list[int] = field(default_factory=list)  # fixed-batch variants per signature
     jit_compile: bool = False
@@ -125,14 +125,19 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     import tensorflow as tf
 
     import graphserve
-    from exporter.compat import check_tfserving
-    from exporter.hazards import SideEffects, check_dimensions
-    from exporter.manifest import FORMAT_VERSION, content_hash, write_manifest
-    from exporter.opscan import describe_flagged, scan_saved_model
-    from exporter.retrace import RetraceReport, check_arguments, check_exported, probe_source
-    from exporter.trace import saveable, trace
-    from exporter.verify import DEFAULT_TOLERANCES, check_parity, load_samples
-    from exporter.warmup import replay_warmup, warmup_requests, write_warmup_records
+    from graphserve.core.compat import check_tfserving
+    from graphserve.core.manifest import FORMAT_VERSION, content_hash, write_manifest
+    from graphserve.exporter.hazards import SideEffects, check_dimensions
+    from graphserve.exporter.retrace import (
+        RetraceReport,
+        check_arguments,
+        check_exported,
+        probe_source,
+    )
+    from graphserve.exporter.verify import DEFAULT_TOLERANCES, check_parity, load_samples
+    from graphserve.model.opscan import describe_flagged, scan_saved_model
+    from graphserve.model.trace import saveable, trace
+    from graphserve.model.warmup import replay_warmup, warmup_requests, write_warmup_records
 
     started = time.perf_counter()
     if not spec.name or "/" in spec.name or spec.name.startswith("."):

@@ -15,9 +15,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from exporter.errors import ExportError
-from exporter.signature import DTYPES, parse_input_spec
-from graphserve.console import EXIT_FAILED, EXIT_USAGE, progress, quiet_tensorflow, stderr
+from graphserve.core.console import progress, quiet_tensorflow, stderr
+from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE, ExportError
+from graphserve.core.signature import DTYPES, parse_input_spec
 
 
 def _usage_error(message: str) -> typer.Exit:
@@ -176,7 +176,7 @@ def export(
         specs = [parse_input_spec(text) for text in inputs or []]
         names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
         if signature_file is not None:
-            from exporter.contract import load_signature_file
+            from graphserve.core.contract import load_signature_file
 
             load_signature_file(signature_file)  # a malformed file is a usage error
     except ExportError as exc:
@@ -184,7 +184,7 @@ def export(
     if samples_file is not None and not samples_file.is_file():
         raise _usage_error(f"--samples-file {samples_file} does not exist")
     quiet_tensorflow()
-    from exporter.api import ExportSpec, export_model
+    from graphserve.exporter.api import ExportSpec, export_model
 
     spec = ExportSpec(
         source=source,
@@ -252,7 +252,7 @@ def inspect(
     quiet_tensorflow()
     from rich.console import Console
 
-    from exporter.inspect import inspect_saved_model, render_text
+    from graphserve.exporter.inspect import inspect_saved_model, render_text
 
     try:
         info = inspect_saved_model(path)

@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from exporter.contract import SignatureContract
-from exporter.errors import ParityError, RetraceError
-from exporter.retrace import RetraceReport, model_label
-from exporter.signature import TensorSpec, sample_inputs
-from exporter.trace import call_signature, is_keras, resolve_function
-from exporter.verify import DEFAULT_TOLERANCES, Samples, check_parity
+from graphserve.core.contract import SignatureContract
+from graphserve.core.errors import ParityError, RetraceError
+from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.exporter.retrace import RetraceReport, model_label
+from graphserve.exporter.verify import DEFAULT_TOLERANCES, Samples, check_parity
+from graphserve.model.trace import call_signature, is_keras, resolve_function
 
 __all__ = ["SideEffects", "check_dimensions"]
 

@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from exporter.manifest import MANIFEST_FILE, read_manifest
-from exporter.opscan import OpScan, scan_meta_graph
-from exporter.savedmodel import (
+from graphserve.core.manifest import MANIFEST_FILE, read_manifest
+from graphserve.core.savedmodel import (
     SavedModelError,
     find_saved_model_file,
     meta_graph,
     read_saved_model,
 )
-from exporter.signature import dtype_name, shape_of_tensor_info
-from exporter.versions import version_dirs
+from graphserve.core.signature import dtype_name, shape_of_tensor_info
+from graphserve.core.versions import version_dirs
+from graphserve.model.opscan import OpScan, scan_meta_graph
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -204,7 +204,7 @@ def _count_warmup(version_dir: Path) -> tuple[int | None, str | None]:
     import tensorflow as tf
     from google.protobuf import message
 
-    from exporter.warmup import WARMUP_FILE, read_warmup_records
+    from graphserve.model.warmup import WARMUP_FILE, read_warmup_records
 
     if not (version_dir / WARMUP_FILE).is_file():
         return None, None
@@ -315,7 +315,7 @@ def _flagged(scan: OpScan) -> RenderableType:
 def _warmup_text(info: SavedModelInfo) -> RenderableType:
     from rich.text import Text
 
-    from exporter.warmup import WARMUP_FILE
+    from graphserve.model.warmup import WARMUP_FILE
 
     if info.warmup_error:
         return Text(f"warm-up records: {info.warmup_error}", style="red")

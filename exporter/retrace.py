@@ -1,6 +1,6 @@
 """Retracing: a diagnosis shown with every export, and a gate only for real hazards.
 
-Tracing is the tool's job. Each signature is traced once, by `exporter.trace`, with the declared
+Tracing is the tool's job. Each signature is traced once, by `model.trace`, with the declared
 input signature, whatever the model is: an unsigned `tf.function`, a `tf.Module`, a Keras model.
 So a model whose own `tf.function` retraces per batch shape when called eagerly exports fine, and
 the probe here says so in a sentence (printed with the export, kept in the manifest) instead of
@@ -14,7 +14,7 @@ declared signature cannot express:
   or a Python argument of the model's own tf.function whose value changes between eager calls
   (`probe_source`): the exported graph would keep only the value seen while tracing;
 * a baked dimension, found by running the exported function next to the eager model at several
-  batch sizes (`exporter.hazards.check_dimensions`).
+  batch sizes (`graphserve.exporter.hazards.check_dimensions`).
 
 A `tf.function` whose own input_signature does not accept the declared one is a SignatureError
 naming both. Finally `check_exported` calls each exported function at several batch sizes: none
@@ -31,10 +31,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from exporter.contract import SignatureContract
-from exporter.errors import RetraceError, SignatureError
-from exporter.signature import TensorSpec, sample_inputs
-from exporter.trace import (
+from graphserve.core.contract import SignatureContract
+from graphserve.core.errors import RetraceError, SignatureError
+from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.model.trace import (
     Traced,
     call_signature,
     is_keras,

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from exporter.contract import SignatureContract
-from exporter.errors import ParityError, SignatureError
-from exporter.signature import sample_inputs
-from exporter.trace import call_signature
+from graphserve.core.contract import SignatureContract
+from graphserve.core.errors import ParityError, SignatureError
+from graphserve.core.signature import sample_inputs
+from graphserve.model.trace import call_signature
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -201,8 +201,13 @@ def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str
     signature. A `.json` file holds one predict request body (row or columnar format, optional
     `signature_name`) or a list of them. Raises SignatureError when samples do not fit.
     """
-    from serving.codec import decode_json_request, parse_json_body, shape_hint, validate_inputs
-    from serving.errors import ServingError
+    from graphserve.core.codec import (
+        decode_json_request,
+        parse_json_body,
+        shape_hint,
+        validate_inputs,
+    )
+    from graphserve.core.errors import ServingError
 
     path = Path(path)
     if not path.is_file():

@@ -3,12 +3,12 @@
     python fuzz/rest_json.py -atheris_runs=100000 [-artifact_prefix=DIR/] [CORPUS_DIR ...]
 
 Each input is a request body, decoded the way the REST server decodes it (`parse_json_body`,
-`decode_json_request`, `validate_inputs` from serving.codec) against every signature in
+`decode_json_request`, `validate_inputs` from graphserve.core.codec) against every signature in
 SIGNATURES: the mlp's, examples:multi_io's (float32, int64 and string inputs) and one with an
 input of every dtype the server decodes. A body is either rejected with InvalidInput (a 400) or
 decoded into arrays that fit the signature. Any other exception, or an array that does not fit,
 is a finding: atheris prints the input's traceback, writes it to `crash-<sha1>` under the
-artifact prefix and exits non-zero. Only serving.codec is instrumented for coverage.
+artifact prefix and exits non-zero. Only graphserve.core.codec is instrumented for coverage.
 
 tests/test_fuzz.py uses `decode_body` and SIGNATURES from here, so its hypothesis tests and this
 harness hold the decoder to one definition of "correct".
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from exporter.examples import mlp, multi_io
-from exporter.signature import TensorSpec
-from serving import codec
-from serving.errors import InvalidInput
+from graphserve.core.errors import InvalidInput
+from graphserve.core.signature import TensorSpec
+from graphserve.model.examples import mlp, multi_io
+from graphserve.serving import codec
 
 __all__ = ["SIGNATURES", "assert_fits", "decode_body", "main", "test_one_input"]
 

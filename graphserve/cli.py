@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import typer
 
-from bench.cli import bench
-from deploy.cli import app as deploy_app
-from exporter.cli import export, inspect
 from graphserve import __version__
-from graphserve.console import default_tensorflow_log_level
+from graphserve.core.console import default_tensorflow_log_level
 from graphserve.demo import demo
-from loadtest.cli import app as loadtest_app
-from serving.cli import app as serve_app
+from graphserve.deploy.cli import app as deploy_app
+from graphserve.exporter.cli import export, inspect
+from graphserve.loadtest.cli import app as loadtest_app
+from graphserve.serving.cli import app as serve_app
 
 app = typer.Typer(
     name="graphserve",
@@ -31,7 +30,6 @@ app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
 app.add_typer(deploy_app, name="deploy")
 app.command("demo")(demo)
-app.command("bench")(bench)
 
 
 def _version(value: bool) -> None:

@@ -14,8 +14,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from graphserve.console import EXIT_FAILED, progress, quiet_tensorflow, stderr
-from loadtest.cli import OutputFormat, Protocol, parse_duration, parse_loads
+from graphserve.core.console import progress, quiet_tensorflow, stderr
+from graphserve.core.errors import EXIT_FAILED
+from graphserve.loadtest.cli import OutputFormat, Protocol, parse_duration, parse_loads
 
 
 def demo(
@@ -44,10 +45,10 @@ def demo(
     duration_s = parse_duration(duration)
     loads = parse_loads(users, "--users")
     quiet_tensorflow()
-    from exporter import ExportError, ExportSpec, export_model
-    from loadtest import CompareSpec, LoadSpec, LoadTestError
-    from loadtest.cli import ProgressPrinter, finish
-    from loadtest.managed import run_managed
+    from graphserve.exporter import ExportError, ExportSpec, export_model
+    from graphserve.loadtest import CompareSpec, LoadSpec, LoadTestError
+    from graphserve.loadtest.cli import ProgressPrinter, finish
+    from graphserve.loadtest.managed import run_managed
 
     stderr.rule("1/2 export")
     try:

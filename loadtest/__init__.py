@@ -4,8 +4,7 @@ Importing this package is light: TensorFlow and locust load only when a comparis
 the locust processes, which import `loadtest/sweepfile.py` or `loadtest/locustfile.py`).
 """
 
-from loadtest.compare import Arm, CompareSpec, LoadSpec, compare
-from loadtest.errors import (
+from graphserve.core.errors import (
     LoadTestError,
     LocustRunError,
     PayloadError,
@@ -13,7 +12,8 @@ from loadtest.errors import (
     ServerStartError,
     SloError,
 )
-from loadtest.targets import check_loopback
+from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+from graphserve.loadtest.targets import check_loopback
 
 __all__ = [
     "Arm",

@@ -22,10 +22,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from loadtest.errors import LocustRunError
-from loadtest.plan import Plan
-from loadtest.scrape import Snapshot
-from loadtest.stats import percentile_cis, ratio_summary, stability, summarize, window_summary
+from graphserve.core.errors import LocustRunError
+from graphserve.loadtest.plan import Plan
+from graphserve.loadtest.scrape import Snapshot
+from graphserve.loadtest.stats import (
+    percentile_cis,
+    ratio_summary,
+    stability,
+    summarize,
+    window_summary,
+)
 
 __all__ = [
     "BREAKDOWN_STATISTIC",

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from graphserve.console import quiet_tensorflow, stderr
+from graphserve.core.console import quiet_tensorflow, stderr
 
 if TYPE_CHECKING:
-    from loadtest.compare import CompareSpec
+    from graphserve.loadtest.compare import CompareSpec
 
 __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 
@@ -197,8 +197,8 @@ def compare(
     Exits 1 when the run fails or an arm gets no successful request, 2 for bad arguments or a
     refused target, 3 when an --slo or --max-failures gate is missed.
     """
-    from loadtest.compare import Arm, CompareSpec, LoadSpec
-    from loadtest.errors import LoadTestError
+    from graphserve.core.errors import LoadTestError
+    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec
 
     addresses = _pairs(arm or [], "--arm")
     for name, address in (("graph", graph), ("eager", eager)):
@@ -276,9 +276,9 @@ def _run(
     cold_start: bool,
     quiet: bool,
 ) -> dict[str, Any]:
-    from loadtest.compare import compare as run_compare
-    from loadtest.compare import with_metrics_probe
-    from loadtest.managed import run_managed
+    from graphserve.loadtest.compare import compare as run_compare
+    from graphserve.loadtest.compare import with_metrics_probe
+    from graphserve.loadtest.managed import run_managed
 
     printer = None if quiet else ProgressPrinter()
     say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{m}[/dim]"))
@@ -298,8 +298,8 @@ def finish(
 ) -> None:
     """Print the report (table, or JSON on stdout when quiet and `print_json`), then exit 1 when
     an arm got no successful request, 3 when a gate was missed."""
-    from loadtest.report import render_table
-    from loadtest.slo import describe
+    from graphserve.loadtest.report import render_table
+    from graphserve.loadtest.slo import describe
 
     if quiet:
         if print_json:
@@ -400,7 +400,7 @@ def report_command(
     out: Annotated[Path, typer.Argument(help="a load-test output directory with report.json")],
 ) -> None:
     """Render report.md, report.html and the plots again from OUT/report.json."""
-    from loadtest.report import write_report
+    from graphserve.loadtest.report import write_report
 
     path = out / "report.json"
     try:

@@ -29,13 +29,13 @@ import grpc
 import numpy as np
 from tensorflow_serving.apis import predict_pb2
 
-from exporter.versions import version_dirs
-from exporter.warmup import WARMUP_FILE
-from graphserve.processes import ServerProcess
-from loadtest.errors import ColdStartError, LoadTestError, ServerStartError
-from loadtest.payloads import grpc_request_bytes
-from loadtest.plan import PREDICT_METHOD
-from loadtest.stats import percentile
+from graphserve.core.errors import ColdStartError, LoadTestError, ServerStartError
+from graphserve.core.processes import ServerProcess
+from graphserve.core.versions import version_dirs
+from graphserve.loadtest.payloads import grpc_request_bytes
+from graphserve.loadtest.plan import PREDICT_METHOD
+from graphserve.loadtest.stats import percentile
+from graphserve.model.warmup import WARMUP_FILE
 
 __all__ = [
     "ColdStart",

@@ -28,9 +28,9 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from loadtest.errors import LoadTestError, LocustRunError, PayloadError
-from loadtest.plan import PLAN_ENV, ArmTarget, Plan
-from loadtest.targets import check_loopback, http_base_url
+from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
+from graphserve.loadtest.plan import PLAN_ENV, ArmTarget, Plan
+from graphserve.loadtest.targets import check_loopback, http_base_url
 
 __all__ = [
     "SWEEPFILE",
@@ -108,7 +108,7 @@ def compare(
     unreadable gate, PayloadError when no payload can be built, LocustRunError when locust fails
     or leaves no results. A missed SLO is not raised: it is in report["slo"]["passed"].
     """
-    from loadtest.slo import parse_gate
+    from graphserve.loadtest.slo import parse_gate
 
     spec = replace(spec, model_name=model_name_of(spec))
     _check(spec)
@@ -122,9 +122,9 @@ def compare(
     started = time.time()
     _run_locust(plan, out_dir, say)
 
-    from loadtest.analysis import analyze, read_raw
-    from loadtest.report import write_report
-    from loadtest.slo import evaluate
+    from graphserve.loadtest.analysis import analyze, read_raw
+    from graphserve.loadtest.report import write_report
+    from graphserve.loadtest.slo import evaluate
 
     raw = read_raw(out_dir)
     baseline = spec.baseline or spec.arms[-1].name
@@ -227,7 +227,7 @@ def _check(spec: CompareSpec) -> None:
 
 def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
     """Write OUT/payload.npz and the encoded OUT/request.bin; return the inputs and their origin."""
-    from loadtest.payloads import (
+    from graphserve.loadtest.payloads import (
         build_payload,
         grpc_request_bytes,
         load_payload,
@@ -258,14 +258,14 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
 
 
 def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
-    from loadtest.metadata import fetch_specs
+    from graphserve.loadtest.metadata import fetch_specs
 
     if spec.model_base_path is not None:
         from tensorflow_serving.apis import get_model_metadata_pb2
 
-        from exporter.errors import ExportError
-        from exporter.savedmodel import signature_defs
-        from loadtest.metadata import specs_from_signature_map
+        from graphserve.core.errors import ExportError
+        from graphserve.core.savedmodel import signature_defs
+        from graphserve.loadtest.metadata import specs_from_signature_map
 
         version = _latest_version(spec.model_base_path)
         try:
@@ -282,7 +282,7 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
 
 
 def _latest_version(base: Path) -> Path:
-    from exporter.versions import version_dirs
+    from graphserve.core.versions import version_dirs
 
     dirs = version_dirs(base)
     if not dirs:
@@ -326,13 +326,13 @@ def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
 
 def _run_locust(plan: Plan, out_dir: Path, say: Callable[[dict[str, Any]], None]) -> None:
     """Run the sweep's locust processes to the end, relaying their progress events."""
-    from graphserve.processes import free_port
+    from graphserve.core.processes import free_port
 
     events = out_dir / "events.jsonl"
     events.unlink(missing_ok=True)
     for stale in (out_dir / "raw" / "records.npz", out_dir / "raw" / "phases.json"):
         stale.unlink(missing_ok=True)
-    from graphserve.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
+    from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
 
     env = {
         # TensorFlow's C++ logs stay quiet in the locust processes unless the user set the level.
@@ -459,7 +459,7 @@ def _arm_info(arm: Arm, spec: CompareSpec) -> dict[str, Any]:
 
 def _calibration(report: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
     """The null endpoint's numbers per step: the ceiling of this generator and server stack."""
-    from loadtest.analysis import CALIBRATION_ARM
+    from graphserve.loadtest.analysis import CALIBRATION_ARM
 
     arm = next((a for a in plan.arms if a.name == CALIBRATION_ARM), None)
     if arm is None:
@@ -490,7 +490,7 @@ def _manifest(base: Path | None) -> dict[str, Any] | None:
 
 def with_metrics_probe(arms: Sequence[Arm], protocol: str) -> tuple[Arm, ...]:
     """REST arms without a metrics URL get the TF Serving path on their own port if it answers."""
-    from loadtest.scrape import scrape
+    from graphserve.loadtest.scrape import scrape
 
     probed = []
     for arm in arms:

@@ -31,11 +31,11 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtest.errors import LoadTestError
-from loadtest.metadata import fetch_specs
-from loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
-from loadtest.plan import PREDICT_METHOD
-from loadtest.targets import check_loopback
+from graphserve.core.errors import LoadTestError
+from graphserve.loadtest.metadata import fetch_specs
+from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
+from graphserve.loadtest.plan import PREDICT_METHOD
+from graphserve.loadtest.targets import check_loopback
 
 # grpc's own threads would block gevent's loop; this makes its I/O cooperative. Before any channel.
 grpc_gevent.init_gevent()

@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from loadtest.analysis import CALIBRATION_ARM
-from loadtest.compare import METRICS_PATH, Arm, CompareSpec, compare, model_name_of
-from loadtest.errors import LoadTestError, ServerStartError
+from graphserve.core.errors import LoadTestError, ServerStartError
+from graphserve.loadtest.analysis import CALIBRATION_ARM
+from graphserve.loadtest.compare import METRICS_PATH, Arm, CompareSpec, compare, model_name_of
 
 __all__ = ["SERVER_KINDS", "managed_servers", "run_managed"]
 
@@ -44,7 +44,7 @@ def managed_servers(
     say: Callable[[str], None] = lambda _message: None,
 ) -> Iterator[list[Arm]]:
     """Start one server per kind; yield their arms (address for `protocol`, metrics URL)."""
-    from graphserve.processes import ServerProcess
+    from graphserve.core.processes import ServerProcess
 
     unknown = [k for k in kinds if k not in SERVER_KINDS]
     if unknown:
@@ -143,9 +143,9 @@ def _order(arms: Sequence[Arm]) -> tuple[Arm, ...]:
 def _cold_start(
     spec: CompareSpec, out_dir: Path, source: str | None, say: Callable[[str], None]
 ) -> list[dict[str, Any]]:
-    from loadtest.coldstart import cold_start_suite
-    from loadtest.compare import payload_specs
-    from loadtest.payloads import build_payload
+    from graphserve.loadtest.coldstart import cold_start_suite
+    from graphserve.loadtest.compare import payload_specs
+    from graphserve.loadtest.payloads import build_payload
 
     assert spec.model_base_path is not None
     specs, _ = payload_specs(spec)

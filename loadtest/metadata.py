@@ -23,10 +23,9 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from exporter.errors import SignatureError
-from exporter.signature import TensorSpec, spec_from_tensor_info
-from loadtest.errors import PayloadError
-from loadtest.targets import http_base_url
+from graphserve.core.errors import PayloadError, SignatureError
+from graphserve.core.signature import TensorSpec, spec_from_tensor_info
+from graphserve.loadtest.targets import http_base_url
 
 __all__ = [
     "fetch_grpc_specs",
@@ -37,7 +36,7 @@ __all__ = [
     "specs_from_signature_map",
 ]
 
-_HINT = "pass --payload-file with inputs saved by loadtest.payloads.save_payload"
+_HINT = "pass --payload-file with inputs saved by graphserve.loadtest.payloads.save_payload"
 
 
 def specs_from_signature_map(

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from tensorflow_serving.apis import model_pb2, predict_pb2
 
-from exporter.signature import TensorSpec, sample_inputs
-from loadtest.errors import PayloadError
-from serving.codec import array_to_proto, as_bytes, to_json_value
+from graphserve.core.codec import array_to_proto, as_bytes, to_json_value
+from graphserve.core.errors import PayloadError
+from graphserve.core.signature import TensorSpec, sample_inputs
 
 __all__ = [
     "build_payload",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-from loadtest.stats import PERCENTILES
+from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
     "IMAGE_TITLES",
@@ -102,8 +102,8 @@ def write_report(
     in place and returns the files.
     Raises OSError when a file cannot be written and ValueError when raw/records.npz is malformed.
     """
-    from loadtest import plots  # matplotlib: only when plots are drawn
-    from loadtest.analysis import load_records
+    from graphserve.loadtest import plots  # matplotlib: only when plots are drawn
+    from graphserve.loadtest.analysis import load_records
 
     out_dir.mkdir(parents=True, exist_ok=True)
     raw_path = out_dir / "raw" / "records.npz"

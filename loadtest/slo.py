@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadtest.errors import SloError
-from loadtest.stats import PERCENTILES
+from graphserve.core.errors import SloError
+from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = ["Gate", "describe", "evaluate", "parse_gate"]
 

@@ -44,10 +44,10 @@ from locust.contrib.fasthttp import FastHttpSession
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtest.plan import PLAN_ENV, PREDICT_METHOD, Plan
-from loadtest.scrape import scrape
-from loadtest.stats import stability, window_summary
-from loadtest.targets import check_loopback
+from graphserve.loadtest.plan import PLAN_ENV, PREDICT_METHOD, Plan
+from graphserve.loadtest.scrape import scrape
+from graphserve.loadtest.stats import stability, window_summary
+from graphserve.loadtest.targets import check_loopback
 
 grpc_gevent.init_gevent()  # grpc's I/O must cooperate with gevent; before any channel
 

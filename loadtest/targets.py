@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-from loadtest.errors import RemoteTargetError
+from graphserve.core.errors import RemoteTargetError
 
 __all__ = ["check_loopback", "host_of", "http_base_url", "is_loopback"]
 

@@ -1,6 +1,6 @@
 """graphserve's servers: one TF Serving-compatible server (gRPC and REST) with two runners.
 
-    from serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
     registry = ModelRegistry()
     registry.load_graph("mlp", Path("models/mlp"))  # or .load_eager("mlp", "examples:mlp")
     with ModelServer(registry, ServerOptions(grpc_port=0, rest_port=0)) as server:
@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["ModelLoadError", "ModelRegistry", "ModelServer", "ServerOptions"]
 
 if TYPE_CHECKING:
-    from serving.registry import ModelLoadError, ModelRegistry
-    from serving.server import ModelServer, ServerOptions
+    from graphserve.serving.registry import ModelLoadError, ModelRegistry
+    from graphserve.serving.server import ModelServer, ServerOptions
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `graphserve --help` imports serving.cli, which must not pull TensorFlow in.
+    # Lazy: `graphserve --help` imports graphserve.serving.cli, which must not pull TensorFlow in.
     if name in ("ModelLoadError", "ModelRegistry"):
-        from serving import registry
+        from graphserve.serving import registry
 
         return getattr(registry, name)
     if name in ("ModelServer", "ServerOptions"):
-        from serving import server
+        from graphserve.serving import server
 
         return getattr(server, name)
     raise AttributeError(f"module 'serving' has no attribute {name!r}")

@@ -26,13 +26,14 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand, TyperOption
 
-from graphserve.console import EXIT_FAILED, EXIT_USAGE, configure_logging, quiet_tensorflow, stderr
-from serving.defaults import (
+from graphserve.core.console import configure_logging, quiet_tensorflow, stderr
+from graphserve.core.defaults import (
     DEFAULT_GRPC_WORKERS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_METRICS_PATH,
 )
+from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE
 
 log = logging.getLogger("graphserve.serve")
 
@@ -277,7 +278,7 @@ class _Serve:
         """Wraps a runner in TF Serving-style batching when asked; the identity otherwise."""
         if not (self.enable_batching or self.batching_parameters_file):
             return lambda runner: runner
-        from serving.batching import (
+        from graphserve.serving.batching import (
             BatchingConfigError,
             BatchingParameters,
             BatchingRunner,
@@ -364,8 +365,8 @@ class _Serve:
         except RuntimeError as exc:
             stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
             raise typer.Exit(EXIT_FAILED) from None
-        from serving.registry import ModelLoadError, ModelRegistry
-        from serving.server import ModelServer, ServerOptions
+        from graphserve.serving.registry import ModelLoadError, ModelRegistry
+        from graphserve.serving.server import ModelServer, ServerOptions
 
         registry = ModelRegistry()
         try:
@@ -423,7 +424,7 @@ class _Serve:
     def _metrics_path(self) -> str | None:
         if self.monitoring_config_file is None:
             return DEFAULT_METRICS_PATH if self.metrics else None
-        from serving.metrics import MonitoringConfigError, load_monitoring_config
+        from graphserve.serving.metrics import MonitoringConfigError, load_monitoring_config
 
         try:
             return load_monitoring_config(self.monitoring_config_file)
@@ -639,7 +640,7 @@ def graph(
 ) -> None:
     """Serve SavedModel versions (the graph runner): new versions are picked up while serving,
     warmed, and only then take traffic; the old ones are unloaded after."""
-    from serving.config import (
+    from graphserve.serving.config import (
         ModelConfig,
         ModelConfigError,
         ModelConfigWatcher,
@@ -672,7 +673,7 @@ def graph(
     wrap = serve.batching()
 
     def load(registry: Any) -> Callable[[], None]:
-        from serving.manager import ModelManager, load_version
+        from graphserve.serving.manager import ModelManager, load_version
 
         manager = ModelManager(
             registry, models, lambda path: wrap(load_version(path, allow_ops=allowed))
@@ -727,8 +728,8 @@ def eager(
     ] = "call",
 ) -> None:
     """Serve SOURCE run eagerly, op by op from Python (the baseline)."""
-    from exporter.errors import ExportError
-    from exporter.signature import parse_input_spec
+    from graphserve.core.errors import ExportError
+    from graphserve.core.signature import parse_input_spec
 
     try:
         specs = [parse_input_spec(text) for text in inputs or []]
@@ -742,7 +743,7 @@ def eager(
     wrap = serve.batching()
 
     def load(registry: Any) -> None:
-        from serving.registry import Servable
+        from graphserve.serving.registry import Servable
 
         servable = registry.load_eager(
             model_name,
@@ -773,7 +774,7 @@ def null(
     wrap = serve.batching()
 
     def load(registry: Any) -> None:
-        from serving.registry import Servable
+        from graphserve.serving.registry import Servable
 
         servable = registry.load_null(model_name or model_base_path.name, model_base_path)
         registry.add(Servable(servable.name, servable.version, wrap(servable.runner)))

@@ -27,6 +27,8 @@ from pathlib import Path
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
+from graphserve.core.errors import ModelConfigError
+
 __all__ = [
     "ModelConfig",
     "ModelConfigError",
@@ -37,9 +39,6 @@ __all__ = [
 
 log = logging.getLogger("graphserve.config")
 
-
-class ModelConfigError(ValueError):
-    """The model config file is unreadable, malformed, or asks for something unsupported."""
 
 
 @dataclass(frozen=True)

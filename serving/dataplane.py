@@ -21,12 +21,12 @@ from tensorflow_serving.apis import (
     status_pb2,
 )
 
-from serving.codec import as_bytes, shape_hint, validate_inputs
-from serving.deadline import check_deadline
-from serving.errors import FailedPrecondition, InvalidInput, Unavailable, Unimplemented
-from serving.metrics import Measure, ServingMetrics
-from serving.registry import ModelRegistry, Servable, VersionRef
-from serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
+from graphserve.core.codec import as_bytes, shape_hint, validate_inputs
+from graphserve.core.errors import FailedPrecondition, InvalidInput, Unavailable, Unimplemented
+from graphserve.serving.deadline import check_deadline
+from graphserve.serving.metrics import Measure, ServingMetrics
+from graphserve.serving.registry import ModelRegistry, Servable, VersionRef
+from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
 
 __all__ = ["DataPlane"]
 

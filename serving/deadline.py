@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from serving.errors import DeadlineExceeded, InvalidInput
+from graphserve.core.errors import DeadlineExceeded, InvalidInput
 
 __all__ = [
     "TIMEOUT_HEADER",

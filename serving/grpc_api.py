@@ -22,14 +22,14 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving.codec import array_from_proto, array_to_proto
-from serving.dataplane import CLASSIFY_METHOD, DataPlane, model_spec
-from serving.deadline import check_deadline, deadline_scope
-from serving.defaults import DEFAULT_MAX_BODY_BYTES
-from serving.errors import InvalidInput, ServingError, Unimplemented
-from serving.registry import Servable, VersionRef
-from serving.signature import SERVING_DEFAULT, ServedSignature
-from serving.tfexample import examples_from_input
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.defaults import DEFAULT_MAX_BODY_BYTES
+from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
+from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, model_spec
+from graphserve.serving.deadline import check_deadline, deadline_scope
+from graphserve.serving.registry import Servable, VersionRef
+from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
+from graphserve.serving.tfexample import examples_from_input
 
 __all__ = ["UndecodableRequests", "add_services"]
 

@@ -22,11 +22,11 @@ import threading
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from exporter.versions import existing_versions, version_path
-from exporter.warmup import replay_warmup
-from serving.config import ModelConfig
-from serving.registry import ModelLoadError, ModelRegistry, Servable
-from serving.runners import Runner, load_runner
+from graphserve.core.versions import existing_versions, version_path
+from graphserve.model.warmup import replay_warmup
+from graphserve.serving.config import ModelConfig
+from graphserve.serving.registry import ModelLoadError, ModelRegistry, Servable
+from graphserve.serving.runners import Runner, load_runner
 
 __all__ = ["ModelManager", "load_version"]
 

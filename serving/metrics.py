@@ -25,12 +25,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from serving.defaults import DEFAULT_METRICS_PATH
-from serving.errors import ServingError
-from serving.textproto import message_class
+from graphserve.core.defaults import DEFAULT_METRICS_PATH
+from graphserve.core.errors import MonitoringConfigError, ServingError
+from graphserve.core.textproto import message_class
 
 if TYPE_CHECKING:
-    from serving.registry import ModelRegistry, Servable
+    from graphserve.serving.registry import ModelRegistry, Servable
 
 __all__ = [
     "DEFAULT_METRICS_PATH",
@@ -49,9 +49,6 @@ _BUCKETS = (
 _REQUEST_LABELS = ("model", "version", "signature", "runner", "protocol")
 UNKNOWN_MODEL = "(unknown)"  # the model label of requests naming a model this server lacks
 
-
-class MonitoringConfigError(ValueError):
-    pass
 
 
 def load_monitoring_config(path: Path) -> str | None:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from exporter.savedmodel import signature_defs
-from exporter.signature import DTYPES, TensorSpec
-from serving.codec import shape_hint
-from serving.errors import InvalidInput, ServingError
-from serving.signature import ServedSignature
+from graphserve.core.codec import shape_hint
+from graphserve.core.errors import InvalidInput, ServingError
+from graphserve.core.savedmodel import signature_defs
+from graphserve.core.signature import DTYPES, TensorSpec
+from graphserve.serving.signature import ServedSignature
 
 __all__ = ["NullRunner"]
 

@@ -12,18 +12,15 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.signature import TensorSpec
-from serving.errors import InvalidInput, NotFound
-from serving.runners import EagerRunner, Runner
+from graphserve.core.errors import InvalidInput, ModelLoadError, NotFound
+from graphserve.core.signature import TensorSpec
+from graphserve.serving.runners import EagerRunner, Runner
 
 __all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
 
 # A request names a version by number, by label (a string), or not at all (the newest).
 VersionRef = int | str | None
 
-
-class ModelLoadError(Exception):
-    """A model could not be loaded at start-up (missing base path, no versions, bad files)."""
 
 
 @dataclass(frozen=True)
@@ -145,8 +142,8 @@ class ModelRegistry:
 
     def load_graph(self, name: str, base_path: Path) -> Servable:
         """Load the newest numeric version under `base_path`, warmed with its warm-up records."""
-        from serving.config import ModelConfig
-        from serving.manager import ModelManager
+        from graphserve.serving.config import ModelConfig
+        from graphserve.serving.manager import ModelManager
 
         ModelManager(self, [ModelConfig(name, Path(base_path))]).start()
         return self.get(name)
@@ -154,9 +151,9 @@ class ModelRegistry:
     def load_null(self, name: str, base_path: Path) -> Servable:
         """Serve the newest numeric version under `base_path` with NullRunner (its signatures,
         zeros for answers, no model work); errors surface as ModelLoadError."""
-        from exporter.errors import ExportError
-        from exporter.versions import version_dirs
-        from serving.nullrunner import NullRunner
+        from graphserve.core.errors import ExportError
+        from graphserve.core.versions import version_dirs
+        from graphserve.serving.nullrunner import NullRunner
 
         dirs = version_dirs(Path(base_path))
         versions = list(dirs)
@@ -187,7 +184,7 @@ class ModelRegistry:
     ) -> Servable:
         """Load a Python model source to run eagerly (`mode`: call, predict or function);
         errors surface as ModelLoadError."""
-        from exporter.errors import ExportError
+        from graphserve.core.errors import ExportError
 
         try:
             runner = EagerRunner(

@@ -6,10 +6,10 @@
     POST /v1/models/NAME[/versions/V]:classify   tf.Example features (`examples`, `context`)
     POST /v1/models/NAME[/versions/V]:regress    the same, for regression signatures
 
-Errors are `{"error": "..."}` with the HTTP status of the ServingError (see serving.errors).
+Errors are `{"error": "..."}` with the HTTP status of the ServingError (see graphserve.core.errors).
 Bodies may be gzip-compressed (`Content-Encoding: gzip`, as TF Serving accepts); the limit
 applies to the body as sent and as decompressed (413 past it). A `Grpc-Timeout` header sets the
-request's deadline (serving.deadline; 504 once it passes).
+request's deadline (graphserve.serving.deadline; 504 once it passes).
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ from google.protobuf import json_format, wrappers_pb2
 from google.protobuf.message import Message
 from tensorflow_serving.apis import get_model_metadata_pb2
 
-from serving.codec import (
+from graphserve.core.codec import (
     decode_json_request,
     encode_json_response,
     parse_json_body,
     signature_name_of,
 )
-from serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
-from serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
-from serving.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
-from serving.errors import InvalidInput, PayloadTooLarge, ServingError
-from serving.registry import Servable, VersionRef
-from serving.signature import ServedSignature
-from serving.tfexample import examples_from_json
+from graphserve.core.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
+from graphserve.core.errors import InvalidInput, PayloadTooLarge, ServingError
+from graphserve.serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
+from graphserve.serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
+from graphserve.serving.registry import Servable, VersionRef
+from graphserve.serving.signature import ServedSignature
+from graphserve.serving.tfexample import examples_from_json
 
 __all__ = ["RUNNER_HEADER", "RestServer"]
 

@@ -21,19 +21,18 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from exporter.contract import SignatureContract, load_signature_file
-from exporter.errors import SignatureError, UnsafeOpsError
-from exporter.opscan import describe_flagged, scan_meta_graph
-from exporter.savedmodel import serve_meta_graph
-from exporter.signature import TensorSpec, sample_inputs
-from exporter.sources import load_source, resolve_contracts
-from exporter.trace import call_signature, predict_signature, signature_errors
-from serving.codec import numpy_dtype_name
-from serving.errors import InvalidInput, ServingError
-from serving.signature import ServedSignature
+from graphserve.core.codec import numpy_dtype_name
+from graphserve.core.contract import SignatureContract, load_signature_file
+from graphserve.core.errors import InvalidInput, ServingError, SignatureError, UnsafeOpsError
+from graphserve.core.savedmodel import serve_meta_graph
+from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.model.opscan import describe_flagged, scan_meta_graph
+from graphserve.model.sources import load_source, resolve_contracts
+from graphserve.model.trace import call_signature, predict_signature, signature_errors
+from graphserve.serving.signature import ServedSignature
 
 if TYPE_CHECKING:
-    from serving.session_runner import SessionRunner
+    from graphserve.serving.session_runner import SessionRunner
 
 __all__ = [
     "EagerRunner",
@@ -106,7 +105,7 @@ def checked_meta_graph(path: Path, allow_ops: Collection[str] = ()) -> meta_grap
 class GraphRunner:
     """Serves a SavedModel directory: every signature of its serving MetaGraph.
 
-    Models are programs: before loading, the op scan (exporter.opscan) reads the graph, and a
+    Models are programs: before loading, the op scan (model.opscan) reads the graph, and a
     model with ops that touch files, the network or processes is refused unless each such op
     is in `allow_ops` (the servers' --allow-op), which is logged.
     """
@@ -152,7 +151,7 @@ def load_runner(path: Path, allow_ops: Collection[str] = ()) -> GraphRunner | Se
     eager function call); and only the Session loads TF1 reference variables and TF 1.0 graphs.
     The op scan runs once, before either (see `checked_meta_graph`).
     """
-    from serving.session_runner import SessionRunner  # it imports this module
+    from graphserve.serving.session_runner import SessionRunner  # it imports this module
 
     path = Path(path)
     graph = checked_meta_graph(path, allow_ops)

@@ -17,12 +17,16 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from serving.dataplane import DataPlane
-from serving.defaults import DEFAULT_GRPC_WORKERS, DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
-from serving.grpc_api import UndecodableRequests, add_services
-from serving.metrics import ServingMetrics
-from serving.registry import ModelRegistry
-from serving.rest_api import RestServer
+from graphserve.core.defaults import (
+    DEFAULT_GRPC_WORKERS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+)
+from graphserve.serving.dataplane import DataPlane
+from graphserve.serving.grpc_api import UndecodableRequests, add_services
+from graphserve.serving.metrics import ServingMetrics
+from graphserve.serving.registry import ModelRegistry
+from graphserve.serving.rest_api import RestServer
 
 __all__ = ["ModelServer", "ServerOptions", "prime_threads"]
 
@@ -182,7 +186,7 @@ class ModelServer:
         stays as cold as it is; the thread still runs one op to set up TensorFlow."""
         import tensorflow as tf
 
-        from exporter.warmup import replay_warmup
+        from graphserve.model.warmup import replay_warmup
 
         tf.constant(0.0).numpy()
         for name in self.registry.names():

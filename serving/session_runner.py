@@ -29,9 +29,9 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
 
-from serving.errors import InvalidInput, Unavailable
-from serving.runners import checked_meta_graph, run_errors
-from serving.signature import ServedSignature
+from graphserve.core.errors import InvalidInput, Unavailable
+from graphserve.serving.runners import checked_meta_graph, run_errors
+from graphserve.serving.signature import ServedSignature
 
 __all__ = ["SessionRunner"]
 
@@ -57,7 +57,7 @@ class SessionRunner:
     """Serves the SavedModel at `path` from a TF1 Session, every signature of its `serve`
     MetaGraph (TF2's `__saved_model_init_op` aside: it runs at load, as in TF Serving).
 
-    The op scan runs first, as for GraphRunner (`allow_ops`: see serving.runners); pass
+    The op scan runs first, as for GraphRunner (`allow_ops`: see graphserve.serving.runners); pass
     `meta_graph` when the caller already read and scanned it. Raises what loading raises
     (UnsafeOpsError, SavedModelError, TensorFlow's errors) with the Session closed.
     `close()` frees the Session; a closed runner serves nothing.

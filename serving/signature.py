@@ -10,8 +10,13 @@ from dataclasses import dataclass
 
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec, spec_from_tensor_info
-from serving.codec import DTYPE_TO_ENUM, shape_proto
+from graphserve.core.codec import DTYPE_TO_ENUM, shape_proto
+from graphserve.core.signature import (
+    PREDICT_METHOD,
+    SERVING_DEFAULT,
+    TensorSpec,
+    spec_from_tensor_info,
+)
 
 __all__ = ["PREDICT_METHOD", "SERVING_DEFAULT", "ServedSignature"]
 

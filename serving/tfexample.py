@@ -13,7 +13,7 @@ from typing import Any
 from tensorflow.core.example import example_pb2, feature_pb2
 from tensorflow_serving.apis import input_pb2
 
-from serving.errors import InvalidInput
+from graphserve.core.errors import InvalidInput
 
 __all__ = ["examples_from_input", "examples_from_json"]
 

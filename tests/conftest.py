@@ -55,7 +55,7 @@ class Servers:
 
 @pytest.fixture(scope="session")
 def mlp_export(tmp_path_factory: pytest.TempPathFactory) -> MlpExport:
-    from exporter import ExportSpec, export_model
+    from graphserve.exporter import ExportSpec, export_model
 
     base = tmp_path_factory.mktemp("models")
     result = export_model(ExportSpec(source="examples:mlp", name="mlp", base_path=base))
@@ -64,7 +64,7 @@ def mlp_export(tmp_path_factory: pytest.TempPathFactory) -> MlpExport:
 
 @pytest.fixture(scope="session")
 def mlp_servers(mlp_export: MlpExport) -> Iterator[Servers]:
-    from serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 
     graph_registry = ModelRegistry()
     graph_registry.load_graph("mlp", mlp_export.model_dir)

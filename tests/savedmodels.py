@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 __all__ = [
     "CLASSIFY_METHOD",

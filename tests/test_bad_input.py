@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from exporter import ExportSpec, export_model, parse_input_spec
-from exporter.examples import multi_io
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.batching import BatchingParameters, BatchingRunner
-from serving.codec import array_from_proto, array_to_proto
-from serving.registry import Servable
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.exporter import ExportSpec, export_model, parse_input_spec
+from graphserve.model.examples import multi_io
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.batching import BatchingParameters, BatchingRunner
+from graphserve.serving.registry import Servable
 
 LIMIT = 1 << 20  # the servers' --max-message-bytes here
 FEATURES = np.linspace(-1.0, 1.0, 16, dtype=np.float32).reshape(2, 8)

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from serving.batching import (
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.errors import FailedPrecondition, InvalidInput, Unavailable
+from graphserve.serving.batching import (
     BatchingConfigError,
     BatchingParameters,
     BatchingRunner,
     load_batching_parameters,
 )
-from serving.codec import array_from_proto, array_to_proto
-from serving.errors import FailedPrecondition, InvalidInput, Unavailable
-from serving.runners import GraphRunner
+from graphserve.serving.runners import GraphRunner
 
 SIG = "serving_default"
 X = np.random.default_rng(5).standard_normal((16, 784)).astype(np.float32)
@@ -380,8 +380,8 @@ def test_lengths_that_differ_share_a_batch_only_when_padding(pad: bool) -> None:
 
 @pytest.fixture
 def batching_server(graph: GraphRunner) -> Iterator[tuple[str, BatchingRunner]]:
-    from serving import ModelRegistry, ModelServer, ServerOptions
-    from serving.registry import Servable
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving.registry import Servable
 
     runner = BatchingRunner(graph, _params(max_batch_size=16, batch_timeout_micros=20_000))
     registry = ModelRegistry()
@@ -414,7 +414,7 @@ def test_grpc_predict_through_a_batching_server_matches_unbatched(
 
 
 def _serve_options(tmp_path: Path, grpc_workers: int | None, batching: str | None) -> Any:
-    from serving.cli import _Serve
+    from graphserve.serving.cli import _Serve
 
     params = None
     if batching is not None:
@@ -428,7 +428,7 @@ def _serve_options(tmp_path: Path, grpc_workers: int | None, batching: str | Non
 
 
 def test_batching_sizes_the_grpc_pool_so_batches_can_fill(tmp_path: Path) -> None:
-    from serving.defaults import DEFAULT_GRPC_WORKERS
+    from graphserve.core.defaults import DEFAULT_GRPC_WORKERS
 
     # every waiting request holds a gRPC thread: 16 rows x (2 batch threads + 1 queued batch)
     serve = _serve_options(

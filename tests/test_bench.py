@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from bench.cli import app
 from bench.goals import GOALS, evaluate
 from bench.render import goal_lines
 from bench.run import BenchSpec, run_bench, write_results
-from graphserve.cli import app
-from serving.server import prime_threads
+from graphserve.serving.server import prime_threads
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_pass_and_miss_follow_the_goal_direction() -> None:
 
 
 def test_cli_refuses_an_unknown_model() -> None:
-    result = CliRunner().invoke(app, ["bench", "--models", "mlp,resnet"])
+    result = CliRunner().invoke(app, ["--models", "mlp,resnet"])
     assert result.exit_code == 2
     assert "unknown model(s) resnet" in result.output and "mlp, power, cnn" in result.output
 

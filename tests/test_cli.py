@@ -15,10 +15,10 @@ import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from typer.testing import CliRunner
 
-from exporter.examples import mlp
 from graphserve.cli import app
-from graphserve.processes import ServerProcess
-from serving.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.processes import ServerProcess
+from graphserve.model.examples import mlp
 
 runner = CliRunner()
 

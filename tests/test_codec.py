@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
-from exporter.signature import TensorSpec
-from serving.codec import (
+from graphserve.core.codec import (
     array_from_proto,
     array_to_proto,
     decode_json_request,
@@ -15,7 +14,8 @@ from serving.codec import (
     shape_proto,
     validate_inputs,
 )
-from serving.errors import InvalidInput
+from graphserve.core.errors import InvalidInput
+from graphserve.core.signature import TensorSpec
 
 IMAGES = {"images": TensorSpec("images", "float32", (None, 3))}
 TWO = {"a": TensorSpec("a", "float32", (None, 2)), "ids": TensorSpec("ids", "int64", (None,))}

@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.warmup import WARMUP_FILE
-from loadtest.coldstart import (
+from graphserve.core.errors import LoadTestError, ServerStartError
+from graphserve.loadtest.coldstart import (
     ColdStartError,
     cold_start_suite,
     measure_cold_start,
     without_warmup_copy,
 )
-from loadtest.errors import LoadTestError, ServerStartError
+from graphserve.model.warmup import WARMUP_FILE
 
 PAYLOAD = {"images": np.random.default_rng(7).standard_normal((1, 784)).astype(np.float32)}
 KEYS = {

@@ -43,11 +43,11 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import decode_json_request, encode_json_response, signature_name_of
-from serving.config import ModelConfig, VersionPolicy
-from serving.errors import InvalidInput
-from serving.manager import ModelManager
+from graphserve.core.codec import decode_json_request, encode_json_response, signature_name_of
+from graphserve.core.errors import InvalidInput
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.config import ModelConfig, VersionPolicy
+from graphserve.serving.manager import ModelManager
 from tests.tf1_models import write_tf1_half_plus_two
 
 ITEST = "model_servers/tensorflow_model_server_test.py"
@@ -572,7 +572,7 @@ def test_grpc(arms: dict[str, Arm], arm: str, case: Grpc) -> None:
 
 
 def _specs(**dtypes: str) -> dict[str, Any]:
-    from exporter.signature import TensorSpec
+    from graphserve.core.signature import TensorSpec
 
     return {name: TensorSpec(name, dtype, None) for name, dtype in dtypes.items()}
 

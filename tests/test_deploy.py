@@ -24,10 +24,10 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 from typer.testing import CliRunner, Result
 
-from exporter import ExportSpec, export_model
-from exporter.compat import DEFAULT_TFSERVING_IMAGE
 from graphserve.cli import app
-from graphserve.processes import free_port
+from graphserve.core.compat import DEFAULT_TFSERVING_IMAGE
+from graphserve.core.processes import free_port
+from graphserve.exporter import ExportSpec, export_model
 
 runner = CliRunner()
 BATCHING = "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 2000 }\n"
@@ -141,7 +141,7 @@ def test_tfserving_dry_run_writes_a_gpu_compose_project(base: Path, tmp_path: Pa
     assert command["model_config_file_poll_wait_seconds"] == "60"
     assert command["enable_batching"] == "true"
     assert host_file(project, service, command["batching_parameters_file"]).read_text() == BATCHING
-    from serving.metrics import load_monitoring_config
+    from graphserve.serving.metrics import load_monitoring_config
 
     monitoring = host_file(project, service, command["monitoring_config_file"])
     assert load_monitoring_config(monitoring) == "/monitoring/prometheus/metrics"
@@ -219,7 +219,7 @@ def test_every_model_under_the_base_path_is_served(base: Path, tmp_path: Path) -
 
 
 def test_model_config_file_is_kept_with_base_paths_rewritten(base: Path, tmp_path: Path) -> None:
-    config_file = tmp_path / "serving.config"
+    config_file = tmp_path / "graphserve.serving.config"
     config_file.write_text(
         "model_config_list {\n"
         f'  config {{ name: "mlp" base_path: "{base / "mlp"}" model_platform: "tensorflow"\n'
@@ -389,7 +389,7 @@ def docker_calls(log: Path) -> list[list[str]]:
 @pytest.fixture(scope="module")
 def graph_server(base: Path) -> Iterator[int]:
     """The embedded graph server serving BASE/mlp; yields its gRPC port."""
-    from serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 
     registry = ModelRegistry()
     registry.load_graph("mlp", base / "mlp")
@@ -438,8 +438,8 @@ def test_an_exited_container_fails_before_the_timeout(
 
 
 def test_wait_reads_model_status_over_grpc(graph_server: int) -> None:
-    from deploy.errors import NotAvailableError
-    from deploy.wait import wait_until_available
+    from graphserve.core.errors import NotAvailableError
+    from graphserve.deploy.wait import wait_until_available
 
     address = f"127.0.0.1:{graph_server}"
     statuses = wait_until_available(address, ["mlp"], timeout=10)
@@ -606,7 +606,7 @@ def test_tf_serving_in_docker_serves_the_export(base: Path, tmp_path: Path) -> N
     import numpy as np
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-    from serving.codec import array_from_proto, array_to_proto
+    from graphserve.core.codec import array_from_proto, array_to_proto
 
     project = tmp_path / "project"
     grpc_port, rest_port = free_port(), free_port()

@@ -21,8 +21,8 @@ import pytest
 import typer.main
 import yaml
 
-from exporter.compat import DEFAULT_TFSERVING_IMAGE
 from graphserve.cli import app
+from graphserve.core.compat import DEFAULT_TFSERVING_IMAGE
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "docker"

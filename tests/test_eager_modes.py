@@ -17,11 +17,11 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from exporter import parse_input_spec
-from exporter.examples import mlp
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import array_from_proto, array_to_proto
-from serving.registry import ModelLoadError
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.exporter import parse_input_spec
+from graphserve.model.examples import mlp
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.registry import ModelLoadError
 
 MODES = {"call": "eager", "predict": "eager-predict", "function": "eager-function"}
 

@@ -1,6 +1,6 @@
 """The built-in examples: eager values worth knowing, and each one exported, reloaded and compared.
 
-Eager calls go through `exporter.trace.call_signature`, the path the eager server runs; exports go
+Eager calls go through `model.trace.call_signature`, the path the eager server runs; exports go
 through `export_model` into tmp_path, as the CLI does.
 """
 
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from exporter import ExportResult, ExportSpec, TensorSpec, export_model
-from exporter.contract import SignatureContract
-from exporter.examples import branchy, cnn, multi_io, power
-from exporter.signature import sample_inputs
-from exporter.sources import available_examples
-from exporter.trace import call_signature
+from graphserve.core.contract import SignatureContract
+from graphserve.core.signature import sample_inputs
+from graphserve.exporter import ExportResult, ExportSpec, TensorSpec, export_model
+from graphserve.model.examples import branchy, cnn, multi_io, power
+from graphserve.model.sources import available_examples
+from graphserve.model.trace import call_signature
 
 EXAMPLES = ["power", "branchy", "cnn", "multi_io"]
 SPECS: dict[str, list[TensorSpec]] = {

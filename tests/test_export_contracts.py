@@ -20,7 +20,13 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 from typer.testing import CliRunner
 
-from exporter import (
+from graphserve.cli import app
+from graphserve.core.codec import array_from_proto
+from graphserve.core.compat import DEFAULT_TFSERVING_IMAGE, check_tfserving
+from graphserve.core.errors import RetraceError, UnsafeOpsError
+from graphserve.core.manifest import MANIFEST_FILE, content_hash, read_manifest
+from graphserve.core.versions import clean_stale_temporaries
+from graphserve.exporter import (
     ExportSpec,
     ParityError,
     SignatureError,
@@ -29,13 +35,7 @@ from exporter import (
     export_model,
     parse_input_spec,
 )
-from exporter.compat import DEFAULT_TFSERVING_IMAGE, check_tfserving
-from exporter.errors import RetraceError, UnsafeOpsError
-from exporter.manifest import MANIFEST_FILE, content_hash, read_manifest
-from exporter.versions import clean_stale_temporaries
-from exporter.warmup import MAX_WARMUP_RECORDS, WARMUP_FILE, read_warmup_records
-from graphserve.cli import app
-from serving.codec import array_from_proto
+from graphserve.model.warmup import MAX_WARMUP_RECORDS, WARMUP_FILE, read_warmup_records
 from tests.savedmodels import write_lambda_keras
 
 runner = CliRunner()
@@ -536,8 +536,8 @@ def test_cli_json_carries_signatures_traces_and_warmup(tmp_path: Path) -> None:
 def test_both_servers_serve_every_signature_of_a_multi_signature_model(tmp_path: Path) -> None:
     from tensorflow_serving.apis import predict_pb2
 
-    from serving import ModelRegistry, ModelServer, ServerOptions
-    from serving.codec import array_to_proto as to_proto
+    from graphserve.core.codec import array_to_proto as to_proto
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 
     export_model(_spec(tmp_path, "examples:cnn", name="cnn"))
     graph, eager = ModelRegistry(), ModelRegistry()
@@ -570,9 +570,9 @@ def test_both_servers_serve_every_signature_of_a_multi_signature_model(tmp_path:
 
 
 def test_graph_server_refuses_a_version_whose_warmup_records_fail(tmp_path: Path) -> None:
-    from exporter.warmup import warmup_requests, write_warmup_records
-    from serving import ModelRegistry
-    from serving.registry import ModelLoadError
+    from graphserve.model.warmup import warmup_requests, write_warmup_records
+    from graphserve.serving import ModelRegistry
+    from graphserve.serving.registry import ModelLoadError
 
     result = export_model(_spec(tmp_path, warmup_samples=0))
     wrong = warmup_requests("m", {"serving_default": _x("pixels:float32:-1,784")}, 1)
@@ -598,8 +598,8 @@ def test_tf1_savedmodel_re_exports_its_predict_signatures(tmp_path: Path) -> Non
 def test_a_savedmodel_with_nothing_to_run_from_python_says_why(tmp_path: Path) -> None:
     """An existing SavedModel whose signatures cannot be re-run from Python (here, an input of
     unknown rank) names each one and why, where `--input` could not help."""
-    from exporter.errors import SignatureError
-    from exporter.sources import load_source, resolve_contracts
+    from graphserve.core.errors import SignatureError
+    from graphserve.model.sources import load_source, resolve_contracts
 
     module = tf.Module()
     module.f = tf.function(lambda t: {"y": t * 2.0}, input_signature=[tf.TensorSpec(None)])

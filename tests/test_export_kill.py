@@ -24,14 +24,14 @@ import numpy as np
 import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from exporter.manifest import MANIFEST_FILE, read_manifest
-from exporter.savedmodel import SavedModelError, serve_meta_graph
-from exporter.versions import TMP_PREFIX, atomic_version_dir, existing_versions, next_version
-from exporter.warmup import WARMUP_FILE
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import array_from_proto, array_to_proto
-from serving.config import ModelConfig
-from serving.manager import ModelManager, load_version
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.manifest import MANIFEST_FILE, read_manifest
+from graphserve.core.savedmodel import SavedModelError, serve_meta_graph
+from graphserve.core.versions import TMP_PREFIX, atomic_version_dir, existing_versions, next_version
+from graphserve.model.warmup import WARMUP_FILE
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.config import ModelConfig
+from graphserve.serving.manager import ModelManager, load_version
 
 NAME = "affine"
 X = np.array([[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]], dtype=np.float32)

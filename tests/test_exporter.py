@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from exporter import (
+from graphserve.exporter import (
     ExportSpec,
     ParityError,
     SignatureError,
@@ -15,7 +15,7 @@ from exporter import (
     export_model,
     parse_input_spec,
 )
-from exporter.examples import mlp
+from graphserve.model.examples import mlp
 
 
 def _children(path: Path) -> list[str]:

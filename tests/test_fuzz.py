@@ -1,7 +1,7 @@
 """Fuzzing the request decoders in-process and both mlp servers on loopback, with hypothesis.
 
 What is fuzzed
-    a. REST JSON decoding (serving.codec: parse_json_body, decode_json_request, validate_inputs)
+    a. REST JSON decoding (core.codec: parse_json_body, decode_json_request, validate_inputs)
        against the exported mlp's serving_default and the signatures in fuzz/rest_json.py
        (examples:multi_io's inputs, one input of every dtype). Bodies lean towards plausible
        predict bodies: `instances` / `inputs` in either layout, nested lists of random shape
@@ -12,7 +12,7 @@ What is fuzzed
        bytes: truncated, a byte changed, garbage inserted, UTF-8 BOM, UTF-16, raw random bytes,
        arrays nested up to 100,000 deep. And the converse: arrays that fit, encoded the way the
        load test encodes them, decode to the same values.
-    b. gRPC tensor decoding (serving.codec: array_from_proto, validate_inputs): TensorProtos with
+    b. gRPC tensor decoding (core.codec: array_from_proto, validate_inputs): TensorProtos with
        every DataType enum (unsupported and undefined ones too), shapes of rank 0 to 70 with
        zero, negative and huge (≥ 2**48) dimensions, `tensor_content` of random or exact length,
        and every typed `*_val` field with random counts and values (out of range for the dtype
@@ -27,7 +27,7 @@ What is fuzzed
        installed.
 
 Documented outcomes
-    decoding    arrays that fit the signature, or serving.errors.InvalidInput (HTTP 400,
+    decoding    arrays that fit the signature, or graphserve.core.errors.InvalidInput (HTTP 400,
                 INVALID_ARGUMENT); nothing else
     REST        200 with `predictions` or `outputs` (equal to the model run in this process),
                 or 400 (bad input, JSON or framing; unknown signature), 404 (unknown model or
@@ -67,12 +67,12 @@ from hypothesis import strategies as st
 from tensorflow.core.framework import tensor_pb2, types_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from exporter.examples import mlp
-from exporter.savedmodel import signature_defs
-from exporter.signature import TensorSpec
-from serving.codec import DTYPE_TO_ENUM, array_from_proto, array_to_proto, validate_inputs
-from serving.errors import InvalidInput
-from serving.signature import ServedSignature
+from graphserve.core.codec import DTYPE_TO_ENUM, array_from_proto, array_to_proto, validate_inputs
+from graphserve.core.errors import InvalidInput
+from graphserve.core.savedmodel import signature_defs
+from graphserve.core.signature import TensorSpec
+from graphserve.model.examples import mlp
+from graphserve.serving.signature import ServedSignature
 from tests.keepalive import KeepAliveClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -486,7 +486,7 @@ def fitting_arrays(draw: st.DrawFn, specs: Mapping[str, TensorSpec]) -> dict[str
 @pytest.mark.parametrize("signature", ["multi_io", "every_dtype", "mlp"])
 def test_json_round_trip_of_fitting_arrays(signature: str) -> None:
     """The other half of (a): whatever a client encodes correctly is decoded to the same values."""
-    from loadtest.payloads import rest_body
+    from graphserve.loadtest.payloads import rest_body
 
     specs = SIGNATURES[signature]
 

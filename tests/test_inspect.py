@@ -14,17 +14,17 @@ import pytest
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 from typer.testing import CliRunner
 
-from exporter.errors import ExportError
-from exporter.inspect import inspect_saved_model
-from exporter.manifest import MANIFEST_FILE
-from exporter.opscan import GRAPH, OpScan, scan_meta_graph, scan_saved_model
-from exporter.savedmodel import (
+from graphserve.cli import app
+from graphserve.core.errors import ExportError
+from graphserve.core.manifest import MANIFEST_FILE
+from graphserve.core.savedmodel import (
     SavedModelError,
     meta_graph,
     read_saved_model,
     signature_defs,
 )
-from graphserve.cli import app
+from graphserve.exporter.inspect import inspect_saved_model
+from graphserve.model.opscan import GRAPH, OpScan, scan_meta_graph, scan_saved_model
 from tests import savedmodels
 from tests.savedmodels import CLASSIFY_METHOD, CLEAN_INPUTS, REGRESS_METHOD
 
@@ -282,7 +282,7 @@ def test_op_lists_name_real_ops() -> None:
     build, except TF1 contrib's Rpc and TryRpc (globs such as the cloud ops are not checked)."""
     from tensorflow.python.framework import op_def_registry
 
-    from exporter import opscan
+    from graphserve.exporter import opscan
 
     groups = [value for name, value in vars(opscan).items() if name.endswith("_OPS")]
     exact = {op for group in groups for op in group if "*" not in op}
@@ -341,7 +341,7 @@ def test_missing_serve_tags_lists_the_tag_sets_present(tmp_path: Path) -> None:
 
 
 def test_warmup_records_are_counted(models: Models, tmp_path: Path) -> None:
-    from exporter.warmup import warmup_requests, write_warmup_records
+    from graphserve.model.warmup import warmup_requests, write_warmup_records
 
     version = shutil.copytree(models.clean, tmp_path / "1")
     write_warmup_records(version, warmup_requests("m", {"serving_default": CLEAN_INPUTS}, 3))
@@ -352,7 +352,7 @@ def test_warmup_records_are_counted(models: Models, tmp_path: Path) -> None:
 
 
 def test_a_corrupt_warmup_file_is_reported_not_raised(models: Models, tmp_path: Path) -> None:
-    from exporter.warmup import WARMUP_FILE
+    from graphserve.model.warmup import WARMUP_FILE
 
     version = shutil.copytree(models.clean, tmp_path / "1")
     (version / WARMUP_FILE).parent.mkdir(parents=True)

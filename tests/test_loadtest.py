@@ -19,20 +19,20 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2
 from typer.testing import CliRunner
 
-from exporter.signature import TensorSpec
-from loadtest.cli import app, parse_duration, parse_loads
-from loadtest.errors import LoadTestError, PayloadError, RemoteTargetError
-from loadtest.metadata import specs_from_grpc_metadata, specs_from_rest_metadata
-from loadtest.payloads import (
+from graphserve.core.codec import array_from_proto, shape_proto
+from graphserve.core.errors import LoadTestError, PayloadError, RemoteTargetError
+from graphserve.core.signature import TensorSpec
+from graphserve.loadtest.cli import app, parse_duration, parse_loads
+from graphserve.loadtest.metadata import specs_from_grpc_metadata, specs_from_rest_metadata
+from graphserve.loadtest.payloads import (
     build_payload,
     grpc_request_bytes,
     load_payload,
     rest_body,
     save_payload,
 )
-from loadtest.scrape import scrape, snapshot_from_text
-from loadtest.targets import check_loopback, http_base_url
-from serving.codec import array_from_proto, shape_proto
+from graphserve.loadtest.scrape import scrape, snapshot_from_text
+from graphserve.loadtest.targets import check_loopback, http_base_url
 
 # ---------------------------------------------------------------------------------------------
 # Durations
@@ -265,7 +265,7 @@ def test_cli_bad_duration_is_a_usage_error() -> None:
 
 def test_cli_import_loads_neither_tensorflow_nor_locust() -> None:
     probe = (
-        "import sys, loadtest, loadtest.cli; "
+        "import sys, loadtest, graphserve.loadtest.cli; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'tensorflow', 'locust', 'grpc'}))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -275,7 +275,7 @@ def test_cli_import_loads_neither_tensorflow_nor_locust() -> None:
 def test_predict_method_is_the_tf_serving_one() -> None:
     from tensorflow_serving.apis import prediction_service_pb2
 
-    from loadtest.plan import PREDICT_METHOD
+    from graphserve.loadtest.plan import PREDICT_METHOD
 
     service = prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"]
     assert f"/{service.full_name}/Predict" == PREDICT_METHOD
@@ -315,7 +315,7 @@ def test_cli_needs_the_model_name_for_addresses(tmp_path: Path) -> None:
 def test_model_name_comes_from_the_option_or_the_base_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from loadtest.compare import Arm, CompareSpec, compare, model_name_of
+    from graphserve.loadtest.compare import Arm, CompareSpec, compare, model_name_of
 
     arms = (Arm("graph", "127.0.0.1:1"),)
     assert model_name_of(CompareSpec(arms, model_base_path=Path("models/mobilenet"))) == "mobilenet"
@@ -368,8 +368,8 @@ graphserve_request_latency_seconds_sum{model="mlp",version="1",signature="servin
 
 @pytest.fixture(scope="module")
 def metered_servers(mlp_export):  # type: ignore[no-untyped-def]
-    from serving import ModelRegistry, ModelServer, ServerOptions
-    from serving.defaults import DEFAULT_METRICS_PATH
+    from graphserve.core.defaults import DEFAULT_METRICS_PATH
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 
     graph_registry = ModelRegistry()
     graph_registry.load_graph("mlp", mlp_export.model_dir)
@@ -589,7 +589,7 @@ def test_calibration_adds_the_null_endpoint_and_reports_render_again(
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from exporter.api import ExportSpec, export_model
+    from graphserve.exporter.api import ExportSpec, export_model
 
     base = tmp_path_factory.mktemp("models")
     export_model(ExportSpec(source="examples:mlp", name="tiny", base_path=base))
@@ -607,13 +607,13 @@ _HEADLINE = re.compile(
 def test_self_managed_report_names_the_model_and_never_breaks_down_negative(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import graphserve.console
+    import graphserve.core.console
     from graphserve.cli import app as graphserve_app
 
     # As a user runs it, with TF_CPP_MIN_LOG_LEVEL unset: the servers started must inherit the
     # quiet level, so that no "failed call to cuInit" reaches their logs.
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
-    monkeypatch.setattr(graphserve.console, "_chosen_by_us", False)
+    monkeypatch.setattr(graphserve.core.console, "_chosen_by_us", False)
     out = tmp_path / "out"
     result = CliRunner().invoke(
         graphserve_app,

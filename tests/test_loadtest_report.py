@@ -18,10 +18,22 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
-from loadtest import plots
-from loadtest.analysis import BREAKDOWN_STATISTIC, RawRun, analyze, breakdown, load_records
-from loadtest.plan import ArmTarget, Plan
-from loadtest.report import headline, render_html, render_markdown, render_table, write_report
+from graphserve.loadtest import plots
+from graphserve.loadtest.analysis import (
+    BREAKDOWN_STATISTIC,
+    RawRun,
+    analyze,
+    breakdown,
+    load_records,
+)
+from graphserve.loadtest.plan import ArmTarget, Plan
+from graphserve.loadtest.report import (
+    headline,
+    render_html,
+    render_markdown,
+    render_table,
+    write_report,
+)
 
 T0 = 1_763_632_800.0  # 2025-11-20T10:00:00Z
 WINDOW_S = 5.0

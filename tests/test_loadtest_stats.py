@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtest.errors import SloError
-from loadtest.slo import Gate, describe, evaluate, parse_gate
-from loadtest.stats import (
+from graphserve.core.errors import SloError
+from graphserve.loadtest.slo import Gate, describe, evaluate, parse_gate
+from graphserve.loadtest.stats import (
     PERCENTILES,
     mean_draws,
     percentile,

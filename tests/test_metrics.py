@@ -16,9 +16,9 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import array_to_proto
-from serving.metrics import MonitoringConfigError, load_monitoring_config
+from graphserve.core.codec import array_to_proto
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.metrics import MonitoringConfigError, load_monitoring_config
 
 
 @pytest.fixture(scope="module")

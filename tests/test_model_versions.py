@@ -33,12 +33,17 @@ from tensorflow_serving.apis import (
 )
 from typer.testing import CliRunner
 
-from exporter import ExportSpec, export_model, parse_input_spec
 from graphserve.cli import app
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import array_from_proto, array_to_proto
-from serving.config import ModelConfig, ModelConfigError, VersionPolicy, load_model_config_file
-from serving.manager import ModelManager
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.exporter import ExportSpec, export_model, parse_input_spec
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.config import (
+    ModelConfig,
+    ModelConfigError,
+    VersionPolicy,
+    load_model_config_file,
+)
+from graphserve.serving.manager import ModelManager
 
 X = np.array([[1.0, 1.0, 1.0]], dtype=np.float32)
 
@@ -474,7 +479,7 @@ def _served_by_version(metrics_url: str) -> dict[tuple[str, str], float]:
 
 
 def _process_status(grpc_address: str) -> dict[int, tuple[str, str]]:
-    from deploy.wait import model_status
+    from graphserve.deploy.wait import model_status
 
     return {s.version: (s.state, s.error_message) for s in model_status(grpc_address, "affine")}
 
@@ -483,10 +488,10 @@ def _process_status(grpc_address: str) -> dict[int, tuple[str, str]]:
 def test_a_version_pushed_under_locust_load_swaps_in_with_no_failed_request(
     tmp_path: Path,
 ) -> None:
-    from graphserve.processes import ServerProcess
-    from loadtest.analysis import read_raw
-    from loadtest.compare import METRICS_PATH, Arm, CompareSpec, LoadSpec, compare
-    from loadtest.stats import summarize
+    from graphserve.core.processes import ServerProcess
+    from graphserve.loadtest.analysis import read_raw
+    from graphserve.loadtest.compare import METRICS_PATH, Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest.stats import summarize
 
     base = tmp_path / "models"
     _export(base, version=1)

@@ -23,10 +23,10 @@ from tensorflow_serving.apis import (
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.processes import ServerProcess
-from serving.codec import array_from_proto, array_to_proto
-from serving.nullrunner import NullRunner
-from serving.runners import GraphRunner
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.processes import ServerProcess
+from graphserve.serving.nullrunner import NullRunner
+from graphserve.serving.runners import GraphRunner
 
 X = np.random.default_rng(3).standard_normal((3, 784)).astype(np.float32)
 

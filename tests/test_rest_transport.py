@@ -32,7 +32,7 @@ def test_a_response_arrives_whole_in_one_read(mlp_servers: Servers) -> None:
 
 
 def test_grpc_threads_exist_before_the_first_request(mlp_servers: Servers) -> None:
-    from serving.defaults import DEFAULT_GRPC_WORKERS
+    from graphserve.core.defaults import DEFAULT_GRPC_WORKERS
 
     names = [t.name for t in threading.enumerate() if t.name.startswith("grpc_")]
     # two in-process servers (graph and eager), each with its pool started at start()

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from exporter.examples import mlp
-from graphserve.processes import ServerProcess
-from serving.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.processes import ServerProcess
+from graphserve.model.examples import mlp
 
 BATCHING = """
 max_batch_size { value: 8 }

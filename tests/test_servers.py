@@ -20,8 +20,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from exporter.examples import mlp
-from serving.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.model.examples import mlp
 
 ARMS = ["graph", "eager"]
 X = np.random.default_rng(11).standard_normal((3, 784)).astype(np.float32)

@@ -31,12 +31,11 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from exporter.errors import UnsafeOpsError
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import array_from_proto, array_to_proto
-from serving.errors import InvalidInput, Unavailable
-from serving.runners import GraphRunner, load_runner
-from serving.session_runner import SessionRunner
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.errors import InvalidInput, Unavailable, UnsafeOpsError
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.runners import GraphRunner, load_runner
+from graphserve.serving.session_runner import SessionRunner
 from tests.rest import post_json
 from tests.savedmodels import write_with_read_file
 from tests.tf1_models import (
@@ -387,13 +386,13 @@ def test_the_op_scan_applies_to_the_session_path(tmp_path: Path) -> None:
 def test_a_model_the_session_cannot_load_falls_back_to_functions(
     mlp_export: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import serving.session_runner
+    import graphserve.serving.session_runner
 
     class Broken:
         def __init__(self, *args: object, **kwargs: object) -> None:
             raise RuntimeError("the Session cannot load this")
 
-    monkeypatch.setattr(serving.session_runner, "SessionRunner", Broken)
+    monkeypatch.setattr(graphserve.serving.session_runner, "SessionRunner", Broken)
     with caplog.at_level(logging.WARNING, logger="graphserve.runners"):
         runner = load_runner(mlp_export.version_dir)
     assert runner.execution == "function"
@@ -403,13 +402,13 @@ def test_a_model_the_session_cannot_load_falls_back_to_functions(
 def test_when_both_paths_fail_the_session_error_is_raised(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import serving.session_runner
+    import graphserve.serving.session_runner
 
     class Broken:
         def __init__(self, *args: object, **kwargs: object) -> None:
             raise RuntimeError("the Session cannot load this")
 
-    monkeypatch.setattr(serving.session_runner, "SessionRunner", Broken)
+    monkeypatch.setattr(graphserve.serving.session_runner, "SessionRunner", Broken)
     with pytest.raises(RuntimeError, match="the Session cannot load this"):
         load_runner(write_tf1_counter(tmp_path / "counter" / "1"))  # no function path either
 
@@ -448,7 +447,7 @@ def test_the_session_uses_the_thread_pools_the_server_was_given() -> None:
         "import tensorflow as tf\n"
         "tf.config.threading.set_intra_op_parallelism_threads(1)\n"
         "tf.config.threading.set_inter_op_parallelism_threads(3)\n"
-        "from serving.session_runner import _session_config\n"
+        "from graphserve.serving.session_runner import _session_config\n"
         "c = _session_config()\n"
         "print(c.intra_op_parallelism_threads, c.inter_op_parallelism_threads)\n"
     )

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from exporter.errors import SignatureError
-from exporter.signature import TensorSpec, parse_input_spec, parse_shape, sample_inputs
+from graphserve.core.errors import SignatureError
+from graphserve.core.signature import TensorSpec, parse_input_spec, parse_shape, sample_inputs
 
 
 def test_parse_input_spec_keeps_name_dtype_and_shape() -> None:
@@ -56,7 +56,7 @@ def test_sample_inputs_fit_specs_and_repeat_with_seed() -> None:
 def test_unknown_rank_is_a_shape_of_its_own() -> None:
     """`*` (or a whole shape of null in a signature file) is an unknown rank: never a scalar,
     sampled as one value per row, written back as `*`."""
-    from exporter.contract import contracts_from_mapping
+    from graphserve.core.contract import contracts_from_mapping
 
     assert parse_shape("*") is None
     assert parse_shape("") == ()

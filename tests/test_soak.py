@@ -32,9 +32,9 @@ import pytest
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from exporter.examples import mlp
-from graphserve.processes import ServerProcess
-from serving.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.processes import ServerProcess
+from graphserve.model.examples import mlp
 from tests.keepalive import KeepAliveClient
 
 pytestmark = pytest.mark.slow

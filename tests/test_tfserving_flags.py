@@ -26,12 +26,12 @@ from tensorflow_serving.apis import (
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.processes import ServerProcess, free_port
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.cli import _Serve
-from serving.codec import array_from_proto, array_to_proto
-from serving.config import ModelConfig, ModelConfigWatcher, load_model_config_file
-from serving.manager import ModelManager
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.processes import ServerProcess, free_port
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+from graphserve.serving.cli import _Serve
+from graphserve.serving.config import ModelConfig, ModelConfigWatcher, load_model_config_file
+from graphserve.serving.manager import ModelManager
 from tests.savedmodels import write_clean, write_half_plus_two
 
 PARSE_ERROR = "Error parsing text-format tensorflow.serving.ModelServerConfig"
@@ -179,8 +179,8 @@ def test_tfserving_flags_reach_the_server_options(
 ) -> None:
     """What the server is built with: no gRPC TCP port with `--port=0`, the socket, the REST
     timeout, the method-name check and the gRPC arguments (a stand-in server records them)."""
-    import serving.cli
-    import serving.server
+    import graphserve.serving.cli
+    import graphserve.serving.server
 
     base = write_half_plus_two(tmp_path / "half_plus_two" / "1").parent
     built: list[tuple[ModelRegistry, ServerOptions]] = []
@@ -200,9 +200,9 @@ def test_tfserving_flags_reach_the_server_options(
         def wait(self) -> None:
             pass
 
-    monkeypatch.setattr(serving.server, "ModelServer", RecordingServer)
-    monkeypatch.setattr(serving.cli, "configure_logging", lambda fmt: None)
-    monkeypatch.setattr(serving.cli.signal, "signal", lambda *args: None)
+    monkeypatch.setattr(graphserve.serving.server, "ModelServer", RecordingServer)
+    monkeypatch.setattr(graphserve.serving.cli, "configure_logging", lambda fmt: None)
+    monkeypatch.setattr(graphserve.serving.cli.signal, "signal", lambda *args: None)
     result = CliRunner().invoke(
         app,
         [

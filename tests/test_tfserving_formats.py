@@ -22,8 +22,8 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving import ModelRegistry, ModelServer, ServerOptions
-from serving.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from tests.rest import post_json
 from tests.savedmodels import write_half_plus_two
 
@@ -161,7 +161,7 @@ def test_grpc_predict_classify_regress(server: ModelServer) -> None:
 
 
 def test_keras_export_is_served(tmp_path: Path) -> None:
-    from exporter.examples import mlp
+    from graphserve.model.examples import mlp
 
     model = mlp.build()
     model.export(str(tmp_path / "keras_mlp" / "1"), verbose=False)

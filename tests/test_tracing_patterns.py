@@ -26,7 +26,9 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 from typer.testing import CliRunner
 
-from exporter import (
+from graphserve.cli import app
+from graphserve.core.manifest import read_manifest
+from graphserve.exporter import (
     ExportResult,
     ExportSpec,
     ParityError,
@@ -35,8 +37,6 @@ from exporter import (
     export_model,
     parse_input_spec,
 )
-from exporter.manifest import read_manifest
-from graphserve.cli import app
 
 runner = CliRunner()
 

@@ -19,10 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.processes import ServerProcess
-from serving import ModelRegistry
-from serving.config import ModelConfig
-from serving.manager import ModelManager, load_version
+from graphserve.core.processes import ServerProcess
+from graphserve.serving import ModelRegistry
+from graphserve.serving.config import ModelConfig
+from graphserve.serving.manager import ModelManager, load_version
 from tests.savedmodels import write_clean, write_lambda_keras, write_with_read_file
 
 X = np.array([[1.0, 2.0]], dtype=np.float32)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.versions import existing_versions, next_version, version_dirs, version_path
+from graphserve.core.versions import existing_versions, next_version, version_dirs, version_path
 
 
 def _dirs(base: Path, *names: str) -> Path:
@@ -47,7 +47,7 @@ def test_zero_padded_version_serves_and_reports_its_number(mlp_export, tmp_path:
     """The issue's failure: `…/123 does not exist: expected a SavedModel directory`."""
     import shutil
 
-    from serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 
     base = tmp_path / "mlp"
     shutil.copytree(mlp_export.version_dir, base / "00000123")
@@ -67,8 +67,8 @@ def test_zero_padded_version_serves_and_reports_its_number(mlp_export, tmp_path:
 
 
 def test_export_sees_a_padded_version(tmp_path: Path) -> None:
-    from exporter.errors import VersionExistsError
-    from exporter.versions import ensure_version_free
+    from graphserve.core.errors import VersionExistsError
+    from graphserve.core.versions import ensure_version_free
 
     base = _dirs(tmp_path, "00000007")
     with pytest.raises(VersionExistsError, match="00000007"):

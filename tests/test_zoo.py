@@ -41,8 +41,8 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from loadtest.payloads import rest_body, save_payload
-from serving.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.loadtest.payloads import rest_body, save_payload
 from tests import zoo_models
 
 MODELS = ["mobilenet", "text_lookup", "dict_io", "keras_export", "estimator"]
@@ -85,7 +85,7 @@ class Zoo:
 
 
 def _export(name: str, base: Path) -> tuple[Path, float, float]:
-    from exporter import ExportSpec, export_model
+    from graphserve.exporter import ExportSpec, export_model
 
     result = export_model(ExportSpec(source=f"tests.zoo_models:{name}", name=name, base_path=base))
     return result.path, result.seconds, result.parity.max_abs_error
@@ -201,7 +201,7 @@ BUILDERS: dict[str, Callable[[Path], ZooModel]] = {
 
 @pytest.fixture(scope="module")
 def zoo(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Zoo]:
-    from serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 
     base = tmp_path_factory.mktemp("zoo")
     registries = {arm: ModelRegistry() for arm in ARMS}
@@ -417,9 +417,9 @@ def test_estimator_classify_and_regress_over_grpc_and_rest(zoo: Zoo) -> None:
 def test_eager_server_refuses_the_tf1_export_with_a_clear_error(zoo: Zoo) -> None:
     """A TF1 export has no Python model: the eager server says why it cannot run it, with or
     without a declared input, rather than crashing on its first call."""
-    from exporter.signature import parse_input_spec
-    from serving import ModelRegistry
-    from serving.registry import ModelLoadError
+    from graphserve.core.signature import parse_input_spec
+    from graphserve.serving import ModelRegistry
+    from graphserve.serving.registry import ModelLoadError
 
     source = str(zoo.models["estimator"].version_dir)
     with pytest.raises(
@@ -462,7 +462,7 @@ def test_served_p50_graph_and_eager(zoo: Zoo, name: str) -> None:
 def test_comparison_report_names_the_model(zoo: Zoo, name: str, tmp_path: Path) -> None:
     """A short locust comparison of the arms (the graph server alone for the TF1 export),
     through loadtest's library API: its report is titled with the model and says which."""
-    from loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
 
     model = zoo.models[name]
     payload = tmp_path / "payload.npz"

@@ -31,7 +31,7 @@ from typing import Any
 from tensorflow.core.framework import function_pb2, node_def_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
-from exporter.savedmodel import serve_meta_graph
+from graphserve.core.savedmodel import serve_meta_graph
 
 __all__ = [
     "CHECKPOINT_OPS",

@@ -15,8 +15,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
-from exporter.signature import SERVING_DEFAULT, TensorSpec, sample_inputs
-from serving.codec import array_to_proto
+from graphserve.core.codec import array_to_proto
+from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, sample_inputs
 
 __all__ = [
     "MAX_WARMUP_RECORDS",
@@ -102,7 +102,7 @@ def replay_warmup(
 
     Returns the number of records; exceptions from `run` propagate (a record the model rejects).
     """
-    from serving.codec import array_from_proto
+    from graphserve.core.codec import array_from_proto
 
     count = 0
     for log in read_warmup_records(version_dir):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 INPUT_SIGNATURE = [TensorSpec("images", "float32", (None, 784))]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 INPUT_SIGNATURE = [
     TensorSpec("features", "float32", (None, 8)),

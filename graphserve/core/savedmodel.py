@@ -16,7 +16,7 @@ from pathlib import Path
 from google.protobuf import message, text_format
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
-from exporter.errors import ExportError
+from graphserve.core.errors import SavedModelError
 
 __all__ = [
     "SERVE_TAGS",
@@ -35,9 +35,6 @@ SERVE_TAGS = frozenset({"serve"})
 _PB = "saved_model.pb"
 _PBTXT = "saved_model.pbtxt"
 
-
-class SavedModelError(ExportError):
-    """The path is not a readable SavedModel directory, or has no MetaGraph with the tags."""
 
 
 def find_saved_model_file(path: Path | str) -> Path | None:

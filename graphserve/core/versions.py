@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from exporter.errors import VersionExistsError
+from graphserve.core.errors import VersionExistsError
 
 __all__ = [
     "TMP_PREFIX",

@@ -121,6 +121,6 @@ class ServerProcess:
 
 def model_available(grpc_address: str, model_name: str) -> bool:
     """True when the server at `grpc_address` reports a version of `model_name` AVAILABLE."""
-    from deploy.wait import model_status
+    from graphserve.core.client import model_status
 
     return any(v.state == "AVAILABLE" for v in model_status(grpc_address, model_name))

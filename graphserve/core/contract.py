@@ -28,8 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from exporter.errors import SignatureError
-from exporter.signature import SERVING_DEFAULT, TensorSpec, check_unique, parse_shape
+from graphserve.core.errors import SignatureError
+from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, check_unique, parse_shape
 
 __all__ = [
     "SignatureContract",

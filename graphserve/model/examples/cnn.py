@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 IMAGE_SHAPE = (28, 28, 1)
 CLASSES = 10

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 INPUT_SIGNATURE = [TensorSpec("x", "int32", (None, 10, 10))]
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.contract import SignatureContract, contracts_from_mapping, merge_contracts
-from exporter.errors import SignatureError, SourceError
-from exporter.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec, parse_input_spec
+from graphserve.core.contract import SignatureContract, contracts_from_mapping, merge_contracts
+from graphserve.core.errors import SignatureError, SourceError
+from graphserve.core.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec, parse_input_spec
 
 __all__ = ["ModelSource", "available_examples", "load_source", "resolve_contracts"]
 
-_EXAMPLES_PACKAGE = "exporter.examples"
+_EXAMPLES_PACKAGE = "graphserve.model.examples"
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _load_saved_model(text: str) -> ModelSource:
     model knows, so they cannot be sampled for parity; they are left out with a warning."""
     import tensorflow as tf
 
-    from exporter.savedmodel import signature_defs
+    from graphserve.core.savedmodel import signature_defs
 
     try:
         methods = {k: d.method_name for k, d in signature_defs(Path(text)).items()}

@@ -17,8 +17,6 @@ import tempfile
 from rich.console import Console
 
 EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 # soft_wrap: messages hold paths and specs that must survive a copy-paste unbroken.
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)

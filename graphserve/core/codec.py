@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
 
-from exporter.signature import DTYPE_ENUMS, DTYPES, Shape, TensorSpec
-from serving.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
-from serving.errors import InvalidInput
+from graphserve.core.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
+from graphserve.core.errors import InvalidInput
+from graphserve.core.signature import DTYPE_ENUMS, DTYPES, Shape, TensorSpec
 
 __all__ = [
     "DTYPE_TO_ENUM",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from exporter.signature import TensorSpec
+from graphserve.core.signature import TensorSpec
 
 INPUT_SIGNATURE = [TensorSpec("x", "float32", (None, 4))]
 

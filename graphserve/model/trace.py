@@ -16,9 +16,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from exporter.contract import SignatureContract
-from exporter.errors import SignatureError
-from exporter.signature import TensorSpec
+from graphserve.core.contract import SignatureContract
+from graphserve.core.errors import SignatureError
+from graphserve.core.signature import TensorSpec
 
 __all__ = [
     "Traced",

@@ -1,7 +1,7 @@
 """Input signature specs: parsing `NAME:DTYPE:SHAPE`, and sample inputs that fit a spec.
 
 Pure numpy on purpose: the CLI, the load test and the codec use these without importing
-TensorFlow. Conversion to `tf.TensorSpec` lives in `exporter.trace`.
+TensorFlow. Conversion to `tf.TensorSpec` lives in `graphserve.model.trace`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from exporter.errors import SignatureError
+from graphserve.core.errors import SignatureError
 
 __all__ = [
     "DTYPES",

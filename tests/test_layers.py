@@ -1,0 +1,91 @@
+"""The layers as the README draws them, beyond what import-linter checks in `make lint`: the core
+imports no TensorFlow API, nothing imports the packages by their folder names, and the wheel
+installs one name, `graphserve`, without bench/ and fuzz/."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FOLDERS = ("exporter", "serving", "loadtest", "deploy", "bench", "fuzz")
+# What the core may take from TensorFlow's packages: generated protocol buffers, nothing else.
+PROTO_PACKAGES = ("tensorflow.core.", "tensorflow_serving.")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), str(path))
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _python_files(*folders: str) -> list[Path]:
+    return [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))]
+
+
+def test_the_core_imports_no_tensorflow_api() -> None:
+    offending = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _python_files("graphserve/core")
+        for line, module in _imports(path)
+        if module.split(".")[0] in ("tensorflow", "keras", "tf_keras")
+        and not module.startswith(PROTO_PACKAGES)
+    ]
+    assert offending == []
+
+
+def test_the_core_loads_without_the_tensorflow_runtime_modules() -> None:
+    """The core modules that need no protocol buffers load without TensorFlow at all."""
+    code = (
+        "import sys\n"
+        "import graphserve.core.signature, graphserve.core.errors, graphserve.core.versions\n"
+        "import graphserve.core.console, graphserve.core.contract, graphserve.core.defaults\n"
+        "import graphserve.core.batchingparams, graphserve.core.processes\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/"
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_nothing_imports_a_package_by_its_folder_name() -> None:
+    """`exporter`, `serving`, ... are folders; the importable names are graphserve.exporter and so
+    on. An import by the folder name works from a clone and breaks in the installed wheel."""
+    offending = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _python_files("exporter", "serving", "loadtest", "deploy", "tests")
+        + _python_files("graphserve/core", "graphserve/model")
+        for line, module in _imports(path)
+        if module.split(".")[0] in FOLDERS[:4]
+    ]
+    assert offending == []
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_only_graphserve(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), "."],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("graphserve-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"graphserve"}
+    for package in ("core", "model", "exporter", "serving", "loadtest", "deploy"):
+        assert f"graphserve/{package}/__init__.py" in names
+    assert "graphserve/loadtest/locustfile.py" in names
+    assert "graphserve/loadtest/py.typed" in names
+    assert not [n for n in names if n.startswith(("bench/", "fuzz/", "graphserve/bench"))]

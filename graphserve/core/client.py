@@ -1,50 +1,635 @@
 """The one client of the TensorFlow Serving APIs, for everything that talks to a server: the load
 test's users, the benchmarks, cold start, deploy's wait, and the tests. Against TF Serving itself
-or the embedded servers alike.
+or the embedded servers alike, over gRPC (the `tensorflow-serving-api` stubs' messages) and REST
+(`/v1/models/...`).
+
+Building a request and reading an answer are kept apart from sending it, so a caller that has to
+send in its own way (locust's users time every request on locust's HTTP session or a
+gevent-patched gRPC channel) shares everything but the send:
+
+    names        RPC_METHODS, rest_path, JSON_HEADERS, http_failure, grpc_error_text
+    requests     predict_request, classify_request, regress_request, multi_inference_request,
+                 metadata_request, status_request, example
+    answers      predict_outputs, signature_defs(_from_json), version_statuses(_from_json)
+    sending      GrpcClient (on its own channel or the caller's; typed calls, or raw bytes in and
+                 out), RestClient (over an HttpTransport: one keep-alive connection by default),
+                 model_status
+
+Failures are the server's as it sent them: gRPC calls raise `grpc.RpcError`, REST calls answer
+every status with its body (`HttpReply`), and a broken connection raises `OSError` or
+`http.client.HTTPException`. A malformed answer raises ValueError.
+
+Importing this module loads neither gRPC nor TensorFlow's protobuf modules (which load the
+TensorFlow runtime): the locust processes and the CLI import it cheaply; each function imports
+what it needs on first use.
 """
 
 from __future__ import annotations
 
+import http.client
+import importlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, urlsplit
 
-__all__ = ["VersionStatus", "model_status"]
+import numpy as np
+
+from graphserve.core.results import JsonResult
+
+if TYPE_CHECKING:
+    import grpc
+
+__all__ = [
+    "JSON_HEADERS",
+    "RPC_METHODS",
+    "GrpcClient",
+    "HttpConnection",
+    "HttpReply",
+    "HttpTransport",
+    "RestClient",
+    "VersionStatus",
+    "classify_request",
+    "example",
+    "grpc_error_text",
+    "http_failure",
+    "metadata_request",
+    "model_spec",
+    "model_status",
+    "multi_inference_request",
+    "predict_outputs",
+    "predict_request",
+    "regress_request",
+    "rest_error_text",
+    "rest_path",
+    "signature_defs",
+    "signature_defs_from_json",
+    "status_request",
+    "version_statuses",
+    "version_statuses_from_json",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Names on the wire
+
+_PREDICTION = "/tensorflow.serving.PredictionService/"
+_MODEL = "/tensorflow.serving.ModelService/"
+# Every RPC by its method name, spelled out so that naming one loads no protos; a test checks
+# them against the services' descriptors.
+RPC_METHODS: dict[str, str] = {
+    "Predict": _PREDICTION + "Predict",
+    "Classify": _PREDICTION + "Classify",
+    "Regress": _PREDICTION + "Regress",
+    "MultiInference": _PREDICTION + "MultiInference",
+    "GetModelMetadata": _PREDICTION + "GetModelMetadata",
+    "GetModelStatus": _MODEL + "GetModelStatus",
+}
+# The response message of each, as (module of tensorflow_serving.apis, message).
+_RESPONSES: dict[str, tuple[str, str]] = {
+    "Predict": ("predict_pb2", "PredictResponse"),
+    "Classify": ("classification_pb2", "ClassificationResponse"),
+    "Regress": ("regression_pb2", "RegressionResponse"),
+    "MultiInference": ("inference_pb2", "MultiInferenceResponse"),
+    "GetModelMetadata": ("get_model_metadata_pb2", "GetModelMetadataResponse"),
+    "GetModelStatus": ("get_model_status_pb2", "GetModelStatusResponse"),
+}
+
+JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+
+_VERBS = ("predict", "classify", "regress")
+
+
+def rest_path(
+    model: str, verb: str | None = None, *, version: int | None = None, label: str | None = None
+) -> str:
+    """TF Serving's REST path: `/v1/models/NAME[/versions/V | /labels/L]`, then `:predict`,
+    `:classify` or `:regress`, `/metadata` for verb "metadata", nothing for the model status.
+    The name and label are percent-encoded. Raises ValueError for another verb, or both a
+    version and a label."""
+    if version is not None and label is not None:
+        raise ValueError("a model is addressed by a version or a label, not both")
+    path = f"/v1/models/{quote(model, safe='')}"
+    if version is not None:
+        path += f"/versions/{version}"
+    elif label is not None:
+        path += f"/labels/{quote(label, safe='')}"
+    if verb is None:
+        return path
+    if verb == "metadata":
+        return path + "/metadata"
+    if verb not in _VERBS:
+        raise ValueError(f"REST verb {verb!r}: expected one of {', '.join(_VERBS)} or metadata")
+    return f"{path}:{verb}"
+
+
+def http_failure(status: int, text: str) -> str:
+    """How a load generator reports an answer that is not a 200: `HTTP 400: <start of body>`."""
+    return f"HTTP {status}: {text[:200]}"
+
+
+def rest_error_text(body: bytes) -> str:
+    """TF Serving's `{"error": "..."}` message, or the start of whatever else came back."""
+    try:
+        return str(json.loads(body)["error"])
+    except (ValueError, KeyError, TypeError):
+        return body[:200].decode(errors="replace") or "(empty body)"
+
+
+def grpc_error_text(exc: BaseException) -> str:
+    """`CODE: details` of a failed RPC; the exception's text for anything else (at most 300)."""
+    import grpc
+
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        return f"{exc.code().name}: {exc.details()}"[:300]
+    return str(exc)[:300] or type(exc).__name__
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+
+
+def _apis(module: str) -> Any:
+    return importlib.import_module(f"tensorflow_serving.apis.{module}")
+
+
+def model_spec(
+    name: str, *, signature_name: str = "", version: int | None = None, label: str | None = None
+) -> Any:
+    """A ModelSpec: the model, its signature ("" is the server's default) and version or label."""
+    if version is not None and label is not None:
+        raise ValueError("a model is addressed by a version or a label, not both")
+    spec = _apis("model_pb2").ModelSpec(name=name, signature_name=signature_name)
+    if version is not None:
+        spec.version.value = version
+    elif label is not None:
+        spec.version_label = label
+    return spec
+
+
+def predict_request(
+    model: str,
+    inputs: Mapping[str, Any],
+    *,
+    signature_name: str = "",
+    version: int | None = None,
+    label: str | None = None,
+    output_filter: Iterable[str] = (),
+) -> Any:
+    """A PredictRequest. Each input is an array (encoded by the codec: numbers as
+    `tensor_content`, strings as `string_val`) or a TensorProto taken as it is."""
+    from tensorflow.core.framework import tensor_pb2
+
+    from graphserve.core.codec import array_to_proto
+
+    request = _apis("predict_pb2").PredictRequest(
+        model_spec=model_spec(model, signature_name=signature_name, version=version, label=label)
+    )
+    for name, value in inputs.items():
+        if isinstance(value, tensor_pb2.TensorProto):
+            request.inputs[name].CopyFrom(value)
+        else:
+            request.inputs[name].CopyFrom(array_to_proto(np.asarray(value)))
+    request.output_filter.extend(output_filter)
+    return request
+
+
+def example(**features: Any) -> Any:
+    """A tf.Example of the given features: floats as float_list, integers (and bools) as
+    int64_list, bytes and str as bytes_list; a scalar or a sequence each."""
+    from tensorflow.core.example import example_pb2
+
+    message = example_pb2.Example()
+    for name, value in features.items():
+        values = np.asarray(value).reshape(-1)
+        feature = message.features.feature[name]
+        if values.dtype.kind == "f":
+            feature.float_list.value.extend(values.tolist())
+        elif values.dtype.kind in "iub":
+            feature.int64_list.value.extend(int(v) for v in values.tolist())
+        else:
+            feature.bytes_list.value.extend(
+                v if isinstance(v, bytes) else str(v).encode() for v in values.tolist()
+            )
+    return message
+
+
+def _fill_input(target: Any, examples: Iterable[Any], context: Any | None) -> None:
+    """An Input's example list, or example list with context when `context` is given."""
+    if context is None:
+        target.example_list.examples.extend(examples)
+    else:
+        target.example_list_with_context.examples.extend(examples)
+        target.example_list_with_context.context.CopyFrom(context)
+
+
+def classify_request(
+    model: str,
+    examples: Iterable[Any],
+    *,
+    signature_name: str = "",
+    version: int | None = None,
+    label: str | None = None,
+    context: Any | None = None,
+) -> Any:
+    """A ClassificationRequest of tf.Examples (see `example`), with a context when given."""
+    request = _apis("classification_pb2").ClassificationRequest(
+        model_spec=model_spec(model, signature_name=signature_name, version=version, label=label)
+    )
+    _fill_input(request.input, examples, context)
+    return request
+
+
+def regress_request(
+    model: str,
+    examples: Iterable[Any],
+    *,
+    signature_name: str = "",
+    version: int | None = None,
+    label: str | None = None,
+    context: Any | None = None,
+) -> Any:
+    """A RegressionRequest of tf.Examples (see `example`), with a context when given."""
+    request = _apis("regression_pb2").RegressionRequest(
+        model_spec=model_spec(model, signature_name=signature_name, version=version, label=label)
+    )
+    _fill_input(request.input, examples, context)
+    return request
+
+
+def multi_inference_request(
+    tasks: Iterable[tuple[str, str, str]], examples: Iterable[Any], context: Any | None = None
+) -> Any:
+    """A MultiInferenceRequest: one task per (model, signature name, method name), such as
+    ("m", "regress_x_to_y", "tensorflow/serving/regress"), all on the same examples."""
+    request = _apis("inference_pb2").MultiInferenceRequest()
+    for model, signature_name, method_name in tasks:
+        task = request.tasks.add()
+        task.model_spec.CopyFrom(model_spec(model, signature_name=signature_name))
+        task.method_name = method_name
+    _fill_input(request.input, examples, context)
+    return request
+
+
+def metadata_request(
+    model: str,
+    *,
+    signature_name: str = "",
+    version: int | None = None,
+    label: str | None = None,
+    fields: Sequence[str] = ("signature_def",),
+) -> Any:
+    """A GetModelMetadataRequest, for the signature_def field (the one TF Serving offers)."""
+    spec = model_spec(model, signature_name=signature_name, version=version, label=label)
+    return _apis("get_model_metadata_pb2").GetModelMetadataRequest(
+        model_spec=spec, metadata_field=list(fields)
+    )
+
+
+def status_request(model: str, *, version: int | None = None, label: str | None = None) -> Any:
+    """A GetModelStatusRequest: every version of `model`, or the one named."""
+    spec = model_spec(model, version=version, label=label)
+    return _apis("get_model_status_pb2").GetModelStatusRequest(model_spec=spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# Answers
+
+
+def predict_outputs(response: Any) -> dict[str, np.ndarray]:
+    """The outputs of a PredictResponse (or its serialized bytes) as arrays, by name."""
+    from graphserve.core.codec import array_from_proto
+
+    if isinstance(response, bytes):
+        response = _apis("predict_pb2").PredictResponse.FromString(response)
+    return {name: array_from_proto(tensor) for name, tensor in response.outputs.items()}
+
+
+def signature_defs(response: Any) -> Any:
+    """The SignatureDefMap packed in a GetModelMetadataResponse. Raises ValueError when it has no
+    'signature_def' entry or the entry holds another message."""
+    if "signature_def" not in response.metadata:
+        raise ValueError("the model metadata has no 'signature_def' entry")
+    signature_map = _apis("get_model_metadata_pb2").SignatureDefMap()
+    packed = response.metadata["signature_def"]
+    if not packed.Unpack(signature_map):
+        raise ValueError(
+            f"the metadata's 'signature_def' holds a {packed.TypeName()}, expected "
+            "tensorflow.serving.SignatureDefMap"
+        )
+    return signature_map
+
+
+def signature_defs_from_json(document: Any) -> Any:
+    """The SignatureDefMap of `GET /v1/models/NAME/metadata`'s JSON (protobuf's JSON form under
+    `metadata.signature_def`). Raises ValueError when it is missing or malformed."""
+    from google.protobuf import json_format
+
+    try:
+        raw = document["metadata"]["signature_def"]
+    except (KeyError, TypeError):
+        raise ValueError("the model metadata has no 'metadata.signature_def' entry") from None
+    signature_map = _apis("get_model_metadata_pb2").SignatureDefMap()
+    try:
+        json_format.ParseDict(raw, signature_map, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise ValueError(f"the model metadata's signature_def is malformed: {exc}") from None
+    return signature_map
 
 
 @dataclass(frozen=True)
-class VersionStatus:
+class VersionStatus(JsonResult):
     version: int
     state: str  # START, LOADING, AVAILABLE, UNLOADING, END
     error_code: int  # tensorflow.error.Code; 0 is OK
     error_message: str
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "state": self.state,
-            "error_code": self.error_code,
-            "error_message": self.error_message,
-        }
 
-
-def model_status(address: str, model_name: str, timeout: float = 2.0) -> list[VersionStatus]:
-    """The versions of `model_name` the server at `address` knows; [] when it is not reachable
-    yet or does not know the model (yet)."""
-    import grpc
-    from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
-
-    request = get_model_status_pb2.GetModelStatusRequest(model_spec={"name": model_name})
-    # A fresh channel per poll: a channel that failed to connect backs off for longer and longer,
-    # and would notice a server that has just come up late.
-    with grpc.insecure_channel(address) as channel:
-        stub = model_service_pb2_grpc.ModelServiceStub(channel)
-        try:
-            response = stub.GetModelStatus(request, timeout=timeout)
-        except grpc.RpcError:
-            return []
-    state_name = get_model_status_pb2.ModelVersionStatus.State.Name
+def version_statuses(response: Any) -> list[VersionStatus]:
+    """The versions a GetModelStatusResponse lists, in its order."""
+    state_name = _apis("get_model_status_pb2").ModelVersionStatus.State.Name
     return [
         VersionStatus(
             int(v.version), state_name(v.state), int(v.status.error_code), v.status.error_message
         )
         for v in response.model_version_status
     ]
+
+
+def version_statuses_from_json(document: Any) -> list[VersionStatus]:
+    """The versions of `GET /v1/models/NAME`'s JSON (versions as strings, codes by name).
+    Raises ValueError when it is not a model status."""
+    from google.protobuf import json_format
+
+    response = _apis("get_model_status_pb2").GetModelStatusResponse()
+    try:
+        json_format.ParseDict(document, response, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise ValueError(f"not a model status: {exc}") from None
+    return version_statuses(response)
+
+
+# ---------------------------------------------------------------------------------------------
+# gRPC
+
+
+def _serialize(message: Any) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+class GrpcClient:
+    """TF Serving's gRPC APIs over one channel: `connect(address)` opens one (closed with the
+    client), or pass the caller's own (an intercepted or gevent-patched channel stays theirs).
+
+    The typed calls take a request message (or its serialized bytes) and return the response
+    message; `raw(rpc)` is bytes in, bytes out, for load generators that send one pre-encoded
+    request again and again and must not parse every answer.
+    """
+
+    def __init__(
+        self,
+        channel: grpc.Channel,
+        *,
+        timeout: float = 30.0,
+        wait_for_ready: bool | None = None,
+        owns_channel: bool = False,
+    ) -> None:
+        self.channel = channel
+        self.timeout = timeout
+        self.wait_for_ready = wait_for_ready
+        self._owns_channel = owns_channel
+        self._calls: dict[str, Callable[..., Any]] = {}
+
+    @classmethod
+    def connect(
+        cls,
+        address: str,
+        *,
+        timeout: float = 30.0,
+        wait_for_ready: bool | None = None,
+        max_message_bytes: int | None = None,
+    ) -> GrpcClient:
+        """A client on a new insecure channel to `address` (HOST:PORT, unix:PATH, ...);
+        `max_message_bytes` -1 lifts gRPC's 4 MB limit on both directions."""
+        import grpc
+
+        options = []
+        if max_message_bytes is not None:
+            options = [
+                ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.max_send_message_length", max_message_bytes),
+            ]
+        channel = grpc.insecure_channel(address, options=options)
+        return cls(channel, timeout=timeout, wait_for_ready=wait_for_ready, owns_channel=True)
+
+    def close(self) -> None:
+        if self._owns_channel:
+            self.channel.close()
+
+    def __enter__(self) -> GrpcClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def wait_until_connected(self, timeout: float) -> None:
+        """Block until the channel is connected; grpc.FutureTimeoutError after `timeout` s."""
+        import grpc
+
+        grpc.channel_ready_future(self.channel).result(timeout=timeout)
+
+    def call(
+        self,
+        rpc: str,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        wait_for_ready: bool | None = None,
+    ) -> Any:
+        """Call `rpc` (a key of RPC_METHODS) with `request`; its response message."""
+        method = self._calls.get(rpc)
+        if method is None:
+            module, message = _RESPONSES[rpc]
+            method = self.channel.unary_unary(
+                RPC_METHODS[rpc],
+                request_serializer=_serialize,
+                response_deserializer=getattr(_apis(module), message).FromString,
+            )
+            self._calls[rpc] = method
+        ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
+        return method(request, timeout=timeout or self.timeout, wait_for_ready=ready)
+
+    def raw(self, rpc: str = "Predict") -> Callable[..., bytes]:
+        """`rpc` with no (de)serializers: call it with the request's bytes (and `timeout=`), it
+        returns the answer's bytes."""
+        return self.channel.unary_unary(RPC_METHODS[rpc])
+
+    def predict(self, request: Any, **options: Any) -> Any:
+        return self.call("Predict", request, **options)
+
+    def classify(self, request: Any, **options: Any) -> Any:
+        return self.call("Classify", request, **options)
+
+    def regress(self, request: Any, **options: Any) -> Any:
+        return self.call("Regress", request, **options)
+
+    def multi_inference(self, request: Any, **options: Any) -> Any:
+        return self.call("MultiInference", request, **options)
+
+    def metadata(self, request: Any, **options: Any) -> Any:
+        return self.call("GetModelMetadata", request, **options)
+
+    def status(self, request: Any, **options: Any) -> Any:
+        return self.call("GetModelStatus", request, **options)
+
+
+def model_status(address: str, model_name: str, timeout: float = 2.0) -> list[VersionStatus]:
+    """The versions of `model_name` the server at `address` knows; [] when it is not reachable
+    yet or does not know the model (yet)."""
+    import grpc
+
+    # A fresh channel per poll: a channel that failed to connect backs off for longer and longer,
+    # and would notice a server that has just come up late.
+    with GrpcClient.connect(address, timeout=timeout) as client:
+        try:
+            return version_statuses(client.status(status_request(model_name)))
+        except grpc.RpcError:
+            return []
+
+
+# ---------------------------------------------------------------------------------------------
+# REST
+
+
+@dataclass(frozen=True)
+class HttpReply:
+    """One HTTP answer: status, body, and headers by lower-case name."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str]
+
+    def json(self) -> Any:
+        """The body parsed as JSON (NaN and Infinity included, as TF Serving writes them);
+        ValueError when it is not JSON."""
+        return json.loads(self.body)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
+
+
+class HttpTransport(Protocol):
+    """How a RestClient sends: one request, its whole answer."""
+
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> HttpReply: ...
+
+    def close(self) -> None: ...
+
+
+class HttpConnection:
+    """One keep-alive HTTP/1.1 connection (the standard library's), opened on first use and
+    reopened after the server closes it: how load generators talk to a server. A failed exchange
+    closes it and raises OSError or http.client.HTTPException."""
+
+    def __init__(self, address: str, timeout: float = 30.0) -> None:
+        parts = urlsplit(address if "://" in address else f"http://{address}")
+        if parts.hostname is None:
+            raise ValueError(f"{address!r} is not HOST:PORT or http(s)://HOST:PORT")
+        self.host, self.port, self.timeout = parts.hostname, parts.port, timeout
+        self._kind = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
+        self._conn: http.client.HTTPConnection | None = None
+
+    def request(
+        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> HttpReply:
+        if self._conn is None:
+            self._conn = self._kind(self.host, self.port, timeout=self.timeout)
+        try:
+            self._conn.request(method, path, body, headers)
+            response = self._conn.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException):
+            self.close()
+            raise
+        if response.will_close:
+            self.close()
+        headers = {name.lower(): value for name, value in response.getheaders()}
+        return HttpReply(response.status, payload, headers)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class RestClient:
+    """TF Serving's REST API at `address` (HOST:PORT or http://HOST:PORT), over `transport`
+    (a keep-alive HttpConnection unless given). A body is bytes sent as they are, or anything
+    else sent as JSON; every answer comes back whatever its status."""
+
+    def __init__(
+        self, address: str, *, timeout: float = 30.0, transport: HttpTransport | None = None
+    ) -> None:
+        self.address = address
+        self.transport = transport or HttpConnection(address, timeout)
+
+    def close(self) -> None:
+        self.transport.close()
+
+    def __enter__(self) -> RestClient:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> HttpReply:
+        data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
+        sent = {**JSON_HEADERS, **headers} if headers else JSON_HEADERS
+        return self.transport.request(method, path, data, sent)
+
+    def get(self, path: str) -> HttpReply:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> HttpReply:
+        return self.request("POST", path, body, headers)
+
+    def predict(
+        self, model: str, body: Any, *, version: int | None = None, label: str | None = None
+    ) -> HttpReply:
+        return self.post(rest_path(model, "predict", version=version, label=label), body)
+
+    def classify(
+        self, model: str, body: Any, *, version: int | None = None, label: str | None = None
+    ) -> HttpReply:
+        return self.post(rest_path(model, "classify", version=version, label=label), body)
+
+    def regress(
+        self, model: str, body: Any, *, version: int | None = None, label: str | None = None
+    ) -> HttpReply:
+        return self.post(rest_path(model, "regress", version=version, label=label), body)
+
+    def metadata(
+        self, model: str, *, version: int | None = None, label: str | None = None
+    ) -> HttpReply:
+        return self.get(rest_path(model, "metadata", version=version, label=label))
+
+    def status(
+        self, model: str, *, version: int | None = None, label: str | None = None
+    ) -> HttpReply:
+        return self.get(rest_path(model, version=version, label=label))

@@ -1,9 +1,10 @@
 """Lean benchmark clients: one pre-encoded request, sent again and again, over gRPC or HTTP.
 
 The client must cost as little as possible, or it dilutes every served ratio: requests are
-encoded once (the same bytes for every server), gRPC goes through a raw unary-unary method with
-no (de)serializers, and HTTP keeps one connection alive. The first answer of each is decoded and
-checked, so a benchmark never times a server that answers with errors.
+encoded once (the same bytes for every server), gRPC goes through the client's raw method with
+no (de)serializers, and HTTP keeps one connection alive (graphserve.core.client's). The first
+answer of each is decoded and checked, so a benchmark never times a server that answers with
+errors.
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import Any
 
 import grpc
 import numpy as np
-from tensorflow_serving.apis import predict_pb2
 
 from bench.timing import Timing, timing_of
-from graphserve.loadtest.plan import PREDICT_METHOD
+from graphserve.core.client import JSON_HEADERS, GrpcClient, HttpConnection, predict_outputs
 
 __all__ = ["BenchRequestError", "Load", "closed_loop", "grpc_caller", "merge", "rest_caller"]
 
@@ -34,38 +34,34 @@ class BenchRequestError(RuntimeError):
 def grpc_caller(address: str, request: bytes) -> Callable[[], bytes]:
     """A callable that sends the serialized PredictRequest `request` to `address` and returns
     the reply's bytes. Raises BenchRequestError when the first reply is an error or empty."""
-    channel = grpc.insecure_channel(address)
-    predict = channel.unary_unary(PREDICT_METHOD)
+    client = GrpcClient.connect(address, timeout=_TIMEOUT_S)
+    predict = client.raw("Predict")
 
     def call() -> bytes:
-        return predict(request, timeout=_TIMEOUT_S)  # type: ignore[no-any-return]
+        return predict(request, timeout=_TIMEOUT_S)
 
     try:
-        reply = predict_pb2.PredictResponse.FromString(call())
+        outputs = predict_outputs(call())
     except grpc.RpcError as exc:
         raise BenchRequestError(f"gRPC Predict to {address} failed: {exc.details()}") from None
-    if not reply.outputs:
+    if not outputs:
         raise BenchRequestError(f"gRPC Predict to {address} answered without outputs")
-    call.channel = channel  # type: ignore[attr-defined]  # kept open as long as the caller lives
+    call.client = client  # type: ignore[attr-defined]  # kept open as long as the caller lives
     return call
 
 
 def rest_caller(address: str, path: str, body: bytes) -> Callable[[], bytes]:
     """A callable that POSTs `body` to http://`address``path` on one kept-alive connection and
     returns the response body. Raises BenchRequestError on any status but 200."""
-    host, port = address.rsplit(":", 1)
-    connection = http.client.HTTPConnection(host, int(port), timeout=_TIMEOUT_S)
-    headers = {"Content-Type": "application/json"}
+    connection = HttpConnection(address, timeout=_TIMEOUT_S)
 
     def call() -> bytes:
-        connection.request("POST", path, body, headers)
-        response = connection.getresponse()
-        data = response.read()
-        if response.status != 200:
+        reply = connection.request("POST", path, body, JSON_HEADERS)
+        if reply.status != 200:
             raise BenchRequestError(
-                f"POST http://{address}{path} answered {response.status}: {data[:300]!r}"
+                f"POST http://{address}{path} answered {reply.status}: {reply.body[:300]!r}"
             )
-        return data
+        return reply.body
 
     call()
     return call
@@ -120,7 +116,7 @@ def closed_loop(
             began = clock()
             try:
                 call()
-            except (grpc.RpcError, BenchRequestError, OSError):
+            except (grpc.RpcError, BenchRequestError, OSError, http.client.HTTPException):
                 errors[i] += 1
                 continue
             times.append((clock() - began) * 1000.0)

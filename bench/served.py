@@ -108,11 +108,12 @@ class Requests:
 
 
 def encode_requests(model_name: str, payload: Mapping[str, np.ndarray]) -> Requests:
+    from graphserve.core.client import rest_path
     from graphserve.loadtest.payloads import grpc_request_bytes, rest_body
 
     return Requests(
         grpc=grpc_request_bytes(payload, model_name),
-        rest_path=f"/v1/models/{model_name}:predict",
+        rest_path=rest_path(model_name, "predict"),
         rest_body=rest_body(payload, columnar=False),
     )
 

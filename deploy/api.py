@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graphserve.core.client import VersionStatus
 from graphserve.core.errors import DeployError, NotAvailableError
 from graphserve.deploy.compose import COMPOSE_FILE, SERVICE, ComposeOptions, write_compose_project
 from graphserve.deploy.k8s import K8sOptions, write_manifests
 from graphserve.deploy.plan import ServingPlan
-from graphserve.deploy.wait import VersionStatus
 
 __all__ = ["ComposeResult", "K8sResult", "compose_down", "deploy_tfserving", "write_k8s"]
 

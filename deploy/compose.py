@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
+from graphserve.core.client import rest_path
 from graphserve.core.errors import DeployUsageError
 from graphserve.deploy.config import (
     BATCHING_CONFIG,
@@ -86,7 +86,7 @@ def _escape(value: Any) -> Any:
 def _healthcheck(model_name: str) -> dict[str, Any]:
     # The image has bash but no curl: an HTTP/1.0 GET through /dev/tcp. Model metadata answers
     # 200 only once a version is loaded and serving (model status answers 200 while LOADING).
-    path = f"/v1/models/{quote(model_name, safe='')}/metadata"
+    path = rest_path(model_name, "metadata")
     script = (
         f"exec 3<>/dev/tcp/127.0.0.1/{CONTAINER_REST_PORT} "
         f"&& printf 'GET %s HTTP/1.0\\r\\n\\r\\n' '{path}' >&3 "

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
+from graphserve.core.client import rest_path
 from graphserve.core.errors import DeployUsageError
 from graphserve.deploy.config import (
     CONTAINER_CONFIG_DIR,
@@ -111,7 +111,7 @@ def _escape_args(args: tuple[str, ...]) -> list[str]:
 
 
 def _container(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
-    readiness_path = f"/v1/models/{quote(plan.models[0].name, safe='')}/metadata"
+    readiness_path = rest_path(plan.models[0].name, "metadata")
     resources: dict[str, Any] = {
         "requests": {"cpu": options.cpu_request, "memory": options.memory_request}
     }

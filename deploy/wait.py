@@ -1,6 +1,6 @@
 """Wait until TF Serving (or an embedded server) reports every model AVAILABLE over gRPC.
 
-`ModelService.GetModelStatus` through the official `tensorflow-serving-api` stubs. A model is
+`ModelService.GetModelStatus` through the client (graphserve.core.client). A model is
 ready when each version the server reports is AVAILABLE (an END version that unloaded cleanly,
 an older one replaced by a newer, does not count against it). A version that ENDed with an error
 failed to load: that fails at once instead of at the timeout.
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from graphserve.core.client import VersionStatus, model_status
 from graphserve.core.errors import NotAvailableError
 
-__all__ = ["VersionStatus", "model_status", "wait_until_available"]
+__all__ = ["wait_until_available"]
 
 
 def _ready(statuses: list[VersionStatus]) -> bool:

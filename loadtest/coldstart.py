@@ -27,13 +27,12 @@ from typing import Any
 
 import grpc
 import numpy as np
-from tensorflow_serving.apis import predict_pb2
 
+from graphserve.core.client import GrpcClient, predict_outputs
 from graphserve.core.errors import ColdStartError, LoadTestError, ServerStartError
 from graphserve.core.processes import ServerProcess
 from graphserve.core.versions import version_dirs
 from graphserve.loadtest.payloads import grpc_request_bytes
-from graphserve.loadtest.plan import PREDICT_METHOD
 from graphserve.loadtest.stats import percentile
 from graphserve.model.warmup import WARMUP_FILE
 
@@ -130,14 +129,14 @@ def measure_cold_start(
 def _time_predicts(address: str, request: bytes, steady: int) -> tuple[float, list[float]]:
     """The first Predict's time and `steady` more, in ms. The channel connects before the first
     is timed, so it measures the server, not the TCP and HTTP/2 handshake."""
-    with grpc.insecure_channel(address) as channel:
-        grpc.channel_ready_future(channel).result(timeout=_RPC_TIMEOUT_S)
-        # No serializers: the pre-serialized request goes out as it is (as the locust user).
-        predict = channel.unary_unary(PREDICT_METHOD)
+    with GrpcClient.connect(address) as client:
+        client.wait_until_connected(_RPC_TIMEOUT_S)
+        # Raw: the pre-serialized request goes out as it is (as the locust user).
+        predict = client.raw("Predict")
         started = time.perf_counter()
         reply = predict(request, timeout=_RPC_TIMEOUT_S)
         first_ms = (time.perf_counter() - started) * 1000
-        if not predict_pb2.PredictResponse.FromString(reply).outputs:
+        if not predict_outputs(reply):
             raise ColdStartError("the first answer has no outputs")
         times = []
         for _ in range(steady):

@@ -28,6 +28,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+from graphserve.core.client import rest_path
 from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
 from graphserve.loadtest.plan import PLAN_ENV, ArmTarget, Plan
 from graphserve.loadtest.targets import check_loopback, http_base_url
@@ -305,7 +306,7 @@ def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
         arms=arms,
         protocol=spec.protocol,
         body_file=str((out_dir / "request.bin").resolve()),
-        rest_path=f"/v1/models/{model_name_of(spec)}:predict",
+        rest_path=rest_path(model_name_of(spec), "predict"),
         model_name=model_name_of(spec),
         mode=load.mode,
         loads=tuple(load.loads),

@@ -31,10 +31,10 @@ from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
+from graphserve.core.client import JSON_HEADERS, GrpcClient, http_failure, rest_path
 from graphserve.core.errors import LoadTestError
 from graphserve.loadtest.metadata import fetch_specs
 from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
-from graphserve.loadtest.plan import PREDICT_METHOD
 from graphserve.loadtest.targets import check_loopback
 
 # grpc's own threads would block gevent's loop; this makes its I/O cooperative. Before any channel.
@@ -43,7 +43,6 @@ grpc_gevent.init_gevent()
 logger = logging.getLogger("graphserve.loadtest")
 
 _RPC_TIMEOUT_S = 30.0
-_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -242,10 +241,11 @@ class GrpcPredictUser(User):
         super().__init__(environment)
         self._request = encoded_request(self.protocol, self.host, LoadOptions.of(environment))
         channel = grpc.insecure_channel(self.host)
-        self._channel = grpc.intercept_channel(channel, RequestEventInterceptor(environment))
-        # No serializers: the bytes go out as they are and the reply is not parsed, which keeps
-        # the client's work per call to a minimum (the stub would re-serialize every request).
-        self._predict = self._channel.unary_unary(PREDICT_METHOD)
+        intercepted = grpc.intercept_channel(channel, RequestEventInterceptor(environment))
+        self._client = GrpcClient(intercepted, timeout=_RPC_TIMEOUT_S, owns_channel=True)
+        # Raw: the bytes go out as they are and the reply is not parsed, which keeps the
+        # client's work per call to a minimum (the stub would re-serialize every request).
+        self._predict = self._client.raw("Predict")
 
     @task
     def predict(self) -> None:
@@ -256,7 +256,7 @@ class GrpcPredictUser(User):
             self._predict(self._request, timeout=_RPC_TIMEOUT_S)
 
     def on_stop(self) -> None:
-        self._channel.close()
+        self._client.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +275,8 @@ class RestPredictUser(FastHttpUser):
         super().__init__(environment)
         options = LoadOptions.of(environment)
         self._body = encoded_request(self.protocol, self.host, options)
-        self._path = f"/v1/models/{options.model_name}:predict"
+        self._path = rest_path(options.model_name, "predict")
+        self._headers = dict(JSON_HEADERS)
 
     @task
     def predict(self) -> None:
@@ -284,9 +285,9 @@ class RestPredictUser(FastHttpUser):
         with self.client.post(
             self._path,
             data=self._body,  # type: ignore[arg-type]  # bytes are sent as they are
-            headers=_JSON_HEADERS,
+            headers=self._headers,
             name="Predict",
             catch_response=True,
         ) as response:
             if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}: {(response.text or '')[:200]}")
+                response.failure(http_failure(response.status_code, response.text or ""))

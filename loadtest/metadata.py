@@ -4,25 +4,20 @@ TF Serving describes a model by a `SignatureDefMap` (tensorflow_serving/apis/get
 .proto): packed in an `Any` under the "signature_def" key of a gRPC `GetModelMetadataResponse`, and
 the same message in protobuf's JSON form under `metadata.signature_def` of
 `GET /v1/models/NAME/metadata` (dtypes as "DT_FLOAT", dimension sizes as strings such as "-1").
-Both paths end in `specs_from_signature_map`, so the two protocols cannot disagree on a signature.
+The client (graphserve.core.client) asks and unpacks; both paths end in
+`specs_from_signature_map`, so the two protocols cannot disagree on a signature.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
+import http.client
 from collections.abc import Mapping
 from typing import Any
 
 import grpc
-from google.protobuf import json_format
-from tensorflow_serving.apis import (
-    get_model_metadata_pb2,
-    model_pb2,
-    prediction_service_pb2_grpc,
-)
+from tensorflow_serving.apis import get_model_metadata_pb2
 
+from graphserve.core import client
 from graphserve.core.errors import PayloadError, SignatureError
 from graphserve.core.signature import TensorSpec, spec_from_tensor_info
 from graphserve.loadtest.targets import http_base_url
@@ -68,29 +63,19 @@ def specs_from_grpc_metadata(
     response: get_model_metadata_pb2.GetModelMetadataResponse, signature_name: str
 ) -> list[TensorSpec]:
     """Input specs from a gRPC GetModelMetadataResponse; PayloadError if it has no signatures."""
-    if "signature_def" not in response.metadata:
-        raise PayloadError("the model metadata has no 'signature_def' entry")
-    signature_map = get_model_metadata_pb2.SignatureDefMap()
-    packed = response.metadata["signature_def"]
-    if not packed.Unpack(signature_map):
-        raise PayloadError(
-            f"the metadata's 'signature_def' holds a {packed.TypeName()}, expected "
-            "tensorflow.serving.SignatureDefMap"
-        )
+    try:
+        signature_map = client.signature_defs(response)
+    except ValueError as exc:
+        raise PayloadError(str(exc)) from None
     return specs_from_signature_map(signature_map, signature_name)
 
 
 def specs_from_rest_metadata(document: Mapping[str, Any], signature_name: str) -> list[TensorSpec]:
     """Input specs from the JSON of `GET /v1/models/NAME/metadata`; PayloadError if malformed."""
     try:
-        raw = document["metadata"]["signature_def"]
-    except (KeyError, TypeError):
-        raise PayloadError("the model metadata has no 'metadata.signature_def' entry") from None
-    signature_map = get_model_metadata_pb2.SignatureDefMap()
-    try:
-        json_format.ParseDict(raw, signature_map, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise PayloadError(f"the model metadata's signature_def is malformed: {exc}") from None
+        signature_map = client.signature_defs_from_json(document)
+    except ValueError as exc:
+        raise PayloadError(str(exc)) from None
     return specs_from_signature_map(signature_map, signature_name)
 
 
@@ -98,15 +83,11 @@ def fetch_grpc_specs(
     address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
 ) -> list[TensorSpec]:
     """Ask a gRPC server (`HOST:PORT`) for a model's input specs; PayloadError on any failure."""
-    request = get_model_metadata_pb2.GetModelMetadataRequest(
-        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name),
-        metadata_field=["signature_def"],
-    )
-    with grpc.insecure_channel(address) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    request = client.metadata_request(model_name, signature_name=signature_name)
+    # wait_for_ready: a server that was started a moment ago gets the timeout to come up.
+    with client.GrpcClient.connect(address, timeout=timeout_s, wait_for_ready=True) as grpc_client:
         try:
-            # wait_for_ready: a server that was started a moment ago gets the timeout to come up.
-            response = stub.GetModelMetadata(request, timeout=timeout_s, wait_for_ready=True)
+            response = grpc_client.metadata(request)
         except grpc.RpcError as exc:
             code = exc.code()
             unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -122,17 +103,19 @@ def fetch_rest_specs(
     address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
 ) -> list[TensorSpec]:
     """GET a model's metadata from a REST server (`HOST:PORT` or URL); PayloadError on failure."""
-    url = f"{http_base_url(address)}/v1/models/{model_name}/metadata"
+    url = f"{http_base_url(address)}{client.rest_path(model_name, 'metadata')}"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        raise PayloadError(f"GET {url} answered {exc.code}: {_error_text(exc.read())}") from None
-    except (urllib.error.URLError, OSError) as exc:
+        with client.RestClient(address, timeout=timeout_s) as rest:
+            reply = rest.metadata(model_name)
+    except (OSError, http.client.HTTPException) as exc:
         raise PayloadError(f"GET {url} failed: {exc}") from None
+    if reply.status != 200:
+        raise PayloadError(
+            f"GET {url} answered {reply.status}: {client.rest_error_text(reply.body)}"
+        )
     try:
-        document = json.loads(body)
-    except json.JSONDecodeError as exc:
+        document = reply.json()
+    except ValueError as exc:
         raise PayloadError(f"GET {url} did not return JSON: {exc}") from None
     return specs_from_rest_metadata(document, signature_name)
 
@@ -146,11 +129,3 @@ def fetch_specs(
     if protocol == "rest":
         return fetch_rest_specs(address, model_name, signature_name, timeout_s)
     raise ValueError(f"protocol {protocol!r}: expected 'grpc' or 'rest'")
-
-
-def _error_text(body: bytes) -> str:
-    """TF Serving's `{"error": "..."}` message, or the start of whatever else came back."""
-    try:
-        return str(json.loads(body)["error"])
-    except (ValueError, KeyError, TypeError):
-        return body[:200].decode(errors="replace") or "(empty body)"

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tensorflow_serving.apis import model_pb2, predict_pb2
 
-from graphserve.core.codec import array_to_proto, as_bytes, to_json_value
+from graphserve.core.client import predict_request
+from graphserve.core.codec import as_bytes, to_json_value
 from graphserve.core.errors import PayloadError
 from graphserve.core.signature import TensorSpec, sample_inputs
 
@@ -102,11 +102,7 @@ def grpc_request_bytes(
     inputs: Mapping[str, np.ndarray], model_name: str, signature_name: str = "serving_default"
 ) -> bytes:
     """A serialized `PredictRequest`: numbers as `tensor_content`, strings as `string_val`."""
-    request = predict_pb2.PredictRequest(
-        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name)
-    )
-    for name, array in inputs.items():
-        request.inputs[name].CopyFrom(array_to_proto(array))
+    request = predict_request(model_name, inputs, signature_name=signature_name)
     return request.SerializeToString()
 
 

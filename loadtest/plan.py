@@ -13,12 +13,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PLAN_ENV", "PREDICT_METHOD", "ArmTarget", "Plan"]
+__all__ = ["PLAN_ENV", "ArmTarget", "Plan"]
 
 PLAN_ENV = "GRAPHSERVE_PLAN"
-# The gRPC method every load generator calls, spelled out so that the locust processes need not
-# import the TF Serving protos (and TensorFlow with them) to name it; a test checks the spelling.
-PREDICT_METHOD = "/tensorflow.serving.PredictionService/Predict"
 
 
 @dataclass(frozen=True)

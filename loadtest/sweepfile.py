@@ -44,7 +44,8 @@ from locust.contrib.fasthttp import FastHttpSession
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from graphserve.loadtest.plan import PLAN_ENV, PREDICT_METHOD, Plan
+from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text, http_failure
+from graphserve.loadtest.plan import PLAN_ENV, Plan
 from graphserve.loadtest.scrape import scrape
 from graphserve.loadtest.stats import stability, window_summary
 from graphserve.loadtest.targets import check_loopback
@@ -52,7 +53,7 @@ from graphserve.loadtest.targets import check_loopback
 grpc_gevent.init_gevent()  # grpc's I/O must cooperate with gevent; before any channel
 
 _FLUSH_S = 0.5
-_JSON = {"Content-Type": "application/json"}
+_JSON = dict(JSON_HEADERS)
 
 
 def _read_plan() -> Plan:
@@ -178,13 +179,7 @@ def _on_request(
     start = float(kwargs.get("start_time") or time.time() - response_time / 1000)
     local.record(arm, seq, start, float(response_time), exception is None, lag_ms)
     if exception is not None:
-        local.errors[(arm, seq, _message(exception))] += 1
-
-
-def _message(exception: Any) -> str:
-    if isinstance(exception, grpc.RpcError) and hasattr(exception, "code"):
-        return f"{exception.code().name}: {exception.details()}"[:300]
-    return str(exception)[:300] or type(exception).__name__
+        local.errors[(arm, seq, grpc_error_text(exception))] += 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,9 +191,8 @@ _channels: dict[int, Any] = {}
 def _grpc_call(arm: int) -> Any:
     """One channel per arm per process (gRPC multiplexes the users' calls over it)."""
     if arm not in _channels:
-        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
-        channel = grpc.insecure_channel(PLAN.arms[arm].target, options=options)
-        _channels[arm] = channel.unary_unary(PREDICT_METHOD)  # bytes in, bytes out: nothing parsed
+        client = GrpcClient.connect(PLAN.arms[arm].target, max_message_bytes=-1)
+        _channels[arm] = client.raw("Predict")  # bytes in, bytes out: nothing parsed
     return _channels[arm]
 
 
@@ -276,7 +270,7 @@ class SweepUser(User):
             catch_response=True,
         ) as response:
             if response.status_code != 200:
-                response.failure(f"HTTP {response.status_code}: {(response.text or '')[:200]}")
+                response.failure(http_failure(response.status_code, response.text or ""))
 
 
 # ---------------------------------------------------------------------------------------------

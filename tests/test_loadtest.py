@@ -272,13 +272,19 @@ def test_cli_import_loads_neither_tensorflow_nor_locust() -> None:
     assert done.stdout.strip() == "[]"
 
 
-def test_predict_method_is_the_tf_serving_one() -> None:
-    from tensorflow_serving.apis import prediction_service_pb2
+def test_rpc_methods_are_the_tf_serving_ones() -> None:
+    from tensorflow_serving.apis import model_service_pb2, prediction_service_pb2
 
-    from graphserve.loadtest.plan import PREDICT_METHOD
+    from graphserve.core.client import RPC_METHODS
 
-    service = prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"]
-    assert f"/{service.full_name}/Predict" == PREDICT_METHOD
+    prediction = prediction_service_pb2.DESCRIPTOR.services_by_name["PredictionService"]
+    model = model_service_pb2.DESCRIPTOR.services_by_name["ModelService"]
+    assert RPC_METHODS["Predict"] == f"/{prediction.full_name}/Predict"
+    for service in (prediction, model):
+        for method in service.methods:
+            if method.name in RPC_METHODS:
+                assert RPC_METHODS[method.name] == f"/{service.full_name}/{method.name}"
+    assert set(RPC_METHODS) == {m.name for m in prediction.methods} | {"GetModelStatus"}
 
 
 @pytest.mark.parametrize(

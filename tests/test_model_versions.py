@@ -25,16 +25,11 @@ import grpc
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tensorflow_serving.apis import (
-    get_model_status_pb2,
-    model_service_pb2_grpc,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
 from graphserve.exporter import ExportSpec, export_model, parse_input_spec
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from graphserve.serving.config import (
@@ -86,28 +81,18 @@ def serve() -> Iterator[Callable[[ModelManager], ModelServer]]:
         server.stop(grace=1.0)
 
 
-def _predict(server: ModelServer, name: str, **spec: Any) -> predict_pb2.PredictResponse:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = name
-    if "version" in spec:
-        request.model_spec.version.value = spec["version"]
-    if "label" in spec:
-        request.model_spec.version_label = spec["label"]
-    request.inputs["x"].CopyFrom(array_to_proto(X))
-    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return stub.Predict(request, timeout=30)
+def _predict(
+    server: ModelServer, name: str, version: int | None = None, label: str | None = None
+) -> Any:
+    request = client.predict_request(name, {"x": X}, version=version, label=label)
+    with GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as grpc_client:
+        return grpc_client.predict(request)
 
 
 def _status(server: ModelServer, name: str) -> dict[int, tuple[str, str]]:
-    request = get_model_status_pb2.GetModelStatusRequest()
-    request.model_spec.name = name
-    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        response = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(request)
-    state = get_model_status_pb2.ModelVersionStatus.State.Name
-    return {
-        s.version: (state(s.state), s.status.error_message) for s in response.model_version_status
-    }
+    with GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as grpc_client:
+        response = grpc_client.status(client.status_request(name))
+    return {s.version: (s.state, s.error_message) for s in client.version_statuses(response)}
 
 
 def _rest_status(server: ModelServer, name: str) -> dict[int, tuple[str, str]]:
@@ -136,15 +121,12 @@ def _traffic(server: ModelServer) -> Iterator[Traffic]:
     stop = threading.Event()
 
     def drive() -> None:
-        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            request = predict_pb2.PredictRequest()
-            request.model_spec.name = "affine"
-            request.inputs["x"].CopyFrom(array_to_proto(X))
+        with GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as grpc_client:
+            request = client.predict_request("affine", {"x": X})
             while not stop.is_set():
                 try:
-                    response = stub.Predict(request, timeout=30)
-                    scores = array_from_proto(response.outputs["scores"])
+                    response = grpc_client.predict(request)
+                    scores = client.predict_outputs(response)["scores"]
                     np.testing.assert_allclose(scores, [[3.75, 0.0]])
                     traffic.seen[response.model_spec.version.value] += 1
                 except Exception as exc:  # any failure is a test failure, counted by the caller
@@ -160,13 +142,9 @@ def _traffic(server: ModelServer) -> Iterator[Traffic]:
 
 
 def _http(server: ModelServer, path: str, body: Any = None) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{server.rest_port}{path}"
-    data = None if body is None else json.dumps(body).encode()
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    with RestClient(f"127.0.0.1:{server.rest_port}") as rest:
+        reply = rest.get(path) if body is None else rest.post(path, body)
+    return reply.status, reply.json()
 
 
 CONFIG = """
@@ -360,9 +338,9 @@ def _cut_in_half(path: Path) -> None:
     os.truncate(path, path.stat().st_size // 2)
 
 
-def _assert_answers(response: predict_pb2.PredictResponse, version: int) -> None:
+def _assert_answers(response: Any, version: int) -> None:
     assert response.model_spec.version.value == version
-    np.testing.assert_allclose(array_from_proto(response.outputs["scores"]), [[3.75, 0.0]])
+    np.testing.assert_allclose(client.predict_outputs(response)["scores"], [[3.75, 0.0]])
 
 
 def test_a_version_truncated_while_serving_is_unloaded_and_the_other_serves(
@@ -479,7 +457,7 @@ def _served_by_version(metrics_url: str) -> dict[tuple[str, str], float]:
 
 
 def _process_status(grpc_address: str) -> dict[int, tuple[str, str]]:
-    from graphserve.deploy.wait import model_status
+    from graphserve.core.client import model_status
 
     return {s.version: (s.state, s.error_message) for s in model_status(grpc_address, "affine")}
 

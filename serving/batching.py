@@ -56,9 +56,9 @@ from graphserve.core.errors import (
     Unavailable,
 )
 from graphserve.serving.deadline import current_deadline
+from graphserve.serving.runner import Runner
 
-if TYPE_CHECKING:  # runners import TensorFlow; parsing a parameters file must not
-    from graphserve.serving.runners import Runner
+if TYPE_CHECKING:
     from graphserve.serving.signature import ServedSignature
 
 __all__ = [
@@ -105,19 +105,25 @@ class _Batch:
     opened: float = 0.0  # time.monotonic() when its first piece arrived
 
 
-class BatchingRunner:
+class BatchingRunner(Runner):
     """A Runner that batches concurrent requests for the runner it wraps, as TF Serving does.
 
     Requests to one signature with the same input names, dtypes and non-batch shapes (with
     pad_variable_length_inputs: ranks) share a queue; `num_batch_threads` threads serve all
     queues round-robin. `run` blocks until its rows come back. Call `close()` to stop; it
-    first runs what is queued.
+    first runs what is queued, then closes the wrapped runner if it `owns` it (the loaders'
+    wrappers do; a test wrapping a shared runner does not).
     """
 
-    def __init__(self, runner: Runner, params: BatchingParameters | None = None) -> None:
+    def __init__(
+        self, runner: Runner, params: BatchingParameters | None = None, *, owns: bool = False
+    ) -> None:
         self.runner = runner
+        self.owns = owns
         self.params = params or BatchingParameters()
-        self.kind: str = runner.kind
+        self.kind = runner.kind
+        self.path = runner.path
+        self.on_caller = False  # the batch threads run the model
         self.signatures: dict[str, ServedSignature] = runner.signatures
         self._cond = threading.Condition()
         # Each deque holds non-empty batches; the last is open, the others are full.
@@ -134,6 +140,9 @@ class BatchingRunner:
             thread.start()
 
     # -- the Runner protocol ---------------------------------------------------------------
+
+    def trace_counts(self) -> dict[str, int]:
+        return self.runner.trace_counts()
 
     def run(self, signature: str, inputs: Arrays) -> Arrays:
         """Queue the request, wait for its batch, return its rows of every output.
@@ -177,6 +186,8 @@ class BatchingRunner:
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join()
+        if self.owns:
+            self.runner.close()
 
     def __enter__(self) -> BatchingRunner:
         return self

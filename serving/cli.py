@@ -20,7 +20,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -34,6 +34,9 @@ from graphserve.core.defaults import (
     DEFAULT_METRICS_PATH,
 )
 from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from graphserve.core.batchingparams import BatchingParameters
 
 log = logging.getLogger("graphserve.serve")
 
@@ -274,16 +277,12 @@ class _Serve:
     batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
     warnings: list[str] = field(default_factory=list)  # logged once logging is set up
 
-    def batching(self) -> Callable[[Any], Any]:
-        """Wraps a runner in TF Serving-style batching when asked; the identity otherwise."""
+    def batching(self) -> BatchingParameters | None:
+        """TF Serving-style batching parameters when asked; None otherwise."""
         if not (self.enable_batching or self.batching_parameters_file):
-            return lambda runner: runner
-        from graphserve.serving.batching import (
-            BatchingConfigError,
-            BatchingParameters,
-            BatchingRunner,
-            load_batching_parameters,
-        )
+            return None
+        from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters
+        from graphserve.core.errors import BatchingConfigError
 
         try:
             params = (
@@ -295,7 +294,7 @@ class _Serve:
             _usage_error(str(exc))
         # Each waiting request holds a gRPC thread, so too few threads would cap every batch.
         self.batch_rows = params.max_batch_size * (params.num_batch_threads + 1)
-        return lambda runner: BatchingRunner(runner, params)
+        return params
 
     def listen(self) -> tuple[int | None, int | None]:
         """The gRPC and REST TCP ports (None: none), TF Serving's spellings meaning what they
@@ -341,39 +340,25 @@ class _Serve:
             parsed.append((key, int(value) if number else value))
         return tuple(parsed)
 
-    def run(self, load: Any) -> None:
-        """Load with `load(registry)` (returns what to call at exit, or None), then serve until
-        SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
+    def run(self, what: dict[str, Any]) -> None:
+        """Build the server for `what` (ServeConfig's model fields) with the shared options and
+        serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
         if self.log_format not in ("text", "json"):
             _usage_error("--log-format must be 'text' or 'json'")
         grpc_port, rest_port = self.listen()
         grpc_arguments = self.grpc_arguments()
         metrics_path = self._metrics_path()
+        batching = self.batching()
         if metrics_path and rest_port is None:
             self.warnings.append("metrics are served on the REST port, and REST is off")
         configure_logging(self.log_format)
         for warning in self.warnings:
             log.warning("%s", warning)
         quiet_tensorflow()
-        import tensorflow as tf
+        from graphserve.serving.build import ServeConfig, build_server
+        from graphserve.serving.registry import ModelLoadError
+        from graphserve.serving.server import ServerOptions
 
-        try:  # before anything runs: TensorFlow fixes its thread pools at the first op
-            if self.intra_op:
-                tf.config.threading.set_intra_op_parallelism_threads(self.intra_op)
-            if self.inter_op:
-                tf.config.threading.set_inter_op_parallelism_threads(self.inter_op)
-        except RuntimeError as exc:
-            stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
-            raise typer.Exit(EXIT_FAILED) from None
-        from graphserve.serving.registry import ModelLoadError, ModelRegistry
-        from graphserve.serving.server import ModelServer, ServerOptions
-
-        registry = ModelRegistry()
-        try:
-            stop_loading = load(registry)
-        except ModelLoadError as exc:
-            stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_FAILED) from None
         options = ServerOptions(
             host=self.host,
             grpc_port=grpc_port,
@@ -388,7 +373,21 @@ class _Serve:
             rest_timeout_ms=self.rest_timeout_ms or None,
             method_name_check=self.method_name_check,
         )
-        server = ModelServer(registry, options)
+        config = ServeConfig(
+            options=options,
+            batching=batching,
+            intra_op_threads=self.intra_op,
+            inter_op_threads=self.inter_op,
+            **what,
+        )
+        try:
+            server = build_server(config)
+        except RuntimeError as exc:  # TensorFlow's thread pools, set too late
+            stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
+            raise typer.Exit(EXIT_FAILED) from None
+        except ModelLoadError as exc:
+            stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
         try:
             server.start()
         except (OSError, RuntimeError) as exc:
@@ -397,12 +396,11 @@ class _Serve:
 
         def shutdown(signum: int, _frame: object) -> None:
             stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
-            if stop_loading is not None:
-                stop_loading()
             server.stop()
 
         signal.signal(signal.SIGINT, shutdown)
         signal.signal(signal.SIGTERM, shutdown)
+        registry = server.registry
         served = "; ".join(
             f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
             f"({registry.get(name).runner.kind})"
@@ -643,7 +641,6 @@ def graph(
     from graphserve.serving.config import (
         ModelConfig,
         ModelConfigError,
-        ModelConfigWatcher,
         load_model_config_file,
     )
 
@@ -670,28 +667,15 @@ def graph(
             f"--allow-op {', '.join(allowed)}: models with these ops are served (they can touch "
             "files, processes or the network)"
         )
-    wrap = serve.batching()
-
-    def load(registry: Any) -> Callable[[], None]:
-        from graphserve.serving.manager import ModelManager, load_version
-
-        manager = ModelManager(
-            registry, models, lambda path: wrap(load_version(path, allow_ops=allowed))
-        ).start()
-        manager.poll(poll_seconds)
-        if model_config_file is None or not config_poll_seconds:
-            return manager.stop
-        watcher = ModelConfigWatcher(
-            model_config_file, config_poll_seconds, manager.reconfigure, models
-        ).start()
-
-        def stop() -> None:
-            watcher.stop()
-            manager.stop()
-
-        return stop
-
-    serve.run(load)
+    serve.run(
+        {
+            "models": tuple(models),
+            "allow_ops": tuple(allowed),
+            "file_system_poll_seconds": poll_seconds,
+            "model_config_file": model_config_file,
+            "model_config_poll_seconds": config_poll_seconds,
+        }
+    )
 
 
 @_serve_command("eager", grpc_port=9500, rest_port=9501)
@@ -740,23 +724,18 @@ def eager(
         _usage_error(f"--mode must be call, predict or function, got {mode!r}")
     if allow_unsafe:
         serve.warnings.append(f"--allow-unsafe: Keras safe mode is off for {source}")
-    wrap = serve.batching()
+    from graphserve.serving.build import EagerModel
 
-    def load(registry: Any) -> None:
-        from graphserve.serving.registry import Servable
-
-        servable = registry.load_eager(
-            model_name,
-            source,
-            specs,
-            signature_file=signature_file,
-            output_names=names,
-            allow_unsafe=allow_unsafe,
-            mode=mode,
-        )
-        registry.add(Servable(servable.name, servable.version, wrap(servable.runner)))
-
-    serve.run(load)
+    model = EagerModel(
+        model_name,
+        source,
+        tuple(specs),
+        signature_file=signature_file,
+        output_names=tuple(names),
+        allow_unsafe=allow_unsafe,
+        mode=mode,
+    )
+    serve.run({"eager": (model,)})
 
 
 @_serve_command("null", grpc_port=7500, rest_port=7501)
@@ -771,12 +750,7 @@ def null(
 ) -> None:
     """Serve the newest version's signatures with no model work: every answer is zeros, after
     the same decoding, validation and encoding (to calibrate load generators and benchmarks)."""
-    wrap = serve.batching()
+    from graphserve.serving.config import ModelConfig
 
-    def load(registry: Any) -> None:
-        from graphserve.serving.registry import Servable
-
-        servable = registry.load_null(model_name or model_base_path.name, model_base_path)
-        registry.add(Servable(servable.name, servable.version, wrap(servable.runner)))
-
-    serve.run(load)
+    name = model_name or model_base_path.name
+    serve.run({"models": (ModelConfig(name, model_base_path),), "null": True})

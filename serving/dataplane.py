@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 
 import numpy as np
 from google.protobuf import wrappers_pb2
@@ -37,6 +38,8 @@ REGRESS_OUTPUT = "outputs"  # ... and of a regress signature's one output
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
+# The servables the current request holds (set by DataPlane.measure).
+_LEASES: ContextVar[list[Servable] | None] = ContextVar("graphserve_leases", default=None)
 
 
 class DataPlane:
@@ -60,16 +63,22 @@ class DataPlane:
     def measure(self, model: str, protocol: str) -> Iterator[Measure]:
         """Track one request: refused with UNAVAILABLE once draining, counted in flight until it
         ends, and counted and timed in the metrics. The front end fills in the servable and
-        signature as it resolves them."""
+        signature as it resolves them; a servable resolved inside is leased until the end, so
+        the manager closes an unloaded version only after its last request."""
         with self._idle:
             if self._draining:
                 raise Unavailable("the server is shutting down; retry on another replica")
             self._in_flight += 1
+        leases: list[Servable] = []
+        token = _LEASES.set(leases)
         try:
             timed = self.metrics.measure(model, protocol) if self.metrics else None
             with timed or nullcontext(Measure(model, protocol)) as measure:
                 yield measure
         finally:
+            _LEASES.reset(token)
+            for servable in leases:
+                self.registry.release(servable)
             with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
@@ -88,7 +97,12 @@ class DataPlane:
                 + (", ".join(repr(n) for n in self.registry.names()) or "none")
                 + ")"
             )
-        return self.registry.get(name, version)
+        leases = _LEASES.get()
+        if leases is None:  # outside a request (metadata, status): nothing runs on it
+            return self.registry.get(name, version)
+        servable = self.registry.acquire(name, version)
+        leases.append(servable)
+        return servable
 
     @staticmethod
     def signature(servable: Servable, name: str) -> ServedSignature:

@@ -1,11 +1,15 @@
-"""The model manager: what TF Serving's ServerCore does for a file-system model source.
+"""The model manager: what TF Serving's AspiredVersionsManager does, over one source.
 
-For each configured model it lists the numeric versions under the base path, picks the ones the
-version policy aspires to, loads new ones (GraphRunner, then the version's warm-up records) and
-only when they are AVAILABLE unloads the versions no longer aspired to: availability first, as
-TF Serving's default AvailabilityPreservingPolicy. A version that fails to load is reported in
-status (END, with the error) and does not disturb the others; it is retried only when its files
-change. `start()` loads synchronously; `poll(seconds)` repeats that in a background thread.
+The manager is the only writer of the servable map (serving.registry). For each model of its
+source (serving.sources) it asks which versions exist and which are aspired, loads new ones through
+the source's loader (serving.loaders: load, warm-up, batching) and only when they are AVAILABLE
+unloads the versions no longer aspired to: availability first, as TF Serving's default
+AvailabilityPreservingPolicy. An unloaded or replaced version is retired: once its last request
+has finished, its runner is closed (batch threads stop, the Session is freed).
+
+A version that fails to load is reported in status (END, with the error) and does not disturb
+the others; it is retried only when its files change. `start()` loads synchronously;
+`poll(seconds)` repeats that in a background thread.
 
 Each pass also fingerprints the files of every loaded version (relative path, size, mtime). When
 they changed, the version is loaded again: if that works the new load is swapped in; if not, the
@@ -17,110 +21,108 @@ replace, keeps serving the copy in memory; its status (AVAILABLE, or END once un
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from graphserve.core.versions import existing_versions, version_path
-from graphserve.model.warmup import replay_warmup
+from graphserve.core.errors import GraphserveError
 from graphserve.serving.config import ModelConfig
+from graphserve.serving.loaders import load_version
 from graphserve.serving.registry import ModelLoadError, ModelRegistry, Servable
-from graphserve.serving.runners import Runner, load_runner
+from graphserve.serving.runner import Runner
+from graphserve.serving.sources import FileSystemSource, Fingerprint, Source
 
-__all__ = ["ModelManager", "load_version"]
+__all__ = ["ModelManager", "load_version", "retire"]
 
 log = logging.getLogger("graphserve.manager")
 
-# A version directory's files as (relative path, size, mtime_ns); None when the directory is gone.
-Fingerprint = tuple[tuple[str, int, int], ...] | None
+def retire(servable: Servable, say_every: float = 30.0) -> threading.Thread:
+    """Close `servable`'s runner once its last request has finished, in a daemon thread (the
+    manager's pass goes on). TF Serving waits for the last handle the same way."""
+
+    def close() -> None:
+        while not servable.lease.wait_idle(say_every):
+            log.warning(
+                "%s: version %d is unloaded but still has %d requests in flight",
+                servable.name, servable.version, servable.lease.count,
+            )
+        try:
+            servable.runner.close()
+        except Exception:
+            log.exception("%s: closing version %d failed", servable.name, servable.version)
+        log.info("%s: version %d closed", servable.name, servable.version)
+
+    thread = threading.Thread(target=close, name=f"retire-{servable.name}", daemon=True)
+    thread.start()
+    return thread
 
 
-def load_version(path: Path, allow_ops: Collection[str] = ()) -> Runner:
-    """Load one SavedModel version and run its warm-up records; raises on any failure (a graph
-    with flagged ops not in `allow_ops` is refused; `load_runner` picks how it runs)."""
-    runner = load_runner(path, allow_ops)
-    try:
-        count = replay_warmup(path, runner.run)
-    except Exception as exc:
-        raise ModelLoadError(f"warm-up record of {path} failed: {exc}") from exc
-    if count:
-        log.info("%s: replayed %d warm-up records", path, count)
-    return runner
+def _load_error(exc: Exception, path: Path | None) -> str:
+    """The error, and the version directory if the error does not name it (a truncated
+    variables file says only "Read less bytes than requested"). Our own errors say what to do
+    already; TensorFlow's get their type."""
+    message = str(exc) if isinstance(exc, GraphserveError) else f"{type(exc).__name__}: {exc}"
+    return message if path is None or str(path) in message else f"{message} (loading {path})"
 
 
-def _fingerprint(path: Path) -> Fingerprint:
-    """What changes when any file of the version changes; stat calls only, cheap enough for every
-    poll."""
-    if not path.is_dir():
-        return None
-    files = []
-    for root, _dirs, names in os.walk(path):
-        for name in names:
-            file = Path(root, name)
-            try:
-                stat = file.stat()
-            except OSError:  # removed while we looked: the next pass sees the change
-                continue
-            files.append((str(file.relative_to(path)), stat.st_size, stat.st_mtime_ns))
-    return tuple(sorted(files))
-
-
-def _load_error(exc: Exception, path: Path) -> str:
-    """One line for status: the error, and the version directory if the error does not name it
-    (a truncated variables file says only "Read less bytes than requested")."""
-    message = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
-    return message if str(path) in message else f"{message} (loading {path})"
+def _status_line(message: str) -> str:
+    """A load error as GetModelStatus reports it: one line, bounded."""
+    return message.strip().splitlines()[0][:500] if message.strip() else message
 
 
 class ModelManager:
+    """Loads, swaps and unloads what `source` aspires to; `models` (ModelConfig) make a
+    FileSystemSource loading each version with `load`."""
+
     def __init__(
         self,
         registry: ModelRegistry,
-        models: Sequence[ModelConfig],
+        models: Sequence[ModelConfig] | Source,
         load: Callable[[Path], Runner] = load_version,
     ) -> None:
         self.registry = registry
-        self.models = list(models)
-        self._load = load
+        self.source: Source = (
+            models if not isinstance(models, Sequence) else FileSystemSource(models, load)
+        )
         # Versions whose files failed to load: those files' fingerprint, and the error.
         self._failed: dict[tuple[str, int], tuple[Fingerprint, str]] = {}
         # Loaded versions: the fingerprint of the files they were loaded from.
         self._loaded: dict[tuple[str, int], Fingerprint] = {}
-        # ... and the directory they were loaded from, as it was named on disk.
-        self._paths: dict[tuple[str, int], Path] = {}
+        # ... and where they were loaded from, as it was named on disk.
+        self._paths: dict[tuple[str, int], Path | None] = {}
+        # The last load error of each version, whole (status shows its first line).
+        self._errors: dict[tuple[str, int], str] = {}
         self._sync_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def models(self) -> list[ModelConfig]:
+        """The configured models of a file-system source ([] for a static one)."""
+        source = self.source
+        return list(source.models.values()) if isinstance(source, FileSystemSource) else []
 
     def start(self) -> ModelManager:
         """Load every model's aspired versions now; raises ModelLoadError naming each model that
         ends up with no available version (a server that cannot serve should not start)."""
         self.sync()
         problems = []
-        for model in self.models:
-            statuses = self.registry.known(model.name)
+        for name in self.source.names():
+            statuses = self.registry.known(name)
             if not any(s.state == "AVAILABLE" for s in statuses.values()):
-                errors = [f"version {s.version}: {s.error}" for s in statuses.values() if s.error]
-                reason = "; ".join(errors) if errors else self._why_nothing(model)
-                problems.append(f"model {model.name!r} has no servable version: {reason}")
+                errors = [
+                    f"version {s.version}: {self._errors.get((name, s.version), s.error)}"
+                    for s in statuses.values()
+                    if s.error
+                ]
+                reason = "; ".join(errors) if errors else self.source.why_nothing(name)
+                problems.append(f"model {name!r} has no servable version: {reason}")
         if problems:
             raise ModelLoadError("; ".join(problems))
         return self
 
-    def _why_nothing(self, model: ModelConfig) -> str:
-        if not model.base_path.is_dir():
-            return f"base path {model.base_path} does not exist"
-        on_disk = existing_versions(model.base_path)
-        if not on_disk:
-            return (
-                f"no versions: expected numeric directories such as {model.base_path / '1'} "
-                f"(run `graphserve export ... --base-path {model.base_path.parent}`)"
-            )
-        return f"the {model.policy.describe()} policy picks none of versions {on_disk}"
-
     def poll(self, seconds: float) -> None:
-        """Re-scan the base paths every `seconds` in a daemon thread until `stop()`."""
+        """Re-scan the source every `seconds` in a daemon thread until `stop()`."""
         if seconds <= 0 or self._thread is not None:
             return
 
@@ -140,10 +142,13 @@ class ModelManager:
         are. A model whose base path changed loads its versions from the new path, each one
         replacing its old copy once loaded (availability first). As in TF Serving, a removed
         model's versions stay in its status as END, and requests for it get NOT_FOUND."""
+        source = self.source
+        if not isinstance(source, FileSystemSource):
+            raise TypeError("only a file-system source can be reconfigured")
         with self._sync_lock:
-            before = {m.name: m for m in self.models}
-            self.models = list(models)
-            after = {m.name: m for m in self.models}
+            before = dict(source.models)
+            source.configure(models)
+            after = source.models
             for name, model in before.items():
                 if name in after and after[name].base_path == model.base_path:
                     continue
@@ -156,117 +161,144 @@ class ModelManager:
                         self._loaded[key] = None
                         continue
                     log.info("%s: removed from the config, unloading version %d", *key)
-                    self.registry.set_status(name, servable.version, "UNLOADING")
-                    self.registry.remove(name, servable.version)
-                    self._loaded.pop(key, None)
+                    self._unload(name, servable.version, "")
                 if name not in after:
                     self.registry.set_labels(name, {})
         self.sync()
         for model in models:  # a failed load is logged where it fails; nothing tried is not
             if model.name not in before and not self.registry.known(model.name):
-                log.error("%s: added, nothing to load: %s", model.name, self._why_nothing(model))
+                log.error(
+                    "%s: added, nothing to load: %s", model.name, source.why_nothing(model.name)
+                )
 
     def stop(self) -> None:
+        """Stop polling (what is loaded keeps serving)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def unload_all(self, timeout: float = 5.0) -> None:
+        """Stop polling, unload every version and close each runner once its requests ended
+        (up to `timeout` s each): what a server that stops does."""
+        self.stop()
+        with self._sync_lock:
+            threads = [
+                self._unload(name, servable.version, "")
+                for name in self.source.names()
+                for servable in self.registry.available(name)
+            ]
+        for thread in threads:
+            if thread is not None:
+                thread.join(timeout)
 
     def sync(self) -> None:
         """One pass over every model: reload loaded versions whose files changed, load what is
         aspired and new, then unload what is not (or is broken) once something else serves."""
         with self._sync_lock:
-            for model in self.models:
-                self._sync_model(model)
+            for name in self.source.names():
+                self._sync_model(name)
 
-    def _sync_model(self, model: ModelConfig) -> None:
-        on_disk = existing_versions(model.base_path)
-        self._reload_changed(model)
-        self._load_missing(model, model.policy.aspired(on_disk))
+    def _sync_model(self, name: str) -> None:
+        on_disk = self.source.versions(name)
+        self._reload_changed(name)
+        self._load_missing(name, self.source.aspired(name, on_disk))
         # A version that fails to load does not count: with `latest`, the newest loadable
         # version serves in its place (a corrupt new version beside a good one).
-        aspired = model.policy.aspired([v for v in on_disk if not self._broken(model, v)])
-        self._load_missing(model, aspired)
-        available = {s.version for s in self.registry.available(model.name)}
+        aspired = self.source.aspired(name, [v for v in on_disk if not self._broken(name, v)])
+        self._load_missing(name, aspired)
+        available = {s.version for s in self.registry.available(name)}
         for version in sorted(available):
-            problem = self._problem(model, version)
+            problem = self._problem(name, version)
             # Availability first: keep an old version until an aspired one serves in its place.
             if version not in aspired and available & set(aspired):
-                log.info("%s: unloading version %d", model.name, version)
-                self.registry.set_status(model.name, version, "UNLOADING", problem)
-                self.registry.remove(model.name, version, problem)
-                self._loaded.pop((model.name, version), None)
-                self._paths.pop((model.name, version), None)
+                log.info("%s: unloading version %d", name, version)
+                self._unload(name, version, problem)
             else:
-                self._report_serving(model, version, problem)
-        self.registry.set_labels(model.name, model.labels)
+                self._report_serving(name, version, problem)
+        self.registry.set_labels(name, self.source.labels(name))
 
-    def _reload_changed(self, model: ModelConfig) -> None:
+    def _unload(self, name: str, version: int, problem: str) -> threading.Thread | None:
+        """Take a version out of the map (new requests no longer reach it) and retire it."""
+        self.registry.set_status(name, version, "UNLOADING", problem)
+        removed = self.registry.remove(name, version, problem)
+        self._loaded.pop((name, version), None)
+        self._paths.pop((name, version), None)
+        return retire(removed) if removed is not None else None
+
+    def _reload_changed(self, name: str) -> None:
         """Load again each loaded version whose files changed since it was loaded (unless those
         files already failed; a removed directory has nothing to load)."""
-        for servable in self.registry.available(model.name):
-            key = (model.name, servable.version)
-            fingerprint = _fingerprint(self._path(model, servable.version))
+        for servable in self.registry.available(name):
+            key = (name, servable.version)
+            fingerprint = self.source.fingerprint(self._path(name, servable.version))
             if fingerprint is None or fingerprint == self._loaded.get(key):
                 continue
-            if not self._broken(model, servable.version):
-                log.info("%s: the files of version %d changed", model.name, servable.version)
-                self._load_one(model, servable.version)
+            if not self._broken(name, servable.version):
+                log.info("%s: the files of version %d changed", name, servable.version)
+                self._load_one(name, servable.version)
 
-    def _load_missing(self, model: ModelConfig, versions: list[int]) -> None:
-        loaded = {s.version for s in self.registry.available(model.name)}
+    def _load_missing(self, name: str, versions: list[int]) -> None:
+        loaded = {s.version for s in self.registry.available(name)}
         for version in versions:
-            if version not in loaded and not self._broken(model, version):
-                self._load_one(model, version)
+            if version not in loaded and not self._broken(name, version):
+                self._load_one(name, version)
 
-    def _broken(self, model: ModelConfig, version: int) -> bool:
+    def _broken(self, name: str, version: int) -> bool:
         """It failed to load, and its files have not changed since."""
-        failed = self._failed.get((model.name, version))
-        return failed is not None and failed[0] == _fingerprint(self._path(model, version))
+        failed = self._failed.get((name, version))
+        return failed is not None and failed[0] == self.source.fingerprint(
+            self._path(name, version)
+        )
 
-    def _path(self, model: ModelConfig, version: int) -> Path:
+    def _path(self, name: str, version: int) -> Path | None:
         """Where a version was loaded from (a removed directory keeps its name), else where it
-        is on disk now (`00000123` as found, never rebuilt from the number)."""
-        return self._paths.get((model.name, version)) or version_path(model.base_path, version)
+        is now."""
+        key = (name, version)
+        return self._paths[key] if key in self._paths else self.source.where(name, version)
 
-    def _problem(self, model: ModelConfig, version: int) -> str:
+    def _problem(self, name: str, version: int) -> str:
         """Why a loaded version should stop serving, "" when nothing is wrong with it."""
-        path = self._path(model, version)
-        if not path.is_dir():
+        path = self._path(name, version)
+        if path is not None and not path.is_dir():
             return f"version directory {path} was removed while serving"
-        failed = self._failed.get((model.name, version))
+        failed = self._failed.get((name, version))
         return f"its files changed on disk and no longer load: {failed[1]}" if failed else ""
 
-    def _report_serving(self, model: ModelConfig, version: int, problem: str) -> None:
+    def _report_serving(self, name: str, version: int, problem: str) -> None:
         """Keep a version that still serves AVAILABLE, its status saying what is wrong if
         anything (and no longer once that is fixed)."""
         message = f"{problem}; serving the copy in memory until a version can replace it"
         message = message if problem else ""
-        if self.registry.known(model.name)[version].error != message:
+        if self.registry.known(name)[version].error != message:
             if message:
-                log.warning("%s: version %d: %s", model.name, version, message)
-            self.registry.set_status(model.name, version, "AVAILABLE", message)
+                log.warning("%s: version %d: %s", name, version, message)
+            self.registry.set_status(name, version, "AVAILABLE", message)
 
-    def _load_one(self, model: ModelConfig, version: int) -> None:
-        """Load a version and make it AVAILABLE (a loaded one is replaced by the new load), or
-        record why it failed (a loaded one keeps serving; `_sync_model` decides its fate)."""
-        path = version_path(model.base_path, version)
-        fingerprint = _fingerprint(path)
-        key = (model.name, version)
+    def _load_one(self, name: str, version: int) -> None:
+        """Load a version and make it AVAILABLE (a loaded one is replaced by the new load and
+        retired), or record why it failed (a loaded one keeps serving; `_sync_model` decides
+        its fate)."""
+        path = self.source.where(name, version)
+        fingerprint = self.source.fingerprint(path)
+        key = (name, version)
         serving = key in self._loaded  # a reload: the version serves on meanwhile
-        log.info("%s: loading version %d from %s", model.name, version, path)
+        log.info("%s: loading version %d%s", name, version, f" from {path}" if path else "")
         if not serving:
-            self.registry.set_status(model.name, version, "LOADING")
+            self.registry.set_status(name, version, "LOADING")
         try:
-            runner = self._load(path)
+            runner = self.source.load(name, version, path)
         except Exception as exc:
             message = _load_error(exc, path)
-            log.error("%s: version %d failed to load: %s", model.name, version, message)
-            self._failed[key] = (fingerprint, message)
+            log.error("%s: version %d failed to load: %s", name, version, message)
+            self._failed[key] = (fingerprint, _status_line(message))
+            self._errors[key] = message
             if not serving:
-                self.registry.set_status(model.name, version, "END", message)
+                self.registry.set_status(name, version, "END", _status_line(message))
             return
         self._failed.pop(key, None)
         self._loaded[key] = fingerprint
         self._paths[key] = path
-        self.registry.add(Servable(model.name, version, runner))
-        log.info("%s: version %d is AVAILABLE", model.name, version)
+        replaced = self.registry.add(Servable(name, version, runner))
+        if replaced is not None:
+            retire(replaced)
+        log.info("%s: version %d is AVAILABLE", name, version)

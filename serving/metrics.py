@@ -170,7 +170,7 @@ class _VersionStates:
             for status in self.registry.known(name).values():
                 family.add_metric((name, str(status.version), status.state), 1.0)
             for servable in self.registry.available(name):
-                counts: dict[str, int] = getattr(servable.runner, "trace_counts", dict)()
+                counts = servable.runner.trace_counts()
                 for signature, count in counts.items():
                     traces.add_metric((name, str(servable.version), signature), float(count))
         yield family

@@ -16,6 +16,7 @@ from graphserve.core.codec import shape_hint
 from graphserve.core.errors import InvalidInput, ServingError
 from graphserve.core.savedmodel import signature_defs
 from graphserve.core.signature import DTYPES, TensorSpec
+from graphserve.serving.runner import Runner
 from graphserve.serving.signature import ServedSignature
 
 __all__ = ["NullRunner"]
@@ -25,7 +26,7 @@ __all__ = ["NullRunner"]
 _INIT_OP_KEY = "__saved_model_init_op"
 
 
-class NullRunner:
+class NullRunner(Runner):
     """Serves the signatures of the SavedModel at `path` and answers with zeros.
 
     Raises SavedModelError (an ExportError) when `path` is not a readable SavedModel.

@@ -1,26 +1,50 @@
-"""The model registry: which models and versions this server holds, their states, and labels.
+"""The servable map: which models and versions this server holds, their states, and labels.
 
-`ModelRegistry` answers requests: the AVAILABLE servables by name and version or label, and the
-state of every version it has heard of (loading, available, failed to load, unloaded), which is
-what GetModelStatus reports. `serving.manager` decides what to load and unload; `load_graph`
-and `load_eager` are the one-model shortcuts the CLI and tests use.
+`ModelRegistry` is passive: it answers requests (the AVAILABLE servables by name and version or
+label, and the state of every version it has heard of: loading, available, failed to load,
+unloaded, which is what GetModelStatus reports), and only the manager (serving.manager) writes
+to it. A request holds a lease on the servable it resolved (`acquire`/`release`), so a version
+the manager unloads is closed only after its last request ended. `load_graph`, `load_eager` and
+`load_null` are one-model shortcuts for scripts and tests: each runs a manager over its source.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphserve.core.errors import InvalidInput, ModelLoadError, NotFound
 from graphserve.core.signature import TensorSpec
-from graphserve.serving.runners import EagerRunner, Runner
+from graphserve.serving.runner import Runner
 
 __all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
 
 # A request names a version by number, by label (a string), or not at all (the newest).
 VersionRef = int | str | None
 
+
+
+class Lease:
+    """How many requests hold a servable; `wait_idle` returns once none does."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = threading.Condition()
+
+    def take(self) -> None:
+        with self._idle:
+            self.count += 1
+
+    def give_back(self) -> None:
+        with self._idle:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self.count == 0, timeout)
 
 
 @dataclass(frozen=True)
@@ -30,6 +54,7 @@ class Servable:
     name: str
     version: int
     runner: Runner
+    lease: Lease = field(default_factory=Lease, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -52,20 +77,26 @@ class ModelRegistry:
 
     # -- what the loaders call -------------------------------------------------------------
 
-    def add(self, servable: Servable) -> None:
-        """Make `servable` AVAILABLE: from now on requests reach it."""
+    def add(self, servable: Servable) -> Servable | None:
+        """Make `servable` AVAILABLE: from now on requests reach it. Returns the servable it
+        replaced (a reload of the same version), which the caller retires."""
         with self._lock:
-            self._servables.setdefault(servable.name, {})[servable.version] = servable
+            versions = self._servables.setdefault(servable.name, {})
+            replaced = versions.get(servable.version)
+            versions[servable.version] = servable
             self._status.setdefault(servable.name, {})[servable.version] = VersionStatus(
                 servable.version, "AVAILABLE"
             )
+        return replaced
 
-    def remove(self, name: str, version: int, error: str = "") -> None:
-        """Unload: new requests no longer reach it (in-flight ones finish on their reference);
-        `error` says why when something went wrong (its directory was removed, ...)."""
+    def remove(self, name: str, version: int, error: str = "") -> Servable | None:
+        """Unload: new requests no longer reach it (in-flight ones finish on their lease);
+        `error` says why when something went wrong (its directory was removed, ...). Returns
+        the servable removed, which the caller retires."""
         with self._lock:
-            self._servables.get(name, {}).pop(version, None)
+            removed = self._servables.get(name, {}).pop(version, None)
             self._status.setdefault(name, {})[version] = VersionStatus(version, "END", error)
+        return removed
 
     def set_status(self, name: str, version: int, state: str, error: str = "") -> None:
         with self._lock:
@@ -126,6 +157,18 @@ class ModelRegistry:
             f"are {loaded}"
         )
 
+    def acquire(self, name: str, version: VersionRef = None) -> Servable:
+        """`get`, holding a lease on the servable until `release` (taken under the map's lock,
+        so a version being unloaded is either leased here or no longer found)."""
+        with self._lock:
+            servable = self.get(name, version)
+            servable.lease.take()
+        return servable
+
+    @staticmethod
+    def release(servable: Servable) -> None:
+        servable.lease.give_back()
+
     def statuses(self, name: str, version: VersionRef = None) -> list[VersionStatus]:
         """The state of every version of `name` ever seen, or of one; NotFound if unknown."""
         known = self._status.get(name)
@@ -151,24 +194,12 @@ class ModelRegistry:
     def load_null(self, name: str, base_path: Path) -> Servable:
         """Serve the newest numeric version under `base_path` with NullRunner (its signatures,
         zeros for answers, no model work); errors surface as ModelLoadError."""
-        from graphserve.core.errors import ExportError
-        from graphserve.core.versions import version_dirs
-        from graphserve.serving.nullrunner import NullRunner
+        from graphserve.serving.config import ModelConfig
+        from graphserve.serving.loaders import load_null
+        from graphserve.serving.manager import ModelManager
 
-        dirs = version_dirs(Path(base_path))
-        versions = list(dirs)
-        if not versions:
-            raise ModelLoadError(
-                f"model {name!r} has no servable version: no numeric version directories under "
-                f"{base_path}"
-            )
-        try:
-            runner = NullRunner(dirs[versions[-1]])
-        except ExportError as exc:
-            raise ModelLoadError(str(exc)) from exc
-        servable = Servable(name, versions[-1], runner)
-        self.add(servable)
-        return servable
+        ModelManager(self, [ModelConfig(name, Path(base_path))], load=load_null).start()
+        return self.get(name)
 
     def load_eager(
         self,
@@ -184,10 +215,12 @@ class ModelRegistry:
     ) -> Servable:
         """Load a Python model source to run eagerly (`mode`: call, predict or function);
         errors surface as ModelLoadError."""
-        from graphserve.core.errors import ExportError
+        from graphserve.serving.loaders import load_eager
+        from graphserve.serving.manager import ModelManager
+        from graphserve.serving.sources import StaticModel, StaticSource
 
-        try:
-            runner = EagerRunner(
+        def load() -> Runner:
+            return load_eager(
                 source,
                 inputs,
                 signature_file=signature_file,
@@ -195,8 +228,6 @@ class ModelRegistry:
                 allow_unsafe=allow_unsafe,
                 mode=mode,
             )
-        except ExportError as exc:
-            raise ModelLoadError(str(exc)) from exc
-        servable = Servable(name, version, runner)
-        self.add(servable)
-        return servable
+
+        ModelManager(self, StaticSource([StaticModel(name, load, version)])).start()
+        return self.get(name)

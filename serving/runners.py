@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -29,6 +29,7 @@ from graphserve.core.signature import TensorSpec, sample_inputs
 from graphserve.model.opscan import describe_flagged, scan_meta_graph
 from graphserve.model.sources import load_source, resolve_contracts
 from graphserve.model.trace import call_signature, predict_signature, signature_errors
+from graphserve.serving.runner import Runner
 from graphserve.serving.signature import ServedSignature
 
 if TYPE_CHECKING:
@@ -44,13 +45,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("graphserve.runners")
-
-
-class Runner(Protocol):
-    kind: str  # "graph" | "eager"
-    signatures: dict[str, ServedSignature]
-
-    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
 # What eager TensorFlow wraps around a graph's own error: "Graph execution error: Detected at
@@ -102,7 +96,7 @@ def checked_meta_graph(path: Path, allow_ops: Collection[str] = ()) -> meta_grap
     return graph
 
 
-class GraphRunner:
+class GraphRunner(Runner):
     """Serves a SavedModel directory: every signature of its serving MetaGraph.
 
     Models are programs: before loading, the op scan (model.opscan) reads the graph, and a
@@ -186,7 +180,7 @@ def _first_line(exc: Exception) -> str:
 EAGER_MODES = ("call", "predict", "function")
 
 
-class EagerRunner:
+class EagerRunner(Runner):
     """Serves a Python model source (examples:NAME, module:factory, .keras) run eagerly.
 
     It serves the signatures the exporter would export from the same source and flags, calling

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,6 +27,10 @@ from graphserve.serving.dataplane import DataPlane
 from graphserve.serving.grpc_api import UndecodableRequests, add_services
 from graphserve.serving.metrics import ServingMetrics
 from graphserve.serving.registry import ModelRegistry
+
+if TYPE_CHECKING:
+    from graphserve.serving.config import ModelConfigWatcher
+    from graphserve.serving.manager import ModelManager
 from graphserve.serving.rest_api import RestServer
 
 __all__ = ["ModelServer", "ServerOptions", "prime_threads"]
@@ -84,9 +89,21 @@ class ServerOptions:
 
 
 class ModelServer:
-    def __init__(self, registry: ModelRegistry, options: ServerOptions | None = None) -> None:
+    """The gRPC and REST front ends over one servable map. Built by `build_server`, it owns the
+    manager that fills the map (and a config-file watcher), and stops them when it stops; built
+    over a registry directly (tests, scripts), the registry stays the caller's."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        options: ServerOptions | None = None,
+        *,
+        manager: ModelManager | None = None,
+    ) -> None:
         self.registry = registry
         self.options = options or ServerOptions()
+        self.manager = manager
+        self.watcher: ModelConfigWatcher | None = None
         metrics = (
             ServingMetrics(registry, self.options.metrics_path)
             if self.options.metrics_path
@@ -192,8 +209,8 @@ class ModelServer:
         for name in self.registry.names():
             try:
                 runner = self.plane.servable(name).runner
-                version_dir = getattr(runner, "path", None)
-                if version_dir is not None:
+                version_dir = runner.path
+                if version_dir is not None and runner.on_caller:
                     replay_warmup(version_dir, runner.run)
             except Exception as exc:  # warming must never keep a server from starting
                 log.debug("warming a gRPC thread for %s skipped: %s", name, exc)
@@ -215,6 +232,10 @@ class ModelServer:
             self._rest.server_close()
         if self._grpc is not None:
             self._grpc.stop(remaining).wait()
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.manager is not None:
+            self.manager.unload_all()
         self._stopped.set()
 
     def wait(self) -> None:

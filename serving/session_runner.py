@@ -30,6 +30,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
 
 from graphserve.core.errors import InvalidInput, Unavailable
+from graphserve.serving.runner import Runner
 from graphserve.serving.runners import checked_meta_graph, run_errors
 from graphserve.serving.signature import ServedSignature
 
@@ -53,7 +54,7 @@ class _Tensors:
     outputs: dict[str, str]
 
 
-class SessionRunner:
+class SessionRunner(Runner):
     """Serves the SavedModel at `path` from a TF1 Session, every signature of its `serve`
     MetaGraph (TF2's `__saved_model_init_op` aside: it runs at load, as in TF Serving).
 

@@ -22,6 +22,7 @@ from graphserve.serving.batching import (
     BatchingRunner,
     load_batching_parameters,
 )
+from graphserve.serving.runner import Runner
 from graphserve.serving.runners import GraphRunner
 
 SIG = "serving_default"
@@ -40,7 +41,7 @@ def unbatched(graph: GraphRunner) -> np.ndarray:
     return graph.run(SIG, {"images": X})["logits"]
 
 
-class Recording:
+class Recording(Runner):
     """Wraps a runner: records every batch it is given; can hold runs at a gate, or fail them."""
 
     def __init__(
@@ -343,7 +344,7 @@ def test_close_runs_what_is_queued_then_refuses_requests(
 # -- shapes: separate queues, or padding (a numpy model, so lengths can vary) ------------------
 
 
-class Doubler:
+class Doubler(Runner):
     """A model with a variable-length input: y = 2x, keeping x's shape."""
 
     kind = "graph"

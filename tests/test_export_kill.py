@@ -18,20 +18,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import grpc
 import numpy as np
 import pytest
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
 from graphserve.core.manifest import MANIFEST_FILE, read_manifest
 from graphserve.core.savedmodel import SavedModelError, serve_meta_graph
 from graphserve.core.versions import TMP_PREFIX, atomic_version_dir, existing_versions, next_version
 from graphserve.model.warmup import WARMUP_FILE
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from graphserve.serving.config import ModelConfig
-from graphserve.serving.manager import ModelManager, load_version
+from graphserve.serving.loaders import load_version
+from graphserve.serving.manager import ModelManager
 
 NAME = "affine"
 X = np.array([[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]], dtype=np.float32)
@@ -199,14 +199,9 @@ def _kill_plan(rng: random.Random, duration: float) -> list[tuple[str, float | N
     return [*plan, (stages[-1], None, stages[-1])]
 
 
-def _predict(port: int, x: np.ndarray) -> predict_pb2.PredictResponse:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = NAME
-    request.inputs["x"].CopyFrom(array_to_proto(x))
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        return prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
-            request, timeout=30
-        )
+def _predict(port: int, x: np.ndarray) -> Any:
+    with client.GrpcClient.connect(f"127.0.0.1:{port}") as grpc_client:
+        return grpc_client.predict(client.predict_request(NAME, {"x": x}))
 
 
 @pytest.mark.slow
@@ -299,10 +294,9 @@ def test_killed_exports_never_show_a_partial_version(
         server.stop(grace=1.0)
     assert response.model_spec.version.value == result["version"]
     scores = X @ W + B
-    np.testing.assert_allclose(array_from_proto(response.outputs["scores"]), scores, rtol=1e-6)
-    np.testing.assert_array_equal(
-        array_from_proto(response.outputs["best"]), scores.argmax(axis=-1)
-    )
+    outputs = client.predict_outputs(response)
+    np.testing.assert_allclose(outputs["scores"], scores, rtol=1e-6)
+    np.testing.assert_array_equal(outputs["best"], scores.argmax(axis=-1))
 
 
 def test_version_is_flushed_to_disk_before_and_after_the_rename(

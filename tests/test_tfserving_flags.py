@@ -4,11 +4,8 @@ refused in TF Serving's words, and gRPC on a Unix domain socket; checked over RE
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,16 +14,11 @@ import grpc
 import numpy as np
 import pytest
 import typer
-from tensorflow_serving.apis import (
-    get_model_status_pb2,
-    model_service_pb2_grpc,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.processes import ServerProcess, free_port
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from graphserve.serving.cli import _Serve
@@ -52,36 +44,23 @@ def _write(path: Path, text: str) -> None:
 
 
 def _grpc_predict(address: str, name: str, x: np.ndarray) -> np.ndarray:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = name
-    request.inputs["x"].CopyFrom(array_to_proto(x))
-    with grpc.insecure_channel(address) as channel:
-        response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
-            request, timeout=30
-        )
-    return array_from_proto(response.outputs["y"])
+    with GrpcClient.connect(address) as grpc_client:
+        response = grpc_client.predict(client.predict_request(name, {"x": x}))
+    return client.predict_outputs(response)["y"]
 
 
 def _grpc_status(address: str, name: str) -> dict[int, str]:
-    request = get_model_status_pb2.GetModelStatusRequest()
-    request.model_spec.name = name
-    with grpc.insecure_channel(address) as channel:
-        response = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
-            request, timeout=30
-        )
-    state = get_model_status_pb2.ModelVersionStatus.State.Name
-    return {s.version: state(s.state) for s in response.model_version_status}
+    with GrpcClient.connect(address) as grpc_client:
+        response = grpc_client.status(client.status_request(name))
+    return {s.version: s.state for s in client.version_statuses(response)}
 
 
 def _rest(address: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{address}{path}", data=data)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read().decode()
-            return response.status, json.loads(text) if path.startswith("/v1/") else text
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    """(status, JSON body); the text of a successful answer outside TF Serving's /v1/ API."""
+    with RestClient(address) as rest:
+        reply = rest.get(path) if body is None else rest.post(path, body)
+    json_body = path.startswith("/v1/") or reply.status >= 400
+    return reply.status, reply.json() if json_body else reply.text
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -179,8 +158,8 @@ def test_tfserving_flags_reach_the_server_options(
 ) -> None:
     """What the server is built with: no gRPC TCP port with `--port=0`, the socket, the REST
     timeout, the method-name check and the gRPC arguments (a stand-in server records them)."""
+    import graphserve.serving.build
     import graphserve.serving.cli
-    import graphserve.serving.server
 
     base = write_half_plus_two(tmp_path / "half_plus_two" / "1").parent
     built: list[tuple[ModelRegistry, ServerOptions]] = []
@@ -188,7 +167,10 @@ def test_tfserving_flags_reach_the_server_options(
     class RecordingServer:
         grpc_port = rest_port = 0
 
-        def __init__(self, registry: ModelRegistry, options: ServerOptions) -> None:
+        def __init__(
+            self, registry: ModelRegistry, options: ServerOptions, *, manager: object = None
+        ) -> None:
+            self.registry = registry
             built.append((registry, options))
 
         def start(self) -> RecordingServer:
@@ -200,7 +182,7 @@ def test_tfserving_flags_reach_the_server_options(
         def wait(self) -> None:
             pass
 
-    monkeypatch.setattr(graphserve.serving.server, "ModelServer", RecordingServer)
+    monkeypatch.setattr(graphserve.serving.build, "ModelServer", RecordingServer)
     monkeypatch.setattr(graphserve.serving.cli, "configure_logging", lambda fmt: None)
     monkeypatch.setattr(graphserve.serving.cli.signal, "signal", lambda *args: None)
     result = CliRunner().invoke(

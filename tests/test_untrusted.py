@@ -22,7 +22,8 @@ from graphserve.cli import app
 from graphserve.core.processes import ServerProcess
 from graphserve.serving import ModelRegistry
 from graphserve.serving.config import ModelConfig
-from graphserve.serving.manager import ModelManager, load_version
+from graphserve.serving.loaders import LoadOptions, load_version
+from graphserve.serving.manager import ModelManager
 from tests.savedmodels import write_clean, write_lambda_keras, write_with_read_file
 
 X = np.array([[1.0, 2.0]], dtype=np.float32)
@@ -49,7 +50,7 @@ def test_allow_op_serves_it_and_logs_each_allowed_op(
 ) -> None:
     path = write_with_read_file(tmp_path / "m" / "1")
     with caplog.at_level(logging.WARNING, logger="graphserve.runners"):
-        runner = load_version(path, allow_ops=["ReadFile"])
+        runner = load_version(path, LoadOptions(allow_ops=("ReadFile",)))
     hostname = Path("/etc/hostname").read_bytes()
     outputs = runner.run("serving_default", {"x": X})
     np.testing.assert_allclose(outputs["y"], X * [1.5, -2.0] + len(hostname))
@@ -58,7 +59,8 @@ def test_allow_op_serves_it_and_logs_each_allowed_op(
         for r in caplog.records
     )
     with pytest.raises(Exception, match="ReadFile"):
-        load_version(path, allow_ops=["WriteFile"])  # allowing another op is not allowing this
+        # allowing another op is not allowing this one
+        load_version(path, LoadOptions(allow_ops=("WriteFile",)))
 
 
 def test_serve_graph_refuses_a_flagged_model_in_one_line(tmp_path: Path) -> None:

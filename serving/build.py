@@ -1,0 +1,122 @@
+"""`build_server(ServeConfig)`: the one way to assemble a server, for the CLI and for scripts.
+
+    from graphserve.serving import ServeConfig, ServerOptions, build_server
+    from graphserve.serving.config import ModelConfig
+
+    config = ServeConfig(models=(ModelConfig("mlp", Path("models/mlp")),),
+                         options=ServerOptions(grpc_port=0, rest_port=0))
+    with build_server(config) as server:      # loaded here; started by `with` (or .start())
+        print(server.grpc_port, server.rest_port)
+
+The pieces, TF Serving's: a source per kind of model (file system for SavedModels, static for
+the eager and null servers), loaders that load, warm and batch, one manager per source writing
+the servable map, and the data plane with its gRPC and REST front ends reading it. Stopping the
+server drains requests, stops polling and closes every runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphserve.core.batchingparams import BatchingParameters
+from graphserve.core.signature import TensorSpec
+from graphserve.serving.config import ModelConfig
+from graphserve.serving.loaders import LoadOptions, load_eager, load_null, load_version
+from graphserve.serving.manager import ModelManager
+from graphserve.serving.registry import ModelRegistry
+from graphserve.serving.runner import Runner
+from graphserve.serving.server import ModelServer, ServerOptions
+from graphserve.serving.sources import StaticModel, StaticSource
+
+__all__ = ["EagerModel", "ServeConfig", "build_server"]
+
+
+@dataclass(frozen=True)
+class EagerModel:
+    """A Python model SOURCE served eagerly (`graphserve serve eager`)."""
+
+    name: str
+    source: str
+    inputs: tuple[TensorSpec, ...] | None = None
+    signature_file: Path | None = None
+    output_names: tuple[str, ...] = ()
+    allow_unsafe: bool = False
+    mode: str = "call"  # call, predict or function
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What to serve and how. `models` are SavedModel base paths (the graph server, or with
+    `null` the null server); `eager` are Python sources. Give one kind."""
+
+    models: Sequence[ModelConfig] = ()
+    eager: Sequence[EagerModel] = ()
+    null: bool = False
+    options: ServerOptions = field(default_factory=ServerOptions)
+    batching: BatchingParameters | None = None
+    allow_ops: tuple[str, ...] = ()
+    file_system_poll_seconds: float = 0.0  # 0: versions are read once, at start
+    model_config_file: Path | None = None  # re-read every model_config_poll_seconds (0: never)
+    model_config_poll_seconds: float = 0.0
+    intra_op_threads: int = 0  # TensorFlow's thread pools (0: its default); process-wide
+    inter_op_threads: int = 0
+
+
+def build_server(config: ServeConfig) -> ModelServer:
+    """Load every model of `config` and return the server, not yet listening. Raises
+    ModelLoadError when a model has no version that loads, RuntimeError when TensorFlow's
+    thread pools are set already, ValueError for a config that mixes kinds."""
+    if bool(config.models) == bool(config.eager):
+        raise ValueError("a ServeConfig serves SavedModels (models) or Python sources (eager)")
+    _thread_pools(config.intra_op_threads, config.inter_op_threads)
+    options = LoadOptions(allow_ops=config.allow_ops, batching=config.batching)
+    registry = ModelRegistry()
+    if config.eager:
+        manager = ModelManager(registry, StaticSource([_static(m, options) for m in config.eager]))
+    else:
+        load = load_null if config.null else load_version
+        manager = ModelManager(registry, list(config.models), lambda path: load(path, options))
+    manager.start()
+    manager.poll(config.file_system_poll_seconds)
+    server = ModelServer(registry, config.options, manager=manager)
+    if config.model_config_file is not None and config.model_config_poll_seconds:
+        from graphserve.serving.config import ModelConfigWatcher
+
+        server.watcher = ModelConfigWatcher(
+            config.model_config_file,
+            config.model_config_poll_seconds,
+            manager.reconfigure,
+            list(config.models),
+        ).start()
+    return server
+
+
+def _static(model: EagerModel, options: LoadOptions) -> StaticModel:
+    def load() -> Runner:
+        return load_eager(
+            model.source,
+            model.inputs,
+            options,
+            signature_file=model.signature_file,
+            output_names=model.output_names,
+            allow_unsafe=model.allow_unsafe,
+            mode=model.mode,
+        )
+
+    return StaticModel(model.name, load, model.version)
+
+
+def _thread_pools(intra: int, inter: int) -> None:
+    """TensorFlow fixes its thread pools at the first op: set before anything runs."""
+    if not (intra or inter):
+        return
+    import tensorflow as tf
+
+    if intra:
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    if inter:
+        tf.config.threading.set_inter_op_parallelism_threads(inter)
+

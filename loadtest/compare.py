@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from graphserve.core.client import rest_path
+from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
 from graphserve.loadtest.plan import PLAN_ENV, ArmTarget, Plan
 from graphserve.loadtest.targets import check_loopback, http_base_url
@@ -50,7 +51,6 @@ SWEEPFILE = Path(__file__).with_name("sweepfile.py")
 _MARGIN_S = 120
 _STOP_TIMEOUT_S = 5
 _VERSIONED = ("graphserve", "tensorflow", "tensorflow-serving-api", "grpcio", "locust", "numpy")
-METRICS_PATH = "/monitoring/prometheus/metrics"
 
 
 @dataclass(frozen=True)
@@ -496,7 +496,7 @@ def with_metrics_probe(arms: Sequence[Arm], protocol: str) -> tuple[Arm, ...]:
     probed = []
     for arm in arms:
         if arm.metrics_url is None and protocol == "rest":
-            url = http_base_url(arm.address) + METRICS_PATH
+            url = http_base_url(arm.address) + DEFAULT_METRICS_PATH
             if scrape(url, "") is not None:
                 arm = replace(arm, metrics_url=url)
         probed.append(arm)

@@ -16,20 +16,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from graphserve.core.defaults import DEFAULT_METRICS_PATH as METRICS_PATH
 from graphserve.core.errors import LoadTestError, ServerStartError
+from graphserve.core.processes import SERVER_KINDS, serve_args
 from graphserve.loadtest.analysis import CALIBRATION_ARM
-from graphserve.loadtest.compare import METRICS_PATH, Arm, CompareSpec, compare, model_name_of
+from graphserve.loadtest.compare import Arm, CompareSpec, compare, model_name_of
 
 __all__ = ["SERVER_KINDS", "managed_servers", "run_managed"]
 
-# arm name -> `graphserve serve` arguments before the common ones ({base}, {source} filled in)
-SERVER_KINDS: dict[str, tuple[str, ...]] = {
-    "graph": ("graph", "--model-base-path", "{base}"),
-    "eager": ("eager", "{source}", "--mode", "call"),
-    "eager-predict": ("eager", "{source}", "--mode", "predict"),
-    "eager-function": ("eager", "{source}", "--mode", "function"),
-    CALIBRATION_ARM: ("null", "--model-base-path", "{base}"),
-}
+assert CALIBRATION_ARM in SERVER_KINDS  # the null server is the calibration arm
 
 
 @contextmanager
@@ -57,10 +52,8 @@ def managed_servers(
     arms: list[Arm] = []
     try:
         for kind in kinds:
-            args = [
-                part.format(base=model_base_path, source=source) for part in SERVER_KINDS[kind]
-            ]
-            args += ["--model-name", model_name, "--metrics"]
+            args = [*serve_args(kind, model_base_path, source), "--model-name", model_name]
+            args += ["--metrics"]
             process = ServerProcess.on_free_ports(
                 args, model_name, log_path=log_dir / f"{kind}-server.log"
             )
@@ -159,4 +152,4 @@ def _cold_start(
         work_dir=out_dir / "cold-start",
         log=say,
     )
-    return [run.to_dict() for run in runs]
+    return [run.to_json() for run in runs]

@@ -466,9 +466,10 @@ def _process_status(grpc_address: str) -> dict[int, tuple[str, str]]:
 def test_a_version_pushed_under_locust_load_swaps_in_with_no_failed_request(
     tmp_path: Path,
 ) -> None:
+    from graphserve.core.defaults import DEFAULT_METRICS_PATH as METRICS_PATH
     from graphserve.core.processes import ServerProcess
     from graphserve.loadtest.analysis import read_raw
-    from graphserve.loadtest.compare import METRICS_PATH, Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
     from graphserve.loadtest.stats import summarize
 
     base = tmp_path / "models"

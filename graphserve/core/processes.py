@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["ServerProcess", "free_port"]
+__all__ = ["SERVER_KINDS", "ServerProcess", "free_port", "serve_args"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,6 +23,27 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+# The server kinds a load test or benchmark starts: kind -> `graphserve serve` arguments before
+# the common ones ({base} is the model base path, {source} the Python model source).
+SERVER_KINDS: dict[str, tuple[str, ...]] = {
+    "graph": ("graph", "--model-base-path", "{base}"),
+    "eager": ("eager", "{source}", "--mode", "call"),
+    "eager-predict": ("eager", "{source}", "--mode", "predict"),
+    "eager-function": ("eager", "{source}", "--mode", "function"),
+    "null": ("null", "--model-base-path", "{base}"),
+}
+
+
+def serve_args(kind: str, base: Path | str, source: str | None) -> list[str]:
+    """The `graphserve serve` arguments of a server kind; ValueError for an unknown kind or a
+    kind that needs a source when there is none."""
+    if kind not in SERVER_KINDS:
+        raise ValueError(f"unknown server kind {kind}: expected {', '.join(SERVER_KINDS)}")
+    if source is None and "{source}" in SERVER_KINDS[kind]:
+        raise ValueError(f"server kind {kind} runs a Python model: give its SOURCE")
+    return [part.format(base=base, source=source) for part in SERVER_KINDS[kind]]
+
 
 
 class ServerProcess:

@@ -5,8 +5,7 @@ All run until Ctrl-C or SIGTERM, then stop accepting, finish in-flight requests 
 They also read `tensorflow_model_server`'s flags (`--port=8500 --model_name=m ...`), so a script
 or container command written for TF Serving runs them unchanged: its spellings are extra names of
 our options, or, where TF Serving means something else (`--port`, `--rest_api_port`,
-`--model_base_path`), options of their own with TF Serving's meaning. `_ServeCommand` adds TF
-Serving's boolean form (`--enable_batching=true`) and names any TF Serving flag we do not take.
+`--model_base_path`), options of their own with TF Serving's meaning (serving.flags).
 One difference stays on purpose: the servers bind loopback unless `--host` says otherwise.
 """
 
@@ -14,477 +13,26 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
-import logging
-import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from typer.core import TyperCommand, TyperOption
 
-from graphserve.core.console import configure_logging, quiet_tensorflow, stderr
-from graphserve.core.defaults import (
-    DEFAULT_GRPC_WORKERS,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_JSON_DEPTH,
-    DEFAULT_METRICS_PATH,
-)
-from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE
-
-if TYPE_CHECKING:
-    from graphserve.core.batchingparams import BatchingParameters
-
-log = logging.getLogger("graphserve.serve")
-
-MAX_AUTO_GRPC_WORKERS = 512  # the most threads batching sizes the gRPC pool to
-TFSERVING_REST_TIMEOUT_MS = 30_000  # TF Serving's --rest_api_timeout_in_ms default
-# gRPC arguments --max-message-bytes sets; --grpc-channel-arguments may not contradict it.
-_MESSAGE_LIMITS = ("grpc.max_receive_message_length", "grpc.max_send_message_length")
+from graphserve.serving.flags import SHARED, ServeFlags, TFServingCommand, usage_error
 
 app = typer.Typer(
     help="Serve a model over the TensorFlow Serving gRPC and REST APIs.", no_args_is_help=True
 )
 
-# The options every serve command shares, as fields of _Serve: (type with its option, default).
-# `_serve_command` adds them to each command, so they are declared once.
-_SHARED: dict[str, tuple[Any, Any]] = {
-    "host": (
-        Annotated[
-            str,
-            typer.Option(
-                "--host",
-                help="Address to bind. Loopback by default, also with TF Serving's flags (it "
-                "binds 0.0.0.0): the servers have no authentication; put a gateway in front "
-                "before binding 0.0.0.0.",
-            ),
-        ],
-        "127.0.0.1",
-    ),
-    "grpc_socket_path": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--grpc-socket-path",
-                "--grpc_socket_path",
-                help="Also serve gRPC on this Unix domain socket (clients dial unix:PATH); who "
-                "may connect is up to the file's permissions.",
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "metrics": (
-        Annotated[
-            bool,
-            typer.Option(
-                "--metrics", help="Serve Prometheus metrics at " + DEFAULT_METRICS_PATH + "."
-            ),
-        ],
-        False,
-    ),
-    "monitoring_config_file": (
-        Annotated[
-            Path | None,
-            typer.Option(
-                "--monitoring-config-file",
-                "--monitoring_config_file",
-                help="TF Serving monitoring config "
-                "(prometheus_config { enable: true, path: ... }).",
-            ),
-        ],
-        None,
-    ),
-    "max_message_bytes": (
-        Annotated[
-            int,
-            typer.Option(
-                "--max-message-bytes",
-                min=1024,
-                help="Largest gRPC message and REST body accepted, also once a gzip body is "
-                "decompressed (RESOURCE_EXHAUSTED / 413 past it).",
-            ),
-        ],
-        DEFAULT_MAX_BODY_BYTES,
-    ),
-    "max_json_depth": (
-        Annotated[
-            int,
-            typer.Option(
-                "--max-json-depth",
-                min=2,
-                help="Deepest nesting of arrays and objects a REST body may have (400 past it).",
-            ),
-        ],
-        DEFAULT_MAX_JSON_DEPTH,
-    ),
-    "max_concurrent_rpcs": (
-        Annotated[
-            int | None,
-            typer.Option(
-                "--max-concurrent-rpcs",
-                min=1,
-                help="gRPC calls running or queued for a thread at once; past it a call gets "
-                "RESOURCE_EXHAUSTED at once instead of waiting (default: no limit).",
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "grpc_workers": (
-        Annotated[
-            int | None,
-            typer.Option(
-                "--grpc-workers",
-                min=1,
-                help=f"Threads serving gRPC requests (default {DEFAULT_GRPC_WORKERS}; with "
-                "batching, enough to fill max_batch_size for every batch thread and one queued "
-                "batch).",
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-    "intra_op": (
-        Annotated[
-            int,
-            typer.Option(
-                "--tensorflow-intra-op-parallelism",
-                "--tensorflow_intra_op_parallelism",
-                min=0,
-                help="Threads inside one op (0: TF's choice).",
-            ),
-        ],
-        0,
-    ),
-    "inter_op": (
-        Annotated[
-            int,
-            typer.Option(
-                "--tensorflow-inter-op-parallelism",
-                "--tensorflow_inter_op_parallelism",
-                min=0,
-                help="Ops run in parallel (0: TF's choice).",
-            ),
-        ],
-        0,
-    ),
-    "log_format": (
-        Annotated[
-            str, typer.Option("--log-format", help="'text' or 'json' (one JSON object per line).")
-        ],
-        "text",
-    ),
-    "enable_batching": (
-        Annotated[
-            bool,
-            typer.Option(
-                "--enable-batching",
-                "--enable_batching",
-                help="Batch concurrent requests (TF Serving's).",
-            ),
-        ],
-        False,
-    ),
-    "batching_parameters_file": (
-        Annotated[
-            Path | None,
-            typer.Option(
-                "--batching-parameters-file",
-                "--batching_parameters_file",
-                help="TF Serving batching parameters (text proto: max_batch_size { value: 32 } "
-                "...); implies --enable-batching.",
-            ),
-        ],
-        None,
-    ),
-    "rest_timeout_ms": (
-        Annotated[
-            int,
-            typer.Option(
-                "--rest-timeout-ms",
-                "--rest_api_timeout_in_ms",
-                min=0,
-                help="Deadline of a REST request that sets none with a Grpc-Timeout header "
-                "(504 past it; 0: none). TF Serving's default.",
-            ),
-        ],
-        TFSERVING_REST_TIMEOUT_MS,
-    ),
-    "method_name_check": (
-        Annotated[
-            bool,
-            typer.Option(
-                "--enable-signature-method-name-check",
-                "--enable_signature_method_name_check",
-                help="Refuse Classify and Regress on a signature of another method, as TF "
-                "Serving does with this flag (off there and here: TF2 exports name every "
-                "signature predict).",
-            ),
-        ],
-        False,
-    ),
-    "grpc_channel_arguments": (
-        Annotated[
-            str | None,
-            typer.Option(
-                "--grpc-channel-arguments",
-                "--grpc_channel_arguments",
-                help="More gRPC server arguments, KEY=VALUE[,KEY=VALUE...] as TF Serving takes "
-                "them (grpc.max_connection_age_ms=2000); message sizes come from "
-                "--max-message-bytes.",
-                show_default=False,
-            ),
-        ],
-        None,
-    ),
-}
-
-
-def _usage_error(message: str) -> NoReturn:
-    stderr.print(f"[red]error:[/] {escape(message)}")
-    raise typer.Exit(EXIT_USAGE)
-
-
-@dataclass
-class _Serve:
-    """What every serve command shares: where to listen, limits, threads, metrics, logs."""
-
-    host: str = "127.0.0.1"
-    grpc_port: int | None = None  # None: the command's default, unless --port says otherwise
-    rest_port: int | None = None
-    default_ports: tuple[int, int] = (0, 0)  # gRPC, REST
-    port: int | None = None  # TF Serving's --port
-    rest_api_port: int | None = None  # TF Serving's --rest_api_port
-    grpc_socket_path: str | None = None
-    metrics: bool = False
-    monitoring_config_file: Path | None = None
-    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
-    max_concurrent_rpcs: int | None = None
-    grpc_workers: int | None = None
-    intra_op: int = 0
-    inter_op: int = 0
-    log_format: str = "text"
-    enable_batching: bool = False
-    batching_parameters_file: Path | None = None
-    rest_timeout_ms: int = TFSERVING_REST_TIMEOUT_MS
-    method_name_check: bool = False
-    grpc_channel_arguments: str | None = None
-    batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
-    warnings: list[str] = field(default_factory=list)  # logged once logging is set up
-
-    def batching(self) -> BatchingParameters | None:
-        """TF Serving-style batching parameters when asked; None otherwise."""
-        if not (self.enable_batching or self.batching_parameters_file):
-            return None
-        from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters
-        from graphserve.core.errors import BatchingConfigError
-
-        try:
-            params = (
-                load_batching_parameters(self.batching_parameters_file)
-                if self.batching_parameters_file
-                else BatchingParameters()
-            )
-        except BatchingConfigError as exc:
-            _usage_error(str(exc))
-        # Each waiting request holds a gRPC thread, so too few threads would cap every batch.
-        self.batch_rows = params.max_batch_size * (params.num_batch_threads + 1)
-        return params
-
-    def listen(self) -> tuple[int | None, int | None]:
-        """The gRPC and REST TCP ports (None: none), TF Serving's spellings meaning what they
-        mean there: `--port=0` serves gRPC only on the Unix socket, and with `--port` REST is
-        served only on a port `--rest_api_port` (or `--rest-port`) names; `--rest_api_port=0` is
-        no REST. Exits with a usage error on a contradiction."""
-        grpc_default = self.default_ports[0]
-        rest_default: int | None = self.default_ports[1]
-        if self.port is not None:
-            if self.grpc_port is not None and self.grpc_port != self.port:
-                _usage_error("--port and --grpc-port name different gRPC ports: give one")
-            grpc_port = self.port or None
-            rest_default = None  # REST only on a port it is given
-        else:
-            grpc_port = grpc_default if self.grpc_port is None else self.grpc_port
-        if self.rest_api_port is not None:
-            if self.rest_port is not None and self.rest_port != self.rest_api_port:
-                _usage_error("--rest_api_port and --rest-port name different REST ports: give one")
-            rest_port = self.rest_api_port or None
-        else:
-            rest_port = rest_default if self.rest_port is None else self.rest_port
-        if grpc_port is None and not self.grpc_socket_path:
-            _usage_error(
-                "--port=0 serves no gRPC port: give --grpc_socket_path too, as TF Serving asks"
-            )
-        if grpc_port and grpc_port == rest_port:
-            _usage_error(f"gRPC and REST cannot share port {grpc_port}")
-        return grpc_port, rest_port
-
-    def grpc_arguments(self) -> tuple[tuple[str, int | str], ...]:
-        """--grpc-channel-arguments as gRPC server options: whole numbers as ints, the rest as
-        strings, as TF Serving passes them."""
-        parsed: list[tuple[str, int | str]] = []
-        for item in (self.grpc_channel_arguments or "").split(","):
-            key, equals, value = (part.strip() for part in item.partition("="))
-            if not (key or equals or value):
-                continue
-            if not key or not equals:
-                _usage_error(f"--grpc-channel-arguments: {item.strip()!r} is not KEY=VALUE")
-            if key in _MESSAGE_LIMITS:
-                _usage_error(f"--grpc-channel-arguments: set {key} with --max-message-bytes")
-            number = value.removeprefix("-").isdigit()
-            parsed.append((key, int(value) if number else value))
-        return tuple(parsed)
-
-    def run(self, what: dict[str, Any]) -> None:
-        """Build the server for `what` (ServeConfig's model fields) with the shared options and
-        serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
-        if self.log_format not in ("text", "json"):
-            _usage_error("--log-format must be 'text' or 'json'")
-        grpc_port, rest_port = self.listen()
-        grpc_arguments = self.grpc_arguments()
-        metrics_path = self._metrics_path()
-        batching = self.batching()
-        if metrics_path and rest_port is None:
-            self.warnings.append("metrics are served on the REST port, and REST is off")
-        configure_logging(self.log_format)
-        for warning in self.warnings:
-            log.warning("%s", warning)
-        quiet_tensorflow()
-        from graphserve.serving.build import ServeConfig, build_server
-        from graphserve.serving.registry import ModelLoadError
-        from graphserve.serving.server import ServerOptions
-
-        options = ServerOptions(
-            host=self.host,
-            grpc_port=grpc_port,
-            rest_port=rest_port,
-            grpc_workers=self.workers(),
-            max_message_bytes=self.max_message_bytes,
-            max_json_depth=self.max_json_depth,
-            max_concurrent_rpcs=self.max_concurrent_rpcs,
-            metrics_path=metrics_path,
-            grpc_socket_path=self.grpc_socket_path,
-            grpc_arguments=grpc_arguments,
-            rest_timeout_ms=self.rest_timeout_ms or None,
-            method_name_check=self.method_name_check,
-        )
-        config = ServeConfig(
-            options=options,
-            batching=batching,
-            intra_op_threads=self.intra_op,
-            inter_op_threads=self.inter_op,
-            **what,
-        )
-        try:
-            server = build_server(config)
-        except RuntimeError as exc:  # TensorFlow's thread pools, set too late
-            stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
-            raise typer.Exit(EXIT_FAILED) from None
-        except ModelLoadError as exc:
-            stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_FAILED) from None
-        try:
-            server.start()
-        except (OSError, RuntimeError) as exc:
-            stderr.print(f"[red]cannot start the server:[/] {exc}")
-            raise typer.Exit(EXIT_FAILED) from None
-
-        def shutdown(signum: int, _frame: object) -> None:
-            stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
-            server.stop()
-
-        signal.signal(signal.SIGINT, shutdown)
-        signal.signal(signal.SIGTERM, shutdown)
-        registry = server.registry
-        served = "; ".join(
-            f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
-            f"({registry.get(name).runner.kind})"
-            for name in registry.names()
-            if registry.available(name)
-        )
-        where = server.describe()
-        if metrics_path and rest_port is not None:
-            where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"
-        stderr.print(f"[green]serving[/] {served}: {where} (Ctrl-C stops)")
-        server.wait()
-
-    def workers(self) -> int:
-        """--grpc-workers, or the default, raised to fill the batches when batching is on."""
-        if self.grpc_workers:
-            return self.grpc_workers
-        return max(DEFAULT_GRPC_WORKERS, min(self.batch_rows, MAX_AUTO_GRPC_WORKERS))
-
-    def _metrics_path(self) -> str | None:
-        if self.monitoring_config_file is None:
-            return DEFAULT_METRICS_PATH if self.metrics else None
-        from graphserve.serving.metrics import MonitoringConfigError, load_monitoring_config
-
-        try:
-            return load_monitoring_config(self.monitoring_config_file)
-        except MonitoringConfigError as exc:
-            _usage_error(str(exc))
-
-
-class _ServeCommand(TyperCommand):
-    """A serve command that also reads TF Serving's boolean form (`--enable_batching=true`,
-    `=false`), and names a TF Serving flag (`--some_flag`) that it does not take."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        options = {
-            name: param
-            for param in self.get_params(ctx)
-            if isinstance(param, TyperOption)
-            for name in param.opts
-        }
-        return super().parse_args(ctx, _tfserving_forms(options, args))
-
-
-def _tfserving_forms(options: dict[str, TyperOption], args: list[str]) -> list[str]:
-    """`args` with TF Serving's `--flag=true|false` as click reads flags; exits with a usage
-    error naming a `--flag_with_underscores` that is not an option (the TF Serving flags taken
-    are the option names with underscores)."""
-    out: list[str] = []
-    rest = iter(args)
-    for arg in rest:
-        if arg == "--":
-            out += [arg, *rest]
-            break
-        name, equals, value = arg.partition("=")
-        option = options.get(name) if arg.startswith("--") else None
-        if option is None:
-            if arg.startswith("--") and "_" in name:  # click would only say "no such option"
-                accepted = " ".join(sorted(n for n in options if "_" in n))
-                _usage_error(
-                    f"unknown flag {name}: not one of the TF Serving flags this server takes, "
-                    f"which are {accepted}"
-                )
-            out.append(arg)
-        elif option.is_flag and equals:  # click flags take no value; TF Serving's do
-            if value.lower() in ("true", "1"):
-                out.append(name)
-            elif value.lower() in ("false", "0"):
-                # the off form, if any; without one, off is the flag's default
-                out += option.secondary_opts[:1]
-            else:
-                _usage_error(f"{name} takes true or false, not {value!r}")
-        else:
-            out.append(arg)
-            if not option.is_flag and not equals:  # its value is the next argument
-                out += itertools.islice(rest, option.nargs)
-    return out
-
 
 def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any], Any]:
-    """Register `command(serve: _Serve, ...own options)` as `serve NAME`, with the shared
-    options (_SHARED, and the ports with these defaults) added to its own and handed over as
-    one _Serve."""
+    """Register `command(serve: ServeFlags, ...own options)` as `serve NAME`, with the shared
+    options (SHARED, and the ports with these defaults) added to its own and handed over as
+    one ServeFlags."""
     shared = {
-        "host": _SHARED["host"],
+        "host": SHARED["host"],
         "grpc_port": (
             Annotated[
                 int | None,
@@ -539,9 +87,9 @@ def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any],
             ],
             None,
         ),
-        **_SHARED,
+        **SHARED,
     }
-    assert set(shared) <= {f.name for f in fields(_Serve)}
+    assert set(shared) <= {f.name for f in fields(ServeFlags)}
 
     def register(command: Callable[..., None]) -> Callable[..., None]:
         own = [
@@ -556,7 +104,7 @@ def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any],
 
         @functools.wraps(command)
         def run(**options: Any) -> None:
-            serve = _Serve(
+            serve = ServeFlags(
                 **{key: options.pop(key) for key in shared}, default_ports=(grpc_port, rest_port)
             )
             command(serve, **options)
@@ -564,7 +112,7 @@ def _serve_command(name: str, grpc_port: int, rest_port: int) -> Callable[[Any],
         parameters = own + added
         run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in parameters}
-        app.command(name, cls=_ServeCommand)(run)
+        app.command(name, cls=TFServingCommand)(run)
         return command
 
     return register
@@ -582,7 +130,7 @@ AllowOps = Annotated[
 
 @_serve_command("graph", grpc_port=8500, rest_port=8501)
 def graph(
-    serve: _Serve,
+    serve: ServeFlags,
     model_base_path: Annotated[
         Path | None,
         typer.Option("--model-base-path", help="BASE/NAME holding numeric versions."),
@@ -645,20 +193,20 @@ def graph(
     )
 
     if model_base_path is not None and tfserving_base_path is not None:
-        _usage_error("give --model-base-path or --model_base_path, not both")
+        usage_error("give --model-base-path or --model_base_path, not both")
     base_path = model_base_path or tfserving_base_path
     if model_config_file is not None:
         if base_path is not None or model_name is not None:
-            _usage_error("give --model-config-file or --model-base-path, not both")
+            usage_error("give --model-config-file or --model-base-path, not both")
         try:
             models = load_model_config_file(model_config_file)
         except ModelConfigError as exc:
-            _usage_error(str(exc))
+            usage_error(str(exc))
     elif base_path is not None:
         default_name = "default" if tfserving_base_path is not None else base_path.name
         models = [ModelConfig(model_name or default_name, base_path)]
     else:
-        _usage_error("give --model-base-path (and --model-name) or a config file")
+        usage_error("give --model-base-path (and --model-name) or a config file")
     if config_poll_seconds and model_config_file is None:
         serve.warnings.append("--model-config-file-poll-wait-seconds: no config file to read")
     allowed = list(allow_ops or [])
@@ -680,7 +228,7 @@ def graph(
 
 @_serve_command("eager", grpc_port=9500, rest_port=9501)
 def eager(
-    serve: _Serve,
+    serve: ServeFlags,
     source: Annotated[
         str, typer.Argument(help="package.module:factory, a .keras file, or examples:NAME.")
     ],
@@ -718,10 +266,10 @@ def eager(
     try:
         specs = [parse_input_spec(text) for text in inputs or []]
     except ExportError as exc:
-        _usage_error(str(exc))
+        usage_error(str(exc))
     names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
     if mode not in ("call", "predict", "function"):
-        _usage_error(f"--mode must be call, predict or function, got {mode!r}")
+        usage_error(f"--mode must be call, predict or function, got {mode!r}")
     if allow_unsafe:
         serve.warnings.append(f"--allow-unsafe: Keras safe mode is off for {source}")
     from graphserve.serving.build import EagerModel
@@ -740,7 +288,7 @@ def eager(
 
 @_serve_command("null", grpc_port=7500, rest_port=7501)
 def null(
-    serve: _Serve,
+    serve: ServeFlags,
     model_base_path: Annotated[
         Path, typer.Option("--model-base-path", help="BASE/NAME holding numeric versions.")
     ],

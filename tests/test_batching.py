@@ -415,13 +415,13 @@ def test_grpc_predict_through_a_batching_server_matches_unbatched(
 
 
 def _serve_options(tmp_path: Path, grpc_workers: int | None, batching: str | None) -> Any:
-    from graphserve.serving.cli import _Serve
+    from graphserve.serving.flags import ServeFlags
 
     params = None
     if batching is not None:
         params = tmp_path / "batching.txt"
         params.write_text(batching)
-    return _Serve(
+    return ServeFlags(
         host="127.0.0.1", grpc_port=0, rest_port=0, metrics=False, monitoring_config_file=None,
         max_message_bytes=1 << 20, grpc_workers=grpc_workers, intra_op=0, inter_op=0,
         log_format="text", batching_parameters_file=params,

@@ -21,8 +21,8 @@ from graphserve.core import client
 from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.processes import ServerProcess, free_port
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
-from graphserve.serving.cli import _Serve
 from graphserve.serving.config import ModelConfig, ModelConfigWatcher, load_model_config_file
+from graphserve.serving.flags import ServeFlags
 from graphserve.serving.manager import ModelManager
 from tests.savedmodels import write_clean, write_half_plus_two
 
@@ -133,7 +133,7 @@ def test_a_tensorflow_model_server_command_line_serves_unchanged(tmp_path: Path)
 def test_tfserving_port_flags_mean_what_they_mean_there(
     flags: dict[str, Any], listen: tuple[int | None, int | None]
 ) -> None:
-    assert _Serve(default_ports=(8500, 8501), **flags).listen() == listen
+    assert ServeFlags(default_ports=(8500, 8501), **flags).listen() == listen
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_contradicting_port_flags_are_refused(
     flags: dict[str, Any], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(typer.Exit) as exit_:
-        _Serve(default_ports=(8500, 8501), **flags).listen()
+        ServeFlags(default_ports=(8500, 8501), **flags).listen()
     assert exit_.value.exit_code == 2
     assert message in capsys.readouterr().err
 
@@ -159,7 +159,7 @@ def test_tfserving_flags_reach_the_server_options(
     """What the server is built with: no gRPC TCP port with `--port=0`, the socket, the REST
     timeout, the method-name check and the gRPC arguments (a stand-in server records them)."""
     import graphserve.serving.build
-    import graphserve.serving.cli
+    import graphserve.serving.flags
 
     base = write_half_plus_two(tmp_path / "half_plus_two" / "1").parent
     built: list[tuple[ModelRegistry, ServerOptions]] = []
@@ -183,8 +183,8 @@ def test_tfserving_flags_reach_the_server_options(
             pass
 
     monkeypatch.setattr(graphserve.serving.build, "ModelServer", RecordingServer)
-    monkeypatch.setattr(graphserve.serving.cli, "configure_logging", lambda fmt: None)
-    monkeypatch.setattr(graphserve.serving.cli.signal, "signal", lambda *args: None)
+    monkeypatch.setattr(graphserve.serving.flags, "configure_logging", lambda fmt: None)
+    monkeypatch.setattr(graphserve.serving.flags.signal, "signal", lambda *args: None)
     result = CliRunner().invoke(
         app,
         [

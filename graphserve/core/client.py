@@ -216,9 +216,12 @@ def example(**features: Any) -> Any:
 
 
 def _fill_input(target: Any, examples: Iterable[Any], context: Any | None) -> None:
-    """An Input's example list, or example list with context when `context` is given."""
+    """An Input's example list, or example list with context when `context` is given. With
+    neither examples nor context the Input stays unset, as TF Serving's own clients leave it."""
+    examples = list(examples)
     if context is None:
-        target.example_list.examples.extend(examples)
+        if examples:
+            target.example_list.examples.extend(examples)
     else:
         target.example_list_with_context.examples.extend(examples)
         target.example_list_with_context.context.CopyFrom(context)
@@ -441,15 +444,9 @@ class GrpcClient:
 
         grpc.channel_ready_future(self.channel).result(timeout=timeout)
 
-    def call(
-        self,
-        rpc: str,
-        request: Any,
-        *,
-        timeout: float | None = None,
-        wait_for_ready: bool | None = None,
-    ) -> Any:
-        """Call `rpc` (a key of RPC_METHODS) with `request`; its response message."""
+    def method(self, rpc: str) -> Any:
+        """gRPC's multicallable of `rpc` (a key of RPC_METHODS), for `.future()` or
+        `.with_call()`: it takes a request message (or its bytes), returns the response."""
         method = self._calls.get(rpc)
         if method is None:
             module, message = _RESPONSES[rpc]
@@ -459,8 +456,23 @@ class GrpcClient:
                 response_deserializer=getattr(_apis(module), message).FromString,
             )
             self._calls[rpc] = method
+        return method
+
+    def call(
+        self,
+        rpc: str,
+        request: Any,
+        *,
+        timeout: float | None = None,
+        wait_for_ready: bool | None = None,
+        **options: Any,
+    ) -> Any:
+        """Call `rpc` with `request`; its response message. `options` go to gRPC as they are
+        (`metadata=`, `compression=`)."""
         ready = self.wait_for_ready if wait_for_ready is None else wait_for_ready
-        return method(request, timeout=timeout or self.timeout, wait_for_ready=ready)
+        return self.method(rpc)(
+            request, timeout=timeout or self.timeout, wait_for_ready=ready, **options
+        )
 
     def raw(self, rpc: str = "Predict") -> Callable[..., bytes]:
         """`rpc` with no (de)serializers: call it with the request's bytes (and `timeout=`), it

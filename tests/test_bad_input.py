@@ -23,9 +23,10 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import predict_pb2
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, HttpConnection, HttpReply
 from graphserve.exporter import ExportSpec, export_model, parse_input_spec
 from graphserve.model.examples import multi_io
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
@@ -69,17 +70,10 @@ def _request(
     **arrays: Any,
 ) -> predict_pb2.PredictRequest:
     """A gRPC Predict of GOOD with some inputs replaced (None drops one)."""
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model
-    request.model_spec.signature_name = signature
-    if version is not None:
-        request.model_spec.version.value = version
-    if label:
-        request.model_spec.version_label = label
-    for name, array in {**GOOD, **arrays}.items():
-        if array is not None:
-            request.inputs[name].CopyFrom(array_to_proto(np.asarray(array)))
-    return request
+    inputs = {name: array for name, array in {**GOOD, **arrays}.items() if array is not None}
+    return client.predict_request(
+        model, inputs, signature_name=signature, version=version, label=label or None
+    )
 
 
 def _with_filter(request: predict_pb2.PredictRequest, *names: str) -> predict_pb2.PredictRequest:
@@ -462,19 +456,18 @@ def expected() -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in outputs.items()}
 
 
-def _http_raw(address: str, rest: Rest) -> tuple[bytes, http.client.HTTPResponse]:
-    """The body as sent, and the response, on a connection of its own."""
-    connection = http.client.HTTPConnection(address, timeout=30)
-    connection.request(rest.method, rest.path, rest.data(), rest.headers)
-    response = connection.getresponse()
-    body = response.read()
-    connection.close()
-    return body, response
+def _http_raw(address: str, rest: Rest) -> HttpReply:
+    """The answer to `rest` sent with exactly its headers, on a connection of its own."""
+    connection = HttpConnection(address)
+    try:
+        return connection.request(rest.method, rest.path, rest.data(), rest.headers)
+    finally:
+        connection.close()
 
 
-def _http(address: str, rest: Rest) -> tuple[int, dict[str, Any], http.client.HTTPResponse]:
-    body, response = _http_raw(address, rest)
-    return response.status, json.loads(body), response
+def _http(address: str, rest: Rest) -> tuple[int, dict[str, Any], HttpReply]:
+    reply = _http_raw(address, rest)
+    return reply.status, reply.json(), reply
 
 
 def _assert_good_rest(address: str, expected: dict[str, np.ndarray]) -> None:
@@ -483,9 +476,8 @@ def _assert_good_rest(address: str, expected: dict[str, np.ndarray]) -> None:
     _assert_outputs({k: np.asarray(v) for k, v in body["outputs"].items()}, expected)
 
 
-def _assert_good_grpc(stub: Any, expected: dict[str, np.ndarray]) -> None:
-    response = stub.Predict(_request(), timeout=30)
-    _assert_outputs({k: array_from_proto(v) for k, v in response.outputs.items()}, expected)
+def _assert_good_grpc(grpc_client: GrpcClient, expected: dict[str, np.ndarray]) -> None:
+    _assert_outputs(client.predict_outputs(grpc_client.predict(_request())), expected)
 
 
 def _assert_outputs(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
@@ -503,9 +495,9 @@ def _assert_outputs(got: dict[str, np.ndarray], expected: dict[str, np.ndarray])
 def test_rest(arms: dict[str, Arm], expected: dict[str, np.ndarray], arm: str, case: Case) -> None:
     assert case.rest is not None
     address = arms[arm].rest
-    status, body, response = _http(address, case.rest)
+    status, body, reply = _http(address, case.rest)
     assert status == case.http, body
-    assert response.getheader("Content-Type") == "application/json"
+    assert reply.headers.get("content-type") == "application/json"
     if case.rest_message is None:
         assert "error" not in body
     else:
@@ -517,14 +509,10 @@ def test_rest(arms: dict[str, Arm], expected: dict[str, np.ndarray], arm: str, c
 @pytest.mark.parametrize("case", [c for c in CASES if c.grpc], ids=lambda c: c.id)
 def test_grpc(arms: dict[str, Arm], expected: dict[str, np.ndarray], arm: str, case: Case) -> None:
     assert case.grpc is not None
-    with grpc.insecure_channel(arms[arm].grpc) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    with GrpcClient.connect(arms[arm].grpc) as stub:
         request = case.grpc()
         compression = grpc.Compression.Gzip if case.grpc_gzip else None
-        if isinstance(request, bytes):
-            call = channel.unary_unary("/tensorflow.serving.PredictionService/Predict")
-        else:
-            call = stub.Predict
+        call = stub.raw("Predict") if isinstance(request, bytes) else stub.predict
         if case.code == grpc.StatusCode.OK:
             response = call(request, timeout=30)
             assert response.outputs
@@ -543,8 +531,9 @@ def test_nan_and_infinity_flow_through_as_tf_serving_lets_them(
 ) -> None:
     nan_case = next(c for c in CASES if c.id == "nan-infinity")
     assert nan_case.rest is not None
-    raw, response = _http_raw(arms[arm].rest, nan_case.rest)
-    assert response.status == 200
+    reply = _http_raw(arms[arm].rest, nan_case.rest)
+    raw = reply.body
+    assert reply.status == 200
     assert np.isnan(json.loads(raw)["outputs"]["score"][0])  # NaN in the features: NaN out
     assert b"NaN" in raw  # written as TF Serving writes it, a bare NaN
 
@@ -635,10 +624,9 @@ def test_a_deadline_that_passes_in_the_batch_queue_is_not_run(
     (gRPC) or 504 (REST), and the model never runs it."""
     arm, runner = batching
     before = runner.stats
-    with grpc.insecure_channel(arm.grpc) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    with GrpcClient.connect(arm.grpc) as stub:
         with pytest.raises(grpc.RpcError) as info:
-            stub.Predict(_request(), timeout=0.2)
+            stub.predict(_request(), timeout=0.2)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         status, body, _ = _http(
             arm.rest, Rest(body={"inputs": _inputs()}, headers={"Grpc-Timeout": "200m"})
@@ -672,15 +660,14 @@ def test_past_max_concurrent_rpcs_a_call_is_refused_at_once(
     options = ServerOptions(grpc_port=0, rest_port=0, grpc_workers=2, max_concurrent_rpcs=1)
     with (
         ModelServer(registry, options) as server,
-        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+        GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as stub,
     ):
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        waiting = stub.Predict.future(_request(), timeout=30)
+        waiting = stub.method("Predict").future(_request(), timeout=30)
         _wait_for(lambda: runner.stats.queued_rows > 0)
         with pytest.raises(grpc.RpcError) as info:
-            stub.Predict(_request(), timeout=30)
+            stub.predict(_request())
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "Concurrent RPC limit exceeded" in info.value.details()
         first = waiting.result()
-        _assert_outputs({k: array_from_proto(v) for k, v in first.outputs.items()}, expected)
+        _assert_outputs(client.predict_outputs(first), expected)
         _assert_good_grpc(stub, expected)

@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import grpc
 import numpy as np
 import pytest
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
 from graphserve.core.processes import ServerProcess
 from graphserve.model.examples import mlp
 
@@ -123,12 +121,9 @@ def test_serve_graph_reports_a_missing_base_path(tmp_path: Path) -> None:
 
 
 def _predict(address: str, x: np.ndarray) -> np.ndarray:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = "mlp"
-    request.inputs["images"].CopyFrom(array_to_proto(x))
-    with grpc.insecure_channel(address) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return array_from_proto(stub.Predict(request, timeout=30).outputs["logits"])
+    with client.GrpcClient.connect(address) as grpc_client:
+        response = grpc_client.predict(client.predict_request("mlp", {"images": x}))
+    return client.predict_outputs(response)["logits"]
 
 
 @pytest.mark.slow

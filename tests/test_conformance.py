@@ -18,7 +18,6 @@ Cases that cannot be expressed against a server over the network are listed in
 
 from __future__ import annotations
 
-import http.client
 import json
 import shutil
 from collections import Counter
@@ -32,17 +31,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import (
-    classification_pb2,
-    get_model_metadata_pb2,
-    get_model_status_pb2,
-    inference_pb2,
-    model_service_pb2_grpc,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-    regression_pb2,
-)
+from tensorflow_serving.apis import predict_pb2
 
+from graphserve.core import client
 from graphserve.core.codec import decode_json_request, encode_json_response, signature_name_of
 from graphserve.core.errors import InvalidInput
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
@@ -258,16 +249,15 @@ REST_CASES = [
 
 
 def _call_rest(address: str, method: str, path: str, body: Any) -> tuple[int, str, Any]:
-    """(status, Content-Type, parsed body) of one request on a fresh connection."""
+    """(status, Content-Type, parsed body) of one request on a fresh connection, sent with no
+    headers of ours."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    connection = http.client.HTTPConnection(address, timeout=30)
+    connection = client.HttpConnection(address)
     try:
-        connection.request(method, path, body=data)
-        response = connection.getresponse()
-        raw = response.read()
-        return response.status, response.getheader("Content-Type") or "", json.loads(raw)
+        reply = connection.request(method, path, data, {})
     finally:
         connection.close()
+    return reply.status, reply.headers.get("content-type", ""), reply.json()
 
 
 @pytest.mark.parametrize("case", REST_CASES, ids=lambda c: c.id)
@@ -335,44 +325,28 @@ def _x(*values: float, shape: tuple[int, ...] | None = None) -> Any:
 
 
 def _predict(model: str = "default", signature: str = "serving_default", **kw: Any) -> Any:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model
-    request.model_spec.signature_name = signature
-    for name, tensor in kw.pop("inputs", {"x": _x(2.0)}).items():
-        request.inputs[name].CopyFrom(tensor)
-    request.output_filter.extend(kw.pop("output_filter", []))
-    return request
+    return client.predict_request(
+        model,
+        kw.pop("inputs", {"x": _x(2.0)}),
+        signature_name=signature,
+        output_filter=kw.pop("output_filter", []),
+    )
 
 
-def _examples(request: Any, *xs: float) -> Any:
-    for x in xs:
-        example = request.input.example_list.examples.add()
-        example.features.feature["x"].float_list.value.append(x)
-    return request
+def _examples(*xs: float) -> list[Any]:
+    return [client.example(x=x) for x in xs]
 
 
 def _classify(signature: str = "classify_x_to_y", *xs: float) -> Any:
-    request = classification_pb2.ClassificationRequest()
-    request.model_spec.name = "default"
-    request.model_spec.signature_name = signature
-    return _examples(request, *xs)
+    return client.classify_request("default", _examples(*xs), signature_name=signature)
 
 
 def _regress(signature: str = "regress_x_to_y", *xs: float) -> Any:
-    request = regression_pb2.RegressionRequest()
-    request.model_spec.name = "default"
-    request.model_spec.signature_name = signature
-    return _examples(request, *xs)
+    return client.regress_request("default", _examples(*xs), signature_name=signature)
 
 
 def _multi(tasks: list[tuple[str, str, str]], *xs: float) -> Any:
-    request = inference_pb2.MultiInferenceRequest()
-    for model, signature, method in tasks:
-        task = request.tasks.add()
-        task.model_spec.name = model
-        task.model_spec.signature_name = signature
-        task.method_name = method
-    return _examples(request, *xs)
+    return client.multi_inference_request(tasks, _examples(*xs))
 
 
 REG, CLS = "tensorflow/serving/regress", "tensorflow/serving/classify"
@@ -424,21 +398,14 @@ def _multi_result(response: Any) -> None:
 
 def _status(request_spec: dict[str, Any]) -> Callable[[], Any]:
     def build() -> Any:
-        request = get_model_status_pb2.GetModelStatusRequest()
-        if "name" in request_spec:
-            request.model_spec.name = request_spec["name"]
-        if "version" in request_spec:
-            request.model_spec.version.value = request_spec["version"]
-        return request
+        name = request_spec.get("name", "")  # "" is what an unset name is on the wire
+        return client.status_request(name, version=request_spec.get("version"))
 
     return build
 
 
 def _metadata() -> Any:
-    request = get_model_metadata_pb2.GetModelMetadataRequest()
-    request.model_spec.name = "default"
-    request.metadata_field.append("signature_def")
-    return request
+    return client.metadata_request("default")
 
 
 def _metadata_answer(response: Any) -> None:
@@ -545,25 +512,19 @@ def _string_tensor() -> Any:
     return tensor
 
 
-def _stub(channel: grpc.Channel, rpc: str) -> Any:
-    if rpc == "GetModelStatus":
-        return model_service_pb2_grpc.ModelServiceStub(channel)
-    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
-
-
 @pytest.mark.parametrize("case", GRPC_CASES, ids=lambda c: c.id)
 @pytest.mark.parametrize("arm", ALL)
 def test_grpc(arms: dict[str, Arm], arm: str, case: Grpc) -> None:
     if arm not in case.arms:
         pytest.skip(f"{case.test} does not apply to the {arm} server")
-    call = getattr(_stub(arms[arm].grpc, case.rpc), case.rpc)
+    grpc_client = client.GrpcClient(arms[arm].grpc)  # the arm's channel, kept open
     if case.code == grpc.StatusCode.OK:
-        response = call(case.request(), timeout=30)
+        response = grpc_client.call(case.rpc, case.request())
         assert case.check is not None
         case.check(response)
         return
     with pytest.raises(grpc.RpcError) as info:
-        call(case.request(), timeout=30)
+        grpc_client.call(case.rpc, case.request())
     assert info.value.code() == case.code, info.value.details()
     assert case.error is not None and case.error in info.value.details()
 
@@ -718,10 +679,8 @@ def test_examples_input_of_unknown_rank_takes_a_batch(tmp_path: Path) -> None:
         assert (status, answer) == (200, {"results": [3.5, 4.5]})
         request = _regress(regress, 1.0, 3.0)
         request.model_spec.name = "three"
-        with grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}") as channel:
-            response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Regress(
-                request, timeout=30
-            )
+        with client.GrpcClient.connect(f"127.0.0.1:{s.grpc_port}") as grpc_client:
+            response = grpc_client.regress(request)
         assert [r.value for r in response.result.regressions] == [3.5, 4.5]
 
 
@@ -737,18 +696,17 @@ def test_method_name_check_is_tf_servings_flag(tmp_path: Path) -> None:
     options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=None, method_name_check=True)
     with (
         ModelServer(registry, options) as server,
-        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+        client.GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as stub,
     ):
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         request = _classify("classify_x_to_y", 2.0)
         request.model_spec.name = "tf2"
         with pytest.raises(grpc.RpcError) as info:
-            stub.Classify(request, timeout=30)
+            stub.classify(request)
         assert info.value.code() == INVALID
         assert info.value.details() == (
             "Expected classification signature method_name to be "
             "tensorflow/serving/classify. Was: tensorflow/serving/predict"
         )
         request.model_spec.name = "tf1"
-        answer = stub.Classify(request, timeout=30)
+        answer = stub.classify(request)
         assert answer.result.classifications[0].classes[0].score == 3.0

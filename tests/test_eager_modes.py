@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import urllib.request
 from collections.abc import Iterator
 
-import grpc
 import numpy as np
 import pytest
 from google.protobuf import wrappers_pb2
 from prometheus_client.parser import text_string_to_metric_families
-from tensorflow_serving.apis import (
-    get_model_metadata_pb2,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-)
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
 from graphserve.exporter import parse_input_spec
 from graphserve.model.examples import mlp
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
@@ -40,12 +34,9 @@ def servers() -> Iterator[dict[str, ModelServer]]:
 
 
 def _predict(server: ModelServer, x: np.ndarray) -> np.ndarray:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = "mlp"
-    request.inputs["images"].CopyFrom(array_to_proto(x))
-    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return array_from_proto(stub.Predict(request, timeout=60).outputs["logits"])
+    with GrpcClient.connect(f"127.0.0.1:{server.grpc_port}", timeout=60) as grpc_client:
+        response = grpc_client.predict(client.predict_request("mlp", {"images": x}))
+    return client.predict_outputs(response)["logits"]
 
 
 def test_every_mode_gives_the_models_answer(servers: dict[str, ModelServer]) -> None:
@@ -57,19 +48,17 @@ def test_every_mode_gives_the_models_answer(servers: dict[str, ModelServer]) -> 
 
 def test_metadata_says_how_the_model_runs(servers: dict[str, ModelServer]) -> None:
     for mode, server in servers.items():
-        request = get_model_metadata_pb2.GetModelMetadataRequest()
-        request.model_spec.name = "mlp"
-        request.metadata_field.extend(["signature_def", "runner"])
-        with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            response = stub.GetModelMetadata(request, timeout=30)
+        request = client.metadata_request("mlp", fields=("signature_def", "runner"))
+        with GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as grpc_client:
+            response = grpc_client.metadata(request)
         runner = wrappers_pb2.StringValue()
         response.metadata["runner"].Unpack(runner)
         assert runner.value == MODES[mode]
-        url = f"http://127.0.0.1:{server.rest_port}/v1/models/mlp/metadata"
-        with urllib.request.urlopen(url, timeout=30) as r:
-            assert r.headers["X-Graphserve-Runner"] == MODES[mode]
-            assert set(json.loads(r.read())["metadata"]) == {"signature_def"}
+        with RestClient(f"127.0.0.1:{server.rest_port}") as rest:
+            reply = rest.metadata("mlp")
+        assert reply.status == 200
+        assert reply.headers["x-graphserve-runner"] == MODES[mode]
+        assert set(reply.json()["metadata"]) == {"signature_def"}
 
 
 def test_function_mode_retraces_on_new_batch_sizes(servers: dict[str, ModelServer]) -> None:

@@ -65,15 +65,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensorflow.core.framework import tensor_pb2, types_pb2
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tensorflow_serving.apis import predict_pb2
 
-from graphserve.core.codec import DTYPE_TO_ENUM, array_from_proto, array_to_proto, validate_inputs
+from graphserve.core.client import GrpcClient, RestClient, predict_outputs, predict_request
+from graphserve.core.codec import DTYPE_TO_ENUM, array_from_proto, validate_inputs
 from graphserve.core.errors import InvalidInput
 from graphserve.core.savedmodel import signature_defs
 from graphserve.core.signature import TensorSpec
 from graphserve.model.examples import mlp
 from graphserve.serving.signature import ServedSignature
-from tests.keepalive import KeepAliveClient
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "fuzz" / "rest_json.py"
@@ -597,14 +597,15 @@ def _comparable(x: np.ndarray) -> bool:
 def test_rest_server_answers_fuzzed_requests_as_documented(
     mlp_servers: Any, mlp_specs: dict[str, TensorSpec], mlp_model: Any, arm: str
 ) -> None:
-    client = KeepAliveClient(getattr(mlp_servers, f"{arm}_rest"), TIMEOUT_S)
+    client = RestClient(getattr(mlp_servers, f"{arm}_rest"), timeout=TIMEOUT_S)
     statuses: Counter[int] = Counter()
 
     @_fuzz_settings(max_examples=250)
     @given(request=rest_requests(mlp_specs))
     def fuzz(request: tuple[str, dict[str, str], bytes, bytes]) -> None:
         path, headers, body, plain = request
-        status, payload = client.post(path, body, headers)
+        reply = client.post(path, body, headers)
+        status, payload = reply.status, reply.body
         statuses[status] += 1
         allowed = REST_STATUSES | ({504} if "Grpc-Timeout" in headers else set())
         assert status in allowed, f"status {status}: {payload[:500]!r}"
@@ -637,15 +638,14 @@ def test_rest_server_answers_fuzzed_requests_as_documented(
 def test_grpc_server_answers_fuzzed_requests_as_documented(
     mlp_servers: Any, mlp_specs: dict[str, TensorSpec], mlp_model: Any, arm: str
 ) -> None:
-    channel = grpc.insecure_channel(getattr(mlp_servers, f"{arm}_grpc"))
-    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    stub = GrpcClient.connect(getattr(mlp_servers, f"{arm}_grpc"), timeout=TIMEOUT_S)
     codes: Counter[str] = Counter()
 
     @_fuzz_settings(max_examples=250)
     @given(request=predict_requests(mlp_specs))
     def fuzz(request: predict_pb2.PredictRequest) -> None:
         try:
-            response = stub.Predict(request, timeout=TIMEOUT_S)
+            response = stub.predict(request)
         except grpc.RpcError as exc:
             code = exc.code()  # type: ignore[attr-defined]
             codes[code.name] += 1
@@ -663,7 +663,7 @@ def test_grpc_server_answers_fuzzed_requests_as_documented(
     try:
         fuzz()
     finally:
-        channel.close()
+        stub.close()
     _assert_still_serves(mlp_servers, arm, mlp_model)
     print(f"\n{arm} gRPC codes: {dict(sorted(codes.items()))}")
 
@@ -671,23 +671,13 @@ def test_grpc_server_answers_fuzzed_requests_as_documented(
 def _assert_still_serves(servers: Any, arm: str, model: Any) -> None:
     x = np.random.default_rng(17).standard_normal((2, 784)).astype(np.float32)
     expected = np.asarray(model(x))
-    with grpc.insecure_channel(getattr(servers, f"{arm}_grpc")) as channel:
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = "mlp"
-        request.inputs["images"].CopyFrom(array_to_proto(x))
-        response = prediction_service_pb2_grpc.PredictionServiceStub(channel).Predict(
-            request, timeout=TIMEOUT_S
-        )
-        _close(array_from_proto(response.outputs["logits"]), expected)
-    client = KeepAliveClient(getattr(servers, f"{arm}_rest"), TIMEOUT_S)
-    try:
-        status, payload = client.post(
-            "/v1/models/mlp:predict", json.dumps({"instances": x.tolist()}).encode(), {}
-        )
-    finally:
-        client.close()
-    assert status == 200, payload
-    _close(np.asarray(json.loads(payload)["predictions"], dtype=np.float32), expected)
+    with GrpcClient.connect(getattr(servers, f"{arm}_grpc"), timeout=TIMEOUT_S) as stub:
+        response = stub.predict(predict_request("mlp", {"images": x}))
+        _close(predict_outputs(response)["logits"], expected)
+    with RestClient(getattr(servers, f"{arm}_rest"), timeout=TIMEOUT_S) as client:
+        reply = client.predict("mlp", {"instances": x.tolist()})
+    assert reply.status == 200, reply.body
+    _close(np.asarray(reply.json()["predictions"], dtype=np.float32), expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -733,22 +723,15 @@ def test_known_bad_tensors_are_invalid_input(case: str) -> None:
 def test_servers_answer_the_known_bad_requests_as_documented(mlp_servers: Any, arm: str) -> None:
     """The minimal inputs above that reach the mlp servers: the body (the mlp has no string
     input, so only the long integer) over REST, every tensor over gRPC."""
-    client = KeepAliveClient(getattr(mlp_servers, f"{arm}_rest"), TIMEOUT_S)
-    try:
-        status, payload = client.post(
-            "/v1/models/mlp:predict", KNOWN_BAD_BODIES["int_past_4300_digits"][1], {}
-        )
-    finally:
-        client.close()
+    with RestClient(getattr(mlp_servers, f"{arm}_rest"), timeout=TIMEOUT_S) as client:
+        reply = client.predict("mlp", KNOWN_BAD_BODIES["int_past_4300_digits"][1])
+    status, payload = reply.status, reply.body
     failures = [] if status == 400 else [f"REST int_past_4300_digits: {status} {payload[:200]!r}"]
-    with grpc.insecure_channel(getattr(mlp_servers, f"{arm}_grpc")) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    with GrpcClient.connect(getattr(mlp_servers, f"{arm}_grpc"), timeout=TIMEOUT_S) as stub:
         for case, make in sorted(KNOWN_BAD_TENSORS.items()):
-            request = predict_pb2.PredictRequest()
-            request.model_spec.name = "mlp"
-            request.inputs["images"].CopyFrom(make())
+            request = predict_request("mlp", {"images": make()})
             try:
-                stub.Predict(request, timeout=TIMEOUT_S)
+                stub.predict(request)
                 failures.append(f"gRPC {case}: OK")
             except grpc.RpcError as exc:
                 code = exc.code()  # type: ignore[attr-defined]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,15 +12,12 @@ import numpy as np
 import pytest
 from google.protobuf import wrappers_pb2
 from savedmodels import write_tf1_multi_signature  # pytest puts tests/ on sys.path
-from tensorflow_serving.apis import (
-    get_model_metadata_pb2,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-)
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
+from graphserve.core.codec import array_from_proto
 from graphserve.core.processes import ServerProcess
 from graphserve.serving.nullrunner import NullRunner
 from graphserve.serving.runners import GraphRunner
@@ -50,23 +44,15 @@ def null_server(mlp_export, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     assert server.stop() == 0, server.log_tail()
 
 
-def _predict(address: str, x: np.ndarray) -> predict_pb2.PredictResponse:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = "mlp"
-    request.inputs["images"].CopyFrom(array_to_proto(x))
-    with grpc.insecure_channel(address) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return stub.Predict(request, timeout=30)
+def _predict(address: str, x: np.ndarray) -> Any:
+    with GrpcClient.connect(address) as grpc_client:
+        return grpc_client.predict(client.predict_request("mlp", {"images": x}))
 
 
-def _http(address: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    url = f"http://{address}{path}"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+def _rest_predict(address: str, body: Any) -> tuple[int, Any]:
+    with RestClient(address) as rest:
+        reply = rest.predict("mlp", body)
+    return reply.status, reply.json()
 
 
 def test_grpc_answers_zeros_shaped_as_the_graph_server_answers(null_server, mlp_servers) -> None:
@@ -86,8 +72,8 @@ def test_grpc_answers_zeros_shaped_as_the_graph_server_answers(null_server, mlp_
 
 def test_rest_answers_zeros_shaped_as_the_graph_server_answers(null_server, mlp_servers) -> None:
     body = {"instances": X[:2].tolist()}
-    status, null = _http(null_server.rest, "/v1/models/mlp:predict", body)
-    graph_status, graph = _http(mlp_servers.graph_rest, "/v1/models/mlp:predict", body)
+    status, null = _rest_predict(null_server.rest, body)
+    graph_status, graph = _rest_predict(mlp_servers.graph_rest, body)
     assert status == graph_status == 200
     assert np.asarray(null["predictions"]).shape == np.asarray(graph["predictions"]).shape
     assert np.asarray(null["predictions"]).shape == (2, 10)
@@ -108,25 +94,23 @@ def test_grpc_validates_inputs_against_the_signature(null_server) -> None:
 
 
 def test_rest_validates_inputs_against_the_signature(null_server) -> None:
-    status, body = _http(null_server.rest, "/v1/models/mlp:predict", {"instances": [[1.0, 2.0]]})
+    status, body = _rest_predict(null_server.rest, {"instances": [[1.0, 2.0]]})
     assert status == 400
     assert "784" in body["error"]
 
 
 def test_metadata_says_the_runner_is_null(null_server, mlp_servers) -> None:
-    with urllib.request.urlopen(f"http://{null_server.rest}/v1/models/mlp/metadata") as reply:
-        assert reply.headers["X-Graphserve-Runner"] == "null"
-        body = json.load(reply)
+    with RestClient(null_server.rest) as rest:
+        reply = rest.metadata("mlp")
+    assert reply.status == 200
+    assert reply.headers["x-graphserve-runner"] == "null"
+    body = reply.json()
     assert set(body["metadata"]) == {"signature_def"}  # TF Serving's body, nothing added
     assert set(body["metadata"]["signature_def"]["signature_def"]) == {"serving_default"}
 
-    request = get_model_metadata_pb2.GetModelMetadataRequest(
-        metadata_field=["signature_def", "runner"]
-    )
-    request.model_spec.name = "mlp"
-    with grpc.insecure_channel(null_server.grpc) as channel:
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        response = stub.GetModelMetadata(request, timeout=30)
+    request = client.metadata_request("mlp", fields=("signature_def", "runner"))
+    with GrpcClient.connect(null_server.grpc) as grpc_client:
+        response = grpc_client.metadata(request)
     runner = wrappers_pb2.StringValue()
     response.metadata["runner"].Unpack(runner)
     assert runner.value == "null"

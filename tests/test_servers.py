@@ -1,11 +1,9 @@
-"""Both servers, on loopback, through the official TF Serving stubs and plain HTTP."""
+"""Both servers, on loopback, through the official TF Serving stubs (requests built by our
+client, sent by the stubs: the wire-compatibility witness) and plain HTTP."""
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.request
 from typing import Any
 
 import grpc
@@ -20,7 +18,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.codec import array_from_proto
 from graphserve.model.examples import mlp
 
 ARMS = ["graph", "eager"]
@@ -37,28 +36,14 @@ def _grpc(servers: Any, arm: str) -> grpc.Channel:
     return grpc.insecure_channel(getattr(servers, f"{arm}_grpc"))
 
 
-def _predict_request(x: np.ndarray, **spec: Any) -> predict_pb2.PredictRequest:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = spec.pop("name", "mlp")
-    for key, value in spec.items():
-        if key == "version":
-            request.model_spec.version.value = value
-        else:
-            setattr(request.model_spec, key, value)
-    request.inputs["images"].CopyFrom(array_to_proto(x))
-    return request
+def _predict_request(x: np.ndarray, name: str = "mlp", **spec: Any) -> predict_pb2.PredictRequest:
+    return client.predict_request(name, {"images": x}, **spec)
 
 
 def _http(servers: Any, arm: str, path: str, body: Any = None) -> tuple[int, Any]:
-    data = (
-        None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    )
-    url = f"http://{getattr(servers, f'{arm}_rest')}{path}"
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+    with client.RestClient(getattr(servers, f"{arm}_rest")) as rest:
+        reply = rest.get(path) if body is None else rest.post(path, body)
+    return reply.status, reply.json()
 
 
 @pytest.mark.parametrize("arm", ARMS)

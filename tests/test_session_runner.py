@@ -8,35 +8,22 @@ served from a zero-padded version directory (`00000123`), as TF Serving's test d
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 import pytest
-from tensorflow.core.example import example_pb2
 from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
-from tensorflow_serving.apis import (
-    classification_pb2,
-    get_model_metadata_pb2,
-    inference_pb2,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-    regression_pb2,
-)
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.errors import InvalidInput, Unavailable, UnsafeOpsError
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from graphserve.serving.runners import GraphRunner, load_runner
 from graphserve.serving.session_runner import SessionRunner
-from tests.rest import post_json
 from tests.savedmodels import write_with_read_file
 from tests.tf1_models import (
     write_tf1_counter,
@@ -75,37 +62,20 @@ def counter_server(tmp_path: Path) -> Iterator[ModelServer]:
 
 
 def _post(server: ModelServer, path: str, body: Any) -> tuple[int, Any]:
-    return post_json(f"http://127.0.0.1:{server.rest_port}{path}", body)
+    with RestClient(f"127.0.0.1:{server.rest_port}") as rest:
+        reply = rest.post(path, body)
+    return reply.status, reply.json()
 
 
-def _get(server: ModelServer, path: str) -> Any:
-    url = f"http://127.0.0.1:{server.rest_port}{path}"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.loads(response.read())
+def _metadata(server: ModelServer, model: str) -> Any:
+    with RestClient(f"127.0.0.1:{server.rest_port}") as rest:
+        reply = rest.metadata(model)
+    assert reply.status == 200, reply.text
+    return reply.json()
 
 
-def _stub(server: ModelServer) -> prediction_service_pb2_grpc.PredictionServiceStub:
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
-    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
-
-
-def _predict(
-    model: str, signature: str = "", output_filter: tuple[str, ...] = (), **inputs: np.ndarray
-) -> predict_pb2.PredictRequest:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model
-    request.model_spec.signature_name = signature
-    request.output_filter.extend(output_filter)
-    for name, value in inputs.items():
-        request.inputs[name].CopyFrom(array_to_proto(value))
-    return request
-
-
-def _examples(**features: float) -> example_pb2.Example:
-    example = example_pb2.Example()
-    for name, value in features.items():
-        example.features.feature[name].float_list.value.append(value)
-    return example
+def _grpc(server: ModelServer) -> GrpcClient:
+    return GrpcClient.connect(f"127.0.0.1:{server.grpc_port}")
 
 
 # -- 8. TF 1.x SavedModels: the counter (reference variables, no-input signatures) ------------
@@ -114,7 +84,7 @@ def _examples(**features: float) -> example_pb2.Example:
 def test_counter_sequence_over_grpc(counter_server: ModelServer) -> None:
     """TF Serving's predict_impl_test: get 0, incr 1, reset 0, incr 1, incr_by(3) 4, each a
     float32 scalar of shape [] although the variable's outputs are float_ref."""
-    stub = _stub(counter_server)
+    stub = _grpc(counter_server)
     calls: list[tuple[str, dict[str, np.ndarray], tuple[str, ...]]] = [
         ("get_counter", {}, ()),
         ("incr_counter", {}, ()),
@@ -125,7 +95,10 @@ def test_counter_sequence_over_grpc(counter_server: ModelServer) -> None:
     for (signature, inputs, output_filter), value in zip(
         calls, [0.0, 1.0, 0.0, 1.0, 4.0], strict=True
     ):
-        response = stub.Predict(_predict("counter", signature, output_filter, **inputs), timeout=30)
+        request = client.predict_request(
+            "counter", inputs, signature_name=signature, output_filter=output_filter
+        )
+        response = stub.predict(request)
         assert list(response.outputs) == ["output"]
         # What TF Serving's test expects, field for field: a float scalar of shape [].
         expected = tensor_pb2.TensorProto(
@@ -156,7 +129,7 @@ def test_counter_over_rest_and_its_metadata(counter_server: ModelServer) -> None
     )
     assert (status, got) == (200, {"outputs": 5.0})
 
-    metadata = _get(counter_server, "/v1/models/counter/metadata")
+    metadata = _metadata(counter_server, "counter")
     signatures = metadata["metadata"]["signature_def"]["signature_def"]
     assert sorted(signatures) == ["get_counter", "incr_counter", "incr_counter_by", "reset_counter"]
     assert signatures["get_counter"]["inputs"] == {}
@@ -164,11 +137,8 @@ def test_counter_over_rest_and_its_metadata(counter_server: ModelServer) -> None
     delta = signatures["incr_counter_by"]["inputs"]["delta"]
     assert delta["dtype"] == "DT_FLOAT" and delta["tensor_shape"]["unknown_rank"] is True
 
-    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
-    request.model_spec.name = "counter"
-    response = _stub(counter_server).GetModelMetadata(request, timeout=30)
-    sigmap = get_model_metadata_pb2.SignatureDefMap()
-    response.metadata["signature_def"].Unpack(sigmap)
+    response = _grpc(counter_server).metadata(client.metadata_request("counter"))
+    sigmap = client.signature_defs(response)
     output = sigmap.signature_def["incr_counter"].outputs["output"]
     assert output.dtype == types_pb2.DT_FLOAT_REF and output.name == "incr_counter_op/AssignAdd:0"
 
@@ -198,22 +168,20 @@ def test_half_plus_three_loads_and_predicts(server: ModelServer) -> None:
     )
     assert (status, got) == (200, {"results": [4.0, 5.0]})
 
-    stub = _stub(server)
-    response = stub.Predict(
-        _predict("half_plus_three", x=np.array([[1.0], [3.0]], np.float32)), timeout=30
-    )
-    np.testing.assert_array_equal(array_from_proto(response.outputs["y"]), [[3.5], [4.5]])
+    stub = _grpc(server)
+    x = np.array([[1.0], [3.0]], np.float32)
+    response = stub.predict(client.predict_request("half_plus_three", {"x": x}))
+    np.testing.assert_array_equal(client.predict_outputs(response)["y"], [[3.5], [4.5]])
     assert response.model_spec.version.value == 123
-    regress = regression_pb2.RegressionRequest()
-    regress.model_spec.name = "half_plus_three"
-    regress.model_spec.signature_name = "tensorflow/serving/regress"
-    regress.input.example_list.examples.extend([_examples(x=0.0)])
-    result = stub.Regress(regress, timeout=30)
+    regress = client.regress_request(
+        "half_plus_three", [client.example(x=0.0)], signature_name="tensorflow/serving/regress"
+    )
+    result = stub.regress(regress)
     assert [r.value for r in result.result.regressions] == [3.0]
 
 
 def test_half_plus_three_metadata_keeps_tensor_infos_without_shape(server: ModelServer) -> None:
-    metadata = _get(server, "/v1/models/half_plus_three/metadata")
+    metadata = _metadata(server, "half_plus_three")
     signatures = metadata["metadata"]["signature_def"]["signature_def"]
     x = signatures["serving_default"]["inputs"]["x"]
     assert x == {"dtype": "DT_FLOAT", "name": "x:0"}  # as in the file: no tensor_shape
@@ -259,46 +227,44 @@ def test_half_plus_two_classify_over_rest(server: ModelServer) -> None:
 
 
 def test_half_plus_two_classify_regress_and_predict_over_grpc(server: ModelServer) -> None:
-    stub = _stub(server)
-    classify = classification_pb2.ClassificationRequest()
-    classify.model_spec.name = "half_plus_two"
-    classify.model_spec.signature_name = "classify_x_to_y"
-    classify.input.example_list.examples.extend([_examples(x=10.0), _examples(x=0.0, x2=5.0)])
-    result = stub.Classify(classify, timeout=30)
+    stub = _grpc(server)
+    examples = [client.example(x=10.0), client.example(x=0.0, x2=5.0)]
+    classify = client.classify_request("half_plus_two", examples, signature_name="classify_x_to_y")
+    result = stub.classify(classify)
     assert [[c.score for c in row.classes] for row in result.result.classifications] == [
         [7.0],
         [2.0],
     ]
     assert result.model_spec.version.value == 123
 
-    regress = regression_pb2.RegressionRequest()
-    regress.model_spec.name = "half_plus_two"
-    regress.model_spec.signature_name = "regress_x_to_y"
-    with_context = regress.input.example_list_with_context
-    with_context.examples.add()  # x from the context
-    with_context.examples.extend([_examples(x=6.0)])
-    with_context.context.CopyFrom(_examples(x=4.0))
-    result = stub.Regress(regress, timeout=30)
+    regress = client.regress_request(
+        "half_plus_two",
+        [client.example(), client.example(x=6.0)],  # the first takes x from the context
+        signature_name="regress_x_to_y",
+        context=client.example(x=4.0),
+    )
+    result = stub.regress(regress)
     assert [r.value for r in result.result.regressions] == [4.0, 5.0]
 
     # regress_x2_to_y3 feeds x2, a parsed-example identity, directly (y3 = 0.5 * x2 + 3).
-    request = _predict("half_plus_two", "regress_x2_to_y3", inputs=np.array([[2.0]], np.float32))
-    response = stub.Predict(request, timeout=30)
-    np.testing.assert_array_equal(array_from_proto(response.outputs["outputs"]), [[4.0]])
+    request = client.predict_request(
+        "half_plus_two",
+        {"inputs": np.array([[2.0]], np.float32)},
+        signature_name="regress_x2_to_y3",
+    )
+    response = stub.predict(request)
+    np.testing.assert_array_equal(client.predict_outputs(response)["outputs"], [[4.0]])
 
 
 def test_half_plus_two_multi_inference_over_grpc(server: ModelServer) -> None:
-    request = inference_pb2.MultiInferenceRequest()
-    for signature, method in [
-        ("regress_x_to_y", "tensorflow/serving/regress"),
-        ("classify_x_to_y", "tensorflow/serving/classify"),
-    ]:
-        task = request.tasks.add()
-        task.model_spec.name = "half_plus_two"
-        task.model_spec.signature_name = signature
-        task.method_name = method
-    request.input.example_list.examples.extend([_examples(x=1.0), _examples(x=2.0)])
-    response = _stub(server).MultiInference(request, timeout=30)
+    request = client.multi_inference_request(
+        [
+            ("half_plus_two", "regress_x_to_y", "tensorflow/serving/regress"),
+            ("half_plus_two", "classify_x_to_y", "tensorflow/serving/classify"),
+        ],
+        [client.example(x=1.0), client.example(x=2.0)],
+    )
+    response = _grpc(server).multi_inference(request)
     regression, classification = response.results
     assert [r.value for r in regression.regression_result.regressions] == [2.5, 3.0]
     scores = [
@@ -330,10 +296,8 @@ def test_a_vector_to_an_input_declared_minus_one_by_one(server: ModelServer) -> 
     status, got = _post(server, "/v1/models/half_plus_two:predict", {"instances": [2.0, 3.0, 4.0]})
     assert (status, got) == (200, {"predictions": [3.0, 3.5, 4.0]})
 
-    response = _stub(server).Predict(
-        _predict("half_plus_two", x=np.array([2.0], np.float32)), timeout=30
-    )
-    y = array_from_proto(response.outputs["y"])
+    request = client.predict_request("half_plus_two", {"x": np.array([2.0], np.float32)})
+    y = client.predict_outputs(_grpc(server).predict(request))["y"]
     assert y.shape == (1,) and float(y[0]) == 3.0
 
 

@@ -30,12 +30,12 @@ import grpc
 import numpy as np
 import pytest
 from tensorflow.core.framework import types_pb2
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
+from graphserve.core.codec import array_to_proto
 from graphserve.core.processes import ServerProcess
 from graphserve.model.examples import mlp
-from tests.keepalive import KeepAliveClient
 
 pytestmark = pytest.mark.slow
 
@@ -108,14 +108,13 @@ class GrpcDriver:
     BAD = ("wrong_shape", "bad_dtype", "unknown_input", "unknown_model", "short_content")
 
     def __init__(self, address: str, cases: list[Case], run: SoakRun) -> None:
-        self.channel = grpc.insecure_channel(address)
-        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(self.channel)
+        self.client = GrpcClient.connect(address, timeout=REQUEST_TIMEOUT_S)
         self.cases = cases
         self.run = run
         self.sent = 0
 
     def close(self) -> None:
-        self.channel.close()
+        self.client.close()
 
     def drive(self, count: int) -> None:
         for _ in range(count):
@@ -126,17 +125,14 @@ class GrpcDriver:
             else:
                 self._good(self.cases[i % len(self.cases)])
 
-    def _request(self, name: str = MODEL) -> predict_pb2.PredictRequest:
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = name
-        return request
+    def _request(self, name: str = MODEL) -> Any:
+        return client.predict_request(name, {})
 
     def _good(self, case: Case) -> None:
-        request = self._request()
-        request.inputs["images"].CopyFrom(array_to_proto(case.x))
+        request = client.predict_request(MODEL, {"images": case.x})
         try:
-            response = self.stub.Predict(request, timeout=REQUEST_TIMEOUT_S)
-            got = array_from_proto(response.outputs["logits"])
+            response = self.client.predict(request)
+            got = client.predict_outputs(response)["logits"]
             np.testing.assert_allclose(got, case.expected, atol=ATOL)
         except (grpc.RpcError, AssertionError) as exc:
             self.run.unexpected.append(f"grpc good: {_brief(exc)}")
@@ -165,7 +161,7 @@ class GrpcDriver:
             tensor.tensor_shape.dim.add(size=784)
             tensor.tensor_content = x.tobytes()[:-4]
         try:
-            self.stub.Predict(request, timeout=REQUEST_TIMEOUT_S)
+            self.client.predict(request)
             self.run.unexpected.append(f"grpc {kind}: answered OK")
         except grpc.RpcError as exc:
             if exc.code() != expected:  # type: ignore[attr-defined]
@@ -184,7 +180,7 @@ class RestDriver:
     RECONNECT = 100
 
     def __init__(self, address: str, cases: list[Case], run: SoakRun) -> None:
-        self.client = KeepAliveClient(address, REQUEST_TIMEOUT_S)
+        self.client = RestClient(address, timeout=REQUEST_TIMEOUT_S)
         self.cases = cases
         self.run = run
         self.sent = 0
@@ -204,8 +200,8 @@ class RestDriver:
                 self._good(self.cases[i % len(self.cases)], columnar=i % 2 == 1)
 
     def _post(self, path: str, body: bytes) -> tuple[int, Any]:
-        status, payload = self.client.post(path, body)
-        return status, json.loads(payload)
+        reply = self.client.post(path, body)
+        return reply.status, reply.json()
 
     def _good(self, case: Case, columnar: bool) -> None:
         key, answer = ("inputs", "outputs") if columnar else ("instances", "predictions")

@@ -4,9 +4,6 @@ other tools write (Keras `model.export()`)."""
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,17 +11,10 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from tensorflow.core.example import example_pb2
-from tensorflow_serving.apis import (
-    classification_pb2,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-    regression_pb2,
-)
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
-from tests.rest import post_json
 from tests.savedmodels import write_half_plus_two
 
 
@@ -39,12 +29,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelServer]:
 
 
 def _post(server: ModelServer, path: str, body: Any) -> tuple[int, Any]:
-    return post_json(f"http://127.0.0.1:{server.rest_port}{path}", body)
-
-
-def _stub(server: ModelServer) -> prediction_service_pb2_grpc.PredictionServiceStub:
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
-    return prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    with RestClient(f"127.0.0.1:{server.rest_port}") as rest:
+        reply = rest.post(path, body)
+    return reply.status, reply.json()
 
 
 # The documented examples of TF Serving's api_rest.md, with their documented answers.
@@ -80,9 +67,10 @@ def test_rest_formats(server: ModelServer, path: str, body: Any, expected: Any) 
 def test_rest_versions_and_metadata_of_a_tf1_model(server: ModelServer) -> None:
     status, got = _post(server, "/v1/models/half_plus_two/versions/123:predict", {"inputs": [0]})
     assert status == 200 and got == {"outputs": [2.0]}
-    url = f"http://127.0.0.1:{server.rest_port}/v1/models/half_plus_two/metadata"
-    with urllib.request.urlopen(url, timeout=30) as response:
-        metadata = json.loads(response.read())
+    with RestClient(f"127.0.0.1:{server.rest_port}") as rest:
+        reply = rest.metadata("half_plus_two")
+    assert reply.status == 200
+    metadata = reply.json()
     signatures = metadata["metadata"]["signature_def"]["signature_def"]
     assert signatures["classify_x_to_y"]["method_name"] == "tensorflow/serving/classify"
     assert signatures["regress_x_to_y"]["method_name"] == "tensorflow/serving/regress"
@@ -117,45 +105,32 @@ def test_rest_classify_regress_errors(
     assert got_status == status and message in got["error"]
 
 
-def _examples(*xs: float) -> list[example_pb2.Example]:
-    examples = []
-    for x in xs:
-        example = example_pb2.Example()
-        example.features.feature["x"].float_list.value.append(x)
-        examples.append(example)
-    return examples
-
-
 def test_grpc_predict_classify_regress(server: ModelServer) -> None:
-    stub = _stub(server)
-    predict = predict_pb2.PredictRequest()
-    predict.model_spec.name = "half_plus_two"
-    predict.inputs["x"].CopyFrom(array_to_proto(np.array([1.0, 6.0], np.float32)))
-    response = stub.Predict(predict, timeout=30)
-    np.testing.assert_allclose(array_from_proto(response.outputs["y"]), [2.5, 5.0])
+    grpc_client = GrpcClient.connect(f"127.0.0.1:{server.grpc_port}")
+    predict = client.predict_request("half_plus_two", {"x": np.array([1.0, 6.0], np.float32)})
+    response = grpc_client.predict(predict)
+    np.testing.assert_allclose(client.predict_outputs(response)["y"], [2.5, 5.0])
 
-    regress = regression_pb2.RegressionRequest()
-    regress.model_spec.name = "half_plus_two"
-    regress.model_spec.signature_name = "regress_x_to_y"
-    regress.input.example_list.examples.extend(_examples(1.0, 2.0))
-    result = stub.Regress(regress, timeout=30)
+    examples = [client.example(x=1.0), client.example(x=2.0)]
+    regress = client.regress_request("half_plus_two", examples, signature_name="regress_x_to_y")
+    result = grpc_client.regress(regress)
     assert [r.value for r in result.result.regressions] == [2.5, 3.0]
     assert result.model_spec.signature_name == "regress_x_to_y"
 
-    classify = classification_pb2.ClassificationRequest()
-    classify.model_spec.name = "half_plus_two"
-    classify.model_spec.signature_name = "classify_x_to_y"
-    with_context = classify.input.example_list_with_context
-    with_context.examples.extend(_examples(10.0))
-    with_context.examples.add()  # takes x from the context
-    with_context.context.features.feature["x"].float_list.value.append(4.0)
-    result = stub.Classify(classify, timeout=30)
+    classify = client.classify_request(
+        "half_plus_two",
+        [client.example(x=10.0), client.example()],  # the second takes x from the context
+        signature_name="classify_x_to_y",
+        context=client.example(x=4.0),
+    )
+    result = grpc_client.classify(classify)
     scores = [[c.score for c in row.classes] for row in result.result.classifications]
     assert scores == [[7.0], [4.0]]
 
     classify.model_spec.signature_name = "serving_default"
     with pytest.raises(grpc.RpcError) as err:
-        stub.Classify(classify, timeout=30)
+        grpc_client.classify(classify)
+    grpc_client.close()
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # as TF Serving's classifier
     assert "No classification inputs found in SignatureDef" in err.value.details()
 

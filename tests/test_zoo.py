@@ -22,26 +22,18 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow_serving.apis import (
-    classification_pb2,
-    get_model_metadata_pb2,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-    regression_pb2,
-)
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core import client
+from graphserve.core.client import GrpcClient, RestClient
 from graphserve.loadtest.payloads import rest_body, save_payload
 from tests import zoo_models
 
@@ -275,33 +267,26 @@ def _p50(row: dict[str, float], arm: str) -> str:
 # Calling the servers: the official gRPC stubs, and REST in both of TF Serving's formats
 
 
-def _stub(address: str) -> prediction_service_pb2_grpc.PredictionServiceStub:
-    return prediction_service_pb2_grpc.PredictionServiceStub(grpc.insecure_channel(address))
+def _grpc(address: str) -> GrpcClient:
+    return GrpcClient.connect(address, timeout=60)
 
 
-def _predict_request(model: ZooModel, inputs: dict[str, np.ndarray]) -> predict_pb2.PredictRequest:
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model.name
-    request.model_spec.signature_name = model.signature
-    for key, array in inputs.items():
-        request.inputs[key].CopyFrom(array_to_proto(array))
-    return request
+def _predict_request(model: ZooModel, inputs: dict[str, np.ndarray]) -> Any:
+    return client.predict_request(model.name, inputs, signature_name=model.signature)
 
 
 def _grpc_predict(address: str, model: ZooModel) -> dict[str, np.ndarray]:
-    response = _stub(address).Predict(_predict_request(model, model.inputs), timeout=60)
+    with _grpc(address) as grpc_client:
+        response = grpc_client.predict(_predict_request(model, model.inputs))
     assert response.model_spec.name == model.name
-    return {k: array_from_proto(v) for k, v in response.outputs.items()}
+    return client.predict_outputs(response)
 
 
 def _signature_io(address: str, model: ZooModel) -> tuple[dict[str, int], dict[str, int]]:
     """The tested signature's inputs and outputs (name -> dtype enum) from GetModelMetadata."""
-    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
-    request.model_spec.name = model.name
-    response = _stub(address).GetModelMetadata(request, timeout=60)
-    signatures = get_model_metadata_pb2.SignatureDefMap()
-    response.metadata["signature_def"].Unpack(signatures)
-    signature = signatures.signature_def[model.signature]
+    with _grpc(address) as grpc_client:
+        response = grpc_client.metadata(client.metadata_request(model.name))
+    signature = client.signature_defs(response).signature_def[model.signature]
     return (
         {k: v.dtype for k, v in signature.inputs.items()},
         {k: v.dtype for k, v in signature.outputs.items()},
@@ -309,9 +294,10 @@ def _signature_io(address: str, model: ZooModel) -> tuple[dict[str, int], dict[s
 
 
 def _post(address: str, path: str, body: bytes) -> Any:
-    request = urllib.request.Request(f"http://{address}{path}", data=body)
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read())
+    with RestClient(address, timeout=60) as rest:
+        reply = rest.post(path, body)
+    assert reply.status == 200, reply.text
+    return reply.json()
 
 
 def _rest_predict(address: str, model: ZooModel, columnar: bool) -> dict[str, np.ndarray]:
@@ -377,23 +363,17 @@ def test_estimator_classify_and_regress_over_grpc_and_rest(zoo: Zoo) -> None:
     expected = model.expected
     address = zoo.addresses["graph"]
     examples = [tf.train.Example.FromString(e) for e in model.inputs["examples"]]
-    stub = _stub(address["grpc"])
+    stub = _grpc(address["grpc"])
     for signature in ("serving_default", "classification"):
-        classify = classification_pb2.ClassificationRequest()
-        classify.model_spec.name = "estimator"
-        classify.model_spec.signature_name = signature
-        classify.input.example_list.examples.extend(examples)
-        result = stub.Classify(classify, timeout=60).result
+        classify = client.classify_request("estimator", examples, signature_name=signature)
+        result = stub.classify(classify).result
         assert [[c.label for c in row.classes] for row in result.classifications] == [
             ["0", "1"]
         ] * len(examples)
         scores = [[c.score for c in row.classes] for row in result.classifications]
         np.testing.assert_allclose(scores, expected["probabilities"], atol=ATOL, rtol=RTOL)
-    regress = regression_pb2.RegressionRequest()
-    regress.model_spec.name = "estimator"
-    regress.model_spec.signature_name = "regression"
-    regress.input.example_list.examples.extend(examples)
-    regressions = [r.value for r in stub.Regress(regress, timeout=60).result.regressions]
+    regress = client.regress_request("estimator", examples, signature_name="regression")
+    regressions = [r.value for r in stub.regress(regress).result.regressions]
     np.testing.assert_allclose(regressions, expected["logistic"][:, 0], atol=ATOL, rtol=RTOL)
 
     rows: list[dict[str, Any]] = [
@@ -440,9 +420,9 @@ def test_served_p50_graph_and_eager(zoo: Zoo, name: str) -> None:
     single = {k: v[:1] for k, v in model.inputs.items()}
     request = _predict_request(model, single)
     for arm in ARMS if model.eager_served else ("graph",):
-        stub = _stub(zoo.addresses[arm]["grpc"])
+        stub = _grpc(zoo.addresses[arm]["grpc"])
         for _ in range(WARM_CALLS):
-            response = stub.Predict(request, timeout=60)
+            response = stub.predict(request)
         assert sorted(response.outputs) == sorted(model.expected)
         latencies: list[float] = []
         deadline = time.perf_counter() + TIME_BOX_S
@@ -450,7 +430,7 @@ def test_served_p50_graph_and_eager(zoo: Zoo, name: str) -> None:
             len(latencies) < MIN_TIMED_CALLS or time.perf_counter() < deadline
         ):
             started = time.perf_counter()
-            stub.Predict(request, timeout=60)
+            stub.predict(request)
             latencies.append(time.perf_counter() - started)
         row = zoo.table.setdefault(name, {})
         row[arm] = float(np.median(latencies)) * 1000

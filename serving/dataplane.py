@@ -24,7 +24,7 @@ from tensorflow_serving.apis import (
 
 from graphserve.core.codec import as_bytes, shape_hint, validate_inputs
 from graphserve.core.errors import FailedPrecondition, InvalidInput, Unavailable, Unimplemented
-from graphserve.serving.deadline import check_deadline
+from graphserve.serving.deadline import check_deadline, deadline_scope
 from graphserve.serving.metrics import Measure, ServingMetrics
 from graphserve.serving.registry import ModelRegistry, Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
@@ -82,6 +82,31 @@ class DataPlane:
             with self._idle:
                 self._in_flight -= 1
                 self._idle.notify_all()
+
+    @contextmanager
+    def request(
+        self,
+        protocol: str,
+        name: str,
+        version: VersionRef,
+        time_remaining: float | None = None,
+    ) -> Iterator[Measure]:
+        """The one entry of every model request, whichever front end it came through: refused
+        when draining, measured, under the client's deadline (no work for a client that stopped
+        waiting in a queue), the servable resolved and leased (`measure.servable`). The front
+        end resolves the signature (`use_signature`), decodes, and calls predict, classify,
+        regress or multi_inference, which validate, run and count."""
+        with self.measure(name, protocol) as measure, deadline_scope(time_remaining):
+            check_deadline("before the server could start on it")
+            measure.servable = self.servable(name, version)
+            yield measure
+
+    def use_signature(self, measure: Measure, name: str) -> ServedSignature:
+        """The signature a request names (or serving_default), recorded in its measurement."""
+        assert measure.servable is not None
+        signature = self.signature(measure.servable, name)
+        measure.signature = signature.name
+        return signature
 
     def drain(self, timeout: float) -> bool:
         """Refuse new requests and wait up to `timeout` s for in-flight ones; True if none is

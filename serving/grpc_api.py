@@ -26,7 +26,6 @@ from graphserve.core.codec import array_from_proto, array_to_proto
 from graphserve.core.defaults import DEFAULT_MAX_BODY_BYTES
 from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
 from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, model_spec
-from graphserve.serving.deadline import check_deadline, deadline_scope
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
 from graphserve.serving.tfexample import examples_from_input
@@ -118,15 +117,10 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @contextmanager
     def _servable(self, spec: Any, context: grpc.ServicerContext) -> Iterator[tuple[Servable, Any]]:
-        """The servable a request names, resolved inside its measurement and under the
-        client's deadline (no work for a client that stopped waiting in a queue)."""
-        with (
-            self.plane.measure(spec.name, "grpc") as measure,
-            deadline_scope(context.time_remaining()),
-        ):
-            check_deadline("before the server could start on it")
-            measure.servable = self.plane.servable(spec.name, _version(spec))
-            yield measure.servable, measure
+        """The servable a request names (DataPlane.request)."""
+        with self.plane.request("grpc", spec.name, _version(spec), context.time_remaining()) as m:
+            assert m.servable is not None
+            yield m.servable, m
 
     @contextmanager
     def _resolve(
@@ -134,9 +128,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     ) -> Iterator[tuple[Servable, ServedSignature]]:
         """... and the signature it names."""
         with self._servable(spec, context) as (servable, measure):
-            signature = self.plane.signature(servable, spec.signature_name)
-            measure.signature = signature.name
-            yield servable, signature
+            yield servable, self.plane.use_signature(measure, spec.signature_name)
 
     @_mapped
     def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:

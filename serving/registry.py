@@ -13,10 +13,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphserve.core.errors import InvalidInput, ModelLoadError, NotFound
 from graphserve.core.signature import TensorSpec
 from graphserve.serving.runner import Runner
+
+if TYPE_CHECKING:
+    from graphserve.serving.sources import StaticSource
 
 __all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
 
@@ -74,6 +78,7 @@ class ModelRegistry:
         self._servables: dict[str, dict[int, Servable]] = {}
         self._status: dict[str, dict[int, VersionStatus]] = {}
         self._labels: dict[str, dict[str, int]] = {}
+        self._static: StaticSource | None = None  # the load_eager shortcut's source
 
     # -- what the loaders call -------------------------------------------------------------
 
@@ -229,5 +234,9 @@ class ModelRegistry:
                 mode=mode,
             )
 
-        ModelManager(self, StaticSource([StaticModel(name, load, version)])).start()
-        return self.get(name)
+        # One static source per registry, so versions added one by one serve side by side.
+        if self._static is None:
+            self._static = StaticSource()
+        self._static.add(StaticModel(name, load, version))
+        ModelManager(self, self._static).start()
+        return self.get(name, version)

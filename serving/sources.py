@@ -125,18 +125,24 @@ class StaticModel:
 
 
 class StaticSource:
-    """Models fixed for the server's life: one version each, loaded once, never changing."""
+    """Models fixed at start (more versions may be `add`ed): each version loaded once, never
+    changing."""
 
     _SAME: Fingerprint = ()
 
-    def __init__(self, models: Sequence[StaticModel]) -> None:
-        self.models = {m.name: m for m in models}
+    def __init__(self, models: Sequence[StaticModel] = ()) -> None:
+        self.models: dict[str, dict[int, StaticModel]] = {}
+        for model in models:
+            self.add(model)
+
+    def add(self, model: StaticModel) -> None:
+        self.models.setdefault(model.name, {})[model.version] = model
 
     def names(self) -> list[str]:
         return list(self.models)
 
     def versions(self, name: str) -> list[int]:
-        return [self.models[name].version]
+        return sorted(self.models[name])
 
     def aspired(self, name: str, versions: list[int]) -> list[int]:
         return versions
@@ -148,10 +154,13 @@ class StaticSource:
         return self._SAME
 
     def load(self, name: str, version: int, where: Path | None) -> Runner:
-        return self.models[name].load()
+        return self.models[name][version].load()
 
     def labels(self, name: str) -> dict[str, int]:
-        return dict(self.models[name].labels)
+        labels: dict[str, int] = {}
+        for model in self.models[name].values():
+            labels.update(model.labels)
+        return labels
 
     def why_nothing(self, name: str) -> str:
         return "it failed to load"

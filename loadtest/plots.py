@@ -20,7 +20,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from graphserve.loadtest.report import arm_order, load_label
+from graphserve.loadtest.labels import arm_order, load_label
 
 __all__ = [
     "latency_cdf",

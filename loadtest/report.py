@@ -21,15 +21,23 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+from graphserve.loadtest.labels import (
+    NONE,
+    arm_order,
+    fmt_plain,
+    is_number,
+    load_label,
+    settings,
+    steps,
+)
 from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
@@ -53,7 +61,6 @@ IMAGE_TITLES: dict[str, str] = {
     "throughput.png": "throughput against load",
     "windows.png": "p50 per measurement window over time",
 }
-_NONE = "–"  # en dash: a missing value
 _LATE_PCT_WARNING = 1.0
 
 
@@ -181,11 +188,11 @@ def render_table(report: Report) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    mode = _settings(report).get("mode")
-    baseline = _settings(report).get("baseline")
+    mode = settings(report).get("mode")
+    baseline = settings(report).get("baseline")
     parts: list[RenderableType] = [Text(str(report.get("title") or ""), style="bold")]
     parts += [Text(sentence, style="bold") for sentence in headline(report)]
-    for step in _steps(report):
+    for step in steps(report):
         table = Table(title=load_label(step.get("load"), mode), title_justify="left")
         table.add_column("arm")
         for header in ("req/s", "p50 ms", "p99 ms", "p99.9 ms", "failures"):
@@ -226,9 +233,9 @@ def headline(report: Report) -> list[str]:
     Steps without ratios (a single arm) get no sentence; a ratio that cannot be computed says
     which arm had no successful request; a step with warnings says so.
     """
-    mode = _settings(report).get("mode")
+    mode = settings(report).get("mode")
     sentences = []
-    for step in _steps(report):
+    for step in steps(report):
         ratios = step.get("ratios") or {}
         if not ratios:
             continue
@@ -249,43 +256,26 @@ def _headline_clause(name: str, ratio: Mapping[str, Any], step: Mapping[str, Any
     """'graph answers in 0.084× the time of eager{at} (p50 ratio, ...), with 11.3× ...'."""
     arm, _, base = name.partition("/")
     p50 = ratio.get("p50") or {}
-    if not _is_number(p50.get("value")):
+    if not is_number(p50.get("value")):
         arms = step.get("arms") or {}
         empty = [n for n in (arm, base) if _p50(arms.get(n)) is None]
         why = f"{' and '.join(empty) or 'an arm'} had no successful request"
         return f"{arm} and {base} cannot be compared{at}: {why}"
     ci = p50.get("ci95")
     detail = "p50 ratio"
-    if ci and all(_is_number(bound) for bound in ci):
+    if ci and all(is_number(bound) for bound in ci):
         detail += f", 95% CI {_fmt_interval(ci, _fmt_sig)}"
         if ci[0] <= 1 <= ci[1]:
             detail += ": no clear difference"
     clause = f"{arm} answers in {_fmt_times(p50['value'])} the time of {base}{at} ({detail})"
     throughput = (ratio.get("throughput") or {}).get("value")
-    if _is_number(throughput):
+    if is_number(throughput):
         clause += f", with {_fmt_times(throughput)} the throughput"
     return clause
 
 
 def _p50(arm: Mapping[str, Any] | None) -> Any:
     return ((arm or {}).get("latency_ms") or {}).get("p50")
-
-
-def arm_order(report: Report) -> list[str]:
-    """Arm names in display order: settings.arm_order, then any other arm the steps mention."""
-    names = list(_settings(report).get("arm_order") or [])
-    for source in [report.get("arms") or {}, *((s.get("arms") or {}) for s in _steps(report))]:
-        names += [n for n in source if n not in names]
-    return names
-
-
-def load_label(load: float | None, mode: str | None) -> str:
-    """'4 users' (closed loop) or '200 req/s' (open loop)."""
-    if load is None:
-        return _NONE
-    if mode == "open":
-        return f"{_fmt_plain(load)} req/s"
-    return f"{_fmt_plain(load)} user" + ("" if load == 1 else "s")
 
 
 # --- building the document -------------------------------------------------------------------
@@ -297,8 +287,8 @@ def _document(report: Report) -> list[_Block]:
         *(_Paragraph(sentence, "lead") for sentence in headline(report)),
         _Paragraph(_how_it_was_run(report)),
     ]
-    mode = _settings(report).get("mode")
-    for step in _steps(report):
+    mode = settings(report).get("mode")
+    for step in steps(report):
         blocks.append(_Heading(2, load_label(step.get("load"), mode)))
         blocks.append(_step_table(report, step))
         if step.get("ratios"):
@@ -317,14 +307,14 @@ def _document(report: Report) -> list[_Block]:
 
 
 def _how_it_was_run(report: Report) -> str:
-    s, env = _settings(report), report.get("environment") or {}
+    s, env = settings(report), report.get("environment") or {}
     protocol = s.get("protocol")
     transport = {"grpc": "gRPC", "rest": f"REST ({s.get('rest_format') or 'row'} format)"}
-    loads = ", ".join(_fmt_plain(x) for x in s.get("loads") or []) or _NONE
+    loads = ", ".join(fmt_plain(x) for x in s.get("loads") or []) or NONE
     if s.get("mode") == "open":
         loop = (
             f"open loop at {loads} req/s ({s.get('arrivals') or 'constant'} arrivals, "
-            f"at most {_fmt_plain(s.get('max_in_flight'))} requests in flight)"
+            f"at most {fmt_plain(s.get('max_in_flight'))} requests in flight)"
         )
     else:
         loop = f"closed loop with {loads} concurrent users"
@@ -334,21 +324,21 @@ def _how_it_was_run(report: Report) -> str:
     )
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
     sentences = [
-        f"{transport.get(str(protocol), str(protocol or _NONE))}, {loop}, one step per load.",
-        f"Arms {', '.join(arm_order(report)) or _NONE}; ratios are arm / "
-        f"{s.get('baseline') or _NONE}.",
-        f"Each step: {_fmt_plain(s.get('warmup_s'))} s warm-up, then "
-        f"{_fmt_plain(s.get('window_s'))} s windows ({_fmt_plain(s.get('min_windows'))}–"
-        f"{_fmt_plain(s.get('max_windows'))} per arm) until the last windows agree within "
-        f"{_fmt_plain(s.get('stability_pct'))} %.",
-        f"Model {s.get('model_name') or _NONE} ({s.get('signature_name') or _NONE}), batch size "
-        f"{_fmt_plain(s.get('batch_size'))}, payload {payload.get('file') or _NONE} from "
-        f"{payload.get('source') or _NONE}" + (f" ({inputs})" if inputs else "") + ".",
-        f"Locust workers: {_fmt_plain(s.get('workers'))}, seed {_fmt_plain(s.get('seed'))}"
+        f"{transport.get(str(protocol), str(protocol or NONE))}, {loop}, one step per load.",
+        f"Arms {', '.join(arm_order(report)) or NONE}; ratios are arm / "
+        f"{s.get('baseline') or NONE}.",
+        f"Each step: {fmt_plain(s.get('warmup_s'))} s warm-up, then "
+        f"{fmt_plain(s.get('window_s'))} s windows ({fmt_plain(s.get('min_windows'))}–"
+        f"{fmt_plain(s.get('max_windows'))} per arm) until the last windows agree within "
+        f"{fmt_plain(s.get('stability_pct'))} %.",
+        f"Model {s.get('model_name') or NONE} ({s.get('signature_name') or NONE}), batch size "
+        f"{fmt_plain(s.get('batch_size'))}, payload {payload.get('file') or NONE} from "
+        f"{payload.get('source') or NONE}" + (f" ({inputs})" if inputs else "") + ".",
+        f"Locust workers: {fmt_plain(s.get('workers'))}, seed {fmt_plain(s.get('seed'))}"
         + (f", at most {s['max_requests']} requests" if s.get("max_requests") else "")
         + ".",
-        f"Run {env.get('timestamp') or _NONE} on {env.get('hostname') or _NONE} "
-        f"({_fmt_plain(env.get('cpus'))} CPUs, {env.get('platform') or _NONE}"
+        f"Run {env.get('timestamp') or NONE} on {env.get('hostname') or NONE} "
+        f"({fmt_plain(env.get('cpus'))} CPUs, {env.get('platform') or NONE}"
         + (f"; {versions}" if versions else "")
         + ").",
         "Latencies in ms; req/s counts successful measured requests.",
@@ -358,7 +348,7 @@ def _how_it_was_run(report: Report) -> str:
 
 def _step_table(report: Report, step: Mapping[str, Any]) -> _Table:
     arms = _step_arms(report, step)
-    baseline = _settings(report).get("baseline")
+    baseline = settings(report).get("baseline")
     with_server = any(arm.get("server") for _, arm in arms)
     with_late = any(arm.get("open_loop") for _, arm in arms)
     headers = [
@@ -423,7 +413,7 @@ def _cold_start(report: Report) -> list[_Block]:
     )
     rows = tuple(
         (
-            str(r.get("server") or _NONE),
+            str(r.get("server") or NONE),
             _fmt_yes_no(r.get("warmup_records")),
             _fmt_ms(r.get("ready_s")),
             _fmt_ms(r.get("first_request_ms")),
@@ -439,7 +429,7 @@ def _calibration(report: Report) -> list[_Block]:
     calibration = report.get("calibration") or {}
     if not calibration:
         return []
-    mode = _settings(report).get("mode")
+    mode = settings(report).get("mode")
     rows = tuple(
         (
             load_label(c.get("load"), mode),
@@ -449,7 +439,7 @@ def _calibration(report: Report) -> list[_Block]:
         for c in calibration.get("steps") or []
     )
     note = (
-        f"The load generator against the null endpoint {calibration.get('null_endpoint') or _NONE}"
+        f"The load generator against the null endpoint {calibration.get('null_endpoint') or NONE}"
         ", which answers at once: the most this machine can drive and measure."
     )
     return [
@@ -463,13 +453,13 @@ def _slo(report: Report) -> list[_Block]:
     slo = report.get("slo")
     if not slo:
         return []
-    mode = _settings(report).get("mode")
+    mode = settings(report).get("mode")
     rows, classes = [], []
     for gate in slo.get("gates") or []:
         load = gate.get("load")
         rows.append(
             (
-                str(gate.get("expression") or _NONE),
+                str(gate.get("expression") or NONE),
                 str(gate.get("arm") or "all"),
                 load_label(load, mode) if load is not None else "all",
                 _fmt_ms(gate.get("value")),
@@ -502,10 +492,10 @@ def _slo(report: Report) -> list[_Block]:
 
 def _warnings(report: Report) -> list[str]:
     """What a reader must know before trusting a number, collected from the data."""
-    mode = _settings(report).get("mode")
+    mode = settings(report).get("mode")
     return [
         f"{name} at {load_label(step.get('load'), mode)}: {sentence}"
-        for step in _steps(report)
+        for step in steps(report)
         for name, arm in _step_arms(report, step)
         for sentence in [*(s for _, s in _concerns(arm)), *_breakdown_notes(arm.get("server"))]
     ]
@@ -550,7 +540,7 @@ def _concerns(arm: Mapping[str, Any]) -> list[tuple[str, str]]:
         out.append(("generator-bound", f"the load generator was the bottleneck ({reason})"))
     open_loop = arm.get("open_loop") or {}
     late = open_loop.get("late_pct")
-    if _is_number(late) and late > _LATE_PCT_WARNING:
+    if is_number(late) and late > _LATE_PCT_WARNING:
         achieved, target = open_loop.get("achieved_rps"), open_loop.get("target_rps")
         out.append(
             (
@@ -584,7 +574,7 @@ def _concerns(arm: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def _generator(generator: Mapping[str, Any] | None) -> str:
     if not generator:
-        return _NONE
+        return NONE
     if generator.get("bound"):
         return f"bound: {generator.get('reason') or 'no reason given'}"
     return "ok"
@@ -594,7 +584,7 @@ def _breakdown(server: Mapping[str, Any] | None) -> str:
     """'0.322 / 0.093 / 0.596'; a part clamped at 0 shows its raw value: '0 (raw −13.6)'."""
     parts = (server or {}).get("breakdown_ms") or {}
     if not parts:
-        return _NONE
+        return NONE
     clamped = (server or {}).get("clamped_ms") or {}
     keys = ("model", "server", "client_and_network")
     return " / ".join(
@@ -694,14 +684,6 @@ p.files { color: #57606a; font-size: 13px; }
 # --- reading the report ----------------------------------------------------------------------
 
 
-def _settings(report: Report) -> Mapping[str, Any]:
-    return report.get("settings") or {}
-
-
-def _steps(report: Report) -> list[Mapping[str, Any]]:
-    return list(report.get("steps") or [])
-
-
 def _step_arms(report: Report, step: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     arms = step.get("arms") or {}
     return [(name, arms[name]) for name in arm_order(report) if name in arms]
@@ -727,14 +709,10 @@ def _json_default(value: Any) -> Any:
 # --- number formatting -----------------------------------------------------------------------
 
 
-def _is_number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _fmt_ms(value: Any) -> str:
     """Three significant digits (0.473, 12.4, 153); whole numbers with separators from 1000."""
-    if not _is_number(value):
-        return _NONE
+    if not is_number(value):
+        return NONE
     if value == 0:
         return "0"
     rounded = float(f"{value:.3g}")
@@ -746,28 +724,21 @@ def _fmt_ms(value: Any) -> str:
 
 
 def _fmt_rps(value: Any) -> str:
-    if not _is_number(value):
-        return _NONE
+    if not is_number(value):
+        return NONE
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}"
 
 
-def _fmt_plain(value: Any) -> str:
-    """Settings and loads as written: 4, 2.5, 1,500."""
-    if not _is_number(value):
-        return _NONE
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,g}"
-
-
 def _fmt_count(value: Any) -> str:
-    return f"{int(value):,}" if _is_number(value) and float(value).is_integer() else _NONE
+    return f"{int(value):,}" if is_number(value) and float(value).is_integer() else NONE
 
 
 def _fmt_pct(value: Any) -> str:
-    return f"{value:.1f} %" if _is_number(value) else _NONE
+    return f"{value:.1f} %" if is_number(value) else NONE
 
 
 def _fmt_times(value: Any) -> str:
-    return f"{value:.3g}×" if _is_number(value) else _NONE
+    return f"{value:.3g}×" if is_number(value) else NONE
 
 
 def _fmt_interval(bounds: Sequence[Any], fmt: Callable[[Any], str]) -> str:
@@ -777,20 +748,20 @@ def _fmt_interval(bounds: Sequence[Any], fmt: Callable[[Any], str]) -> str:
 
 
 def _fmt_sig(value: Any) -> str:
-    return f"{value:.3g}" if _is_number(value) else _NONE
+    return f"{value:.3g}" if is_number(value) else NONE
 
 
 def _fmt_ratio(ratio: Mapping[str, Any] | None) -> str:
     """'0.45× [0.44–0.46]', or '2.1×' without a confidence interval."""
-    if not ratio or not _is_number(ratio.get("value")):
-        return _NONE
+    if not ratio or not is_number(ratio.get("value")):
+        return NONE
     ci = ratio.get("ci95")
     interval = f" [{_fmt_interval(ci, _fmt_sig)}]" if ci else ""
     return _fmt_times(ratio["value"]) + interval
 
 
 def _fmt_yes_no(value: Any) -> str:
-    return _NONE if value is None else ("yes" if value else "no")
+    return NONE if value is None else ("yes" if value else "no")
 
 
 def _fmt_check(passed: Any) -> str:

@@ -24,13 +24,17 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from graphserve.core.errors import GraphserveError
+from graphserve.core.errors import GraphserveError, ModelLoadError
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import load_version
-from graphserve.serving.registry import ModelLoadError, ModelRegistry, Servable
 from graphserve.serving.runner import Runner
+from graphserve.serving.servable import Servable
 from graphserve.serving.sources import FileSystemSource, Fingerprint, Source
+
+if TYPE_CHECKING:
+    from graphserve.serving.registry import ModelRegistry
 
 __all__ = ["ModelManager", "load_version", "retire"]
 

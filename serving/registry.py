@@ -11,55 +11,19 @@ the manager unloads is closed only after its last request ended. `load_graph`, `
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphserve.core.errors import InvalidInput, ModelLoadError, NotFound
 from graphserve.core.signature import TensorSpec
 from graphserve.serving.runner import Runner
+from graphserve.serving.servable import Servable, VersionRef
 
 if TYPE_CHECKING:
     from graphserve.serving.sources import StaticSource
 
 __all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
-
-# A request names a version by number, by label (a string), or not at all (the newest).
-VersionRef = int | str | None
-
-
-
-class Lease:
-    """How many requests hold a servable; `wait_idle` returns once none does."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._idle = threading.Condition()
-
-    def take(self) -> None:
-        with self._idle:
-            self.count += 1
-
-    def give_back(self) -> None:
-        with self._idle:
-            self.count -= 1
-            if self.count == 0:
-                self._idle.notify_all()
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        with self._idle:
-            return self._idle.wait_for(lambda: self.count == 0, timeout)
-
-
-@dataclass(frozen=True)
-class Servable:
-    """One loaded version of one model."""
-
-    name: str
-    version: int
-    runner: Runner
-    lease: Lease = field(default_factory=Lease, compare=False, repr=False)
-
 
 @dataclass(frozen=True)
 class VersionStatus:

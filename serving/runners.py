@@ -33,14 +33,13 @@ from graphserve.serving.runner import Runner
 from graphserve.serving.signature import ServedSignature
 
 if TYPE_CHECKING:
-    from graphserve.serving.session_runner import SessionRunner
+    pass
 
 __all__ = [
     "EagerRunner",
     "GraphRunner",
     "Runner",
     "checked_meta_graph",
-    "load_runner",
     "run_errors",
 ]
 
@@ -131,50 +130,6 @@ class GraphRunner(Runner):
         except Exception as exc:
             raise run_errors(exc) from exc
         return {name: t.numpy() for name, t in outputs.items()}
-
-
-def load_runner(path: Path, allow_ops: Collection[str] = ()) -> GraphRunner | SessionRunner:
-    """The graph server's runner for the SavedModel at `path`: a Session (SessionRunner), as TF
-    Serving runs every SavedModel, TF1 or TF2; the signature functions (GraphRunner) for a model
-    the Session cannot load, with a warning. If both fail, the error of the loader of the model's
-    own format is raised (TF2's for a TF2 SavedModel, the Session's for a TF1 one).
-
-    Chosen by measurement (`python -m bench.runners`; README, "How the graph server runs a
-    SavedModel"): on every model both load, TF1 exports and TF2 ones alike, the Session gave the
-    same outputs and answered each call 1.3 to 9 times faster (one C++ Session::Run against an
-    eager function call); and only the Session loads TF1 reference variables and TF 1.0 graphs.
-    The op scan runs once, before either (see `checked_meta_graph`).
-    """
-    from graphserve.serving.session_runner import SessionRunner  # it imports this module
-
-    path = Path(path)
-    graph = checked_meta_graph(path, allow_ops)
-    written = "TF2" if graph.HasField("object_graph_def") else "TF1"
-    try:
-        runner: GraphRunner | SessionRunner = SessionRunner(path, meta_graph=graph)
-    except Exception as session_error:
-        log.warning(
-            "%s: a %s SavedModel the Session could not load (%s); trying its signature functions",
-            path,
-            written,
-            _first_line(session_error),
-        )
-        try:
-            runner = GraphRunner(path, meta_graph=graph)
-        except Exception as function_error:
-            log.warning(
-                "%s: its signature functions failed too (%s)", path, _first_line(function_error)
-            )
-            # A damaged version is best described by the loader of its own format ("Failed to
-            # find any matching files for .../variables/variables" from TF2's, where TF1's says
-            # "not a valid checkpoint").
-            raise (function_error if written == "TF2" else session_error) from None
-    log.info("%s: a %s SavedModel, served on the %s path", path, written, runner.execution)
-    return runner
-
-
-def _first_line(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
 EAGER_MODES = ("call", "predict", "function")

@@ -89,3 +89,17 @@ def test_the_wheel_installs_only_graphserve(tmp_path: Path) -> None:
     assert "graphserve/loadtest/locustfile.py" in names
     assert "graphserve/loadtest/py.typed" in names
     assert not [n for n in names if n.startswith(("bench/", "fuzz/", "graphserve/bench"))]
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No import cycle between modules (imports under TYPE_CHECKING aside: they never run)."""
+    grimp = pytest.importorskip("grimp")  # import-linter's graph builder, a dev dependency
+    graph = grimp.build_graph("graphserve", exclude_type_checking_imports=True)
+    imports = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+    cycles = []
+    for module in sorted(imports):
+        for imported in imports[module]:
+            if module < imported and graph.chain_exists(imported, module):
+                chain = graph.find_shortest_chain(importer=imported, imported=module)
+                cycles.append(f"{module} -> {' -> '.join(chain)}")
+    assert cycles == []

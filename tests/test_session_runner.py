@@ -22,7 +22,8 @@ from graphserve.core import client
 from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.errors import InvalidInput, Unavailable, UnsafeOpsError
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
-from graphserve.serving.runners import GraphRunner, load_runner
+from graphserve.serving.loaders import load_runner
+from graphserve.serving.runners import GraphRunner
 from graphserve.serving.session_runner import SessionRunner
 from tests.savedmodels import write_with_read_file
 from tests.tf1_models import (

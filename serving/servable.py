@@ -1,0 +1,47 @@
+"""A loaded version of a model (`Servable`), and the lease that keeps it open while requests use
+it. The manager makes them, the servable map holds them, the data plane leases them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from graphserve.serving.runner import Runner
+
+__all__ = ["Lease", "Servable", "VersionRef"]
+
+# A request names a version by number, by label (a string), or not at all (the newest).
+VersionRef = int | str | None
+
+
+
+class Lease:
+    """How many requests hold a servable; `wait_idle` returns once none does."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._idle = threading.Condition()
+
+    def take(self) -> None:
+        with self._idle:
+            self.count += 1
+
+    def give_back(self) -> None:
+        with self._idle:
+            self.count -= 1
+            if self.count == 0:
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        with self._idle:
+            return self._idle.wait_for(lambda: self.count == 0, timeout)
+
+
+@dataclass(frozen=True)
+class Servable:
+    """One loaded version of one model."""
+
+    name: str
+    version: int
+    runner: Runner
+    lease: Lease = field(default_factory=Lease, compare=False, repr=False)

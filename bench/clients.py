@@ -13,14 +13,14 @@ import http.client
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
 
 from bench.timing import Timing, timing_of
 from graphserve.core.client import JSON_HEADERS, GrpcClient, HttpConnection, predict_outputs
+from graphserve.core.results import JsonResult, json_meta
 
 __all__ = ["BenchRequestError", "Load", "closed_loop", "grpc_caller", "merge", "rest_caller"]
 
@@ -68,7 +68,7 @@ def rest_caller(address: str, path: str, body: bytes) -> Callable[[], bytes]:
 
 
 @dataclass(frozen=True)
-class Load:
+class Load(JsonResult):
     """A closed-loop run: throughput over the run, per-request latency, and errors."""
 
     clients: int
@@ -77,17 +77,8 @@ class Load:
     errors: int
     throughput: float
     latency: Timing
-    samples_ms: np.ndarray  # every timed request, for merging windows; not in to_dict
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "clients": self.clients,
-            "seconds": self.seconds,
-            "requests": self.requests,
-            "errors": self.errors,
-            "throughput": self.throughput,
-            "latency": self.latency.to_dict(),
-        }
+    # every timed request, for merging windows; not in the results
+    samples_ms: np.ndarray = field(metadata=json_meta(skip=True))
 
 
 def closed_loop(

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from graphserve.core.results import JsonResult
+
 __all__ = ["GOALS", "Goal", "GoalResult", "evaluate"]
 
 Results = dict[str, Any]
@@ -27,23 +29,13 @@ class Goal:
 
 
 @dataclass(frozen=True)
-class GoalResult:
+class GoalResult(JsonResult):
     key: str
     what: str
     goal: str
     value: float | None
     passed: bool
     detail: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "what": self.what,
-            "goal": self.goal,
-            "value": self.value,
-            "passed": self.passed,
-            "detail": self.detail,
-        }
 
 
 def _served(results: Results, config: str, arm: str) -> float:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from bench.timing import Timing, interleave
+from graphserve.core.results import JsonResult
 
 __all__ = ["METHODS", "InProcess", "in_process"]
 
@@ -28,7 +29,7 @@ METHODS = ("concrete", "eager", "predict", "function", "xla")
 
 
 @dataclass
-class InProcess:
+class InProcess(JsonResult):
     """One model at one batch size: a Timing per method, and why a method was not measured."""
 
     model: str
@@ -40,15 +41,6 @@ class InProcess:
     def p50(self, method: str) -> float | None:
         timing = self.timings.get(method)
         return None if timing is None else timing.p50_ms
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "batch_size": self.batch_size,
-            "timings": {k: v.to_dict() for k, v in self.timings.items()},
-            "skipped": self.skipped,
-            "function_traces": self.function_traces,
-        }
 
 
 def in_process(

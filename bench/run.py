@@ -100,7 +100,7 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     if spec.image:
         _served(run, IMAGE, _export(run, IMAGE), kinds=("graph",), batching=False)
     run.results["seconds"] = time.perf_counter() - started
-    run.results["goals"] = [g.to_dict() for g in evaluate(run.results)]
+    run.results["goals"] = [g.to_json() for g in evaluate(run.results)]
     return run.results
 
 
@@ -111,7 +111,7 @@ def _in_process(run: _Run) -> None:
         for batch in model.batch_sizes:
             run.say(f"in-process: {model.name} batch {batch}")
             result = in_process(model.name, model.source, batch, budget_s=run.spec.in_process_s)
-            run.results["in_process"][f"{model.name}/b{batch}"] = result.to_dict()
+            run.results["in_process"][f"{model.name}/b{batch}"] = result.to_json()
 
 
 def _codec(run: _Run) -> None:
@@ -119,7 +119,7 @@ def _codec(run: _Run) -> None:
 
     run.say("codec: 224×224×3 float32")
     for timing in codec_suite(budget_s=run.spec.codec_s):
-        run.results["codec"][timing.encoding] = timing.to_dict()
+        run.results["codec"][timing.encoding] = timing.to_json()
 
 
 def _export(run: _Run, model: BenchModel) -> Path:
@@ -163,7 +163,7 @@ def _served(
                 "request_bytes": {"grpc": len(requests.grpc), "rest": len(requests.rest_body)},
             }
             latency = served_latency(servers, requests, budget_s=run.spec.served_s)
-            entry["latency"] = {arm: t.to_dict() for arm, t in latency.items()}
+            entry["latency"] = {arm: t.to_json() for arm, t in latency.items()}
             for runner in ("graph", "eager"):
                 if batching and batch == 1 and f"{runner}-batching" in servers:
                     clients = run.spec.batching_clients
@@ -174,7 +174,7 @@ def _served(
                         clients=clients,
                         seconds=run.spec.batching_s,
                         runner=runner,
-                    ).to_dict()
+                    ).to_json()
             run.results["served"][key] = entry
 
 
@@ -195,7 +195,7 @@ def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
         runs=run.spec.cold_start_runs,
         log=run.say,
     )
-    run.results["cold_start"][model.name] = [s.to_dict() for s in starts]
+    run.results["cold_start"][model.name] = [s.to_json() for s in starts]
 
 
 def write_results(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

@@ -31,6 +31,7 @@ from bench.clients import Load, closed_loop, grpc_caller, merge, rest_caller
 from bench.peer import PeerProcess
 from bench.timing import Timing, interleave
 from graphserve.core.processes import ServerProcess
+from graphserve.core.results import JsonResult
 
 __all__ = ["BATCHING_PARAMETERS", "SERVER_KINDS", "Batching", "model_servers", "served_latency"]
 
@@ -137,15 +138,12 @@ def served_latency(
 
 
 @dataclass(frozen=True)
-class Batching:
+class Batching(JsonResult):
     """Closed-loop load with server-side batching off and on."""
 
     off: Load
     on: Load
     parameters: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"off": self.off.to_dict(), "on": self.on.to_dict(), "parameters": self.parameters}
 
 
 def batching_load(

@@ -12,31 +12,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from graphserve.core.results import JsonResult
 from graphserve.loadtest.stats import percentile
 
 __all__ = ["Timing", "interleave", "timing_of"]
 
 
 @dataclass(frozen=True)
-class Timing:
+class Timing(JsonResult):
     """Per-call latencies of one candidate: p50, p99, mean (ms) and how many calls."""
 
     p50_ms: float
     p99_ms: float
     mean_ms: float
     samples: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "mean_ms": self.mean_ms,
-            "samples": self.samples,
-        }
 
 
 def timing_of(samples_ms: np.ndarray | list[float]) -> Timing:

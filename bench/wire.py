@@ -18,9 +18,9 @@ import gc
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 from tensorflow.core.framework import types_pb2
@@ -35,6 +35,7 @@ from graphserve.core.codec import (
     parse_json_body,
     shape_proto,
 )
+from graphserve.core.results import JsonResult
 from graphserve.core.signature import TensorSpec
 from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, rest_body
 
@@ -50,8 +51,10 @@ class CodecMismatchError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class CodecTiming:
+class CodecTiming(JsonResult):
     """Median server-side cost (ms per call) of one encoding, and its request size."""
+
+    json_keys: ClassVar = (..., "total_ms")
 
     encoding: str
     request_bytes: int
@@ -62,9 +65,6 @@ class CodecTiming:
     @property
     def total_ms(self) -> float:
         return self.decode_ms + self.encode_ms
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"total_ms": self.total_ms}
 
 
 @dataclass(frozen=True)

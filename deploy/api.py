@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from graphserve.core.client import VersionStatus
 from graphserve.core.errors import DeployError, NotAvailableError
+from graphserve.core.results import JsonResult, json_meta
 from graphserve.deploy.compose import COMPOSE_FILE, SERVICE, ComposeOptions, write_compose_project
 from graphserve.deploy.k8s import K8sOptions, write_manifests
 from graphserve.deploy.plan import ServingPlan
@@ -30,9 +31,26 @@ def _quiet(_message: str) -> None:
 
 
 @dataclass
-class ComposeResult:
-    plan: ServingPlan
-    options: ComposeOptions
+class ComposeResult(JsonResult):
+    """What deploy tfserving did; its JSON (--output json) has the plan's keys in line."""
+
+    target: ClassVar[str] = "compose"
+    json_keys: ClassVar = (
+        "target",
+        ("project_name", "options.project_name"),
+        ("project_dir", "options.project_dir"),
+        "files",
+        ("gpus", "options.gpus"),
+        ("grpc", "grpc_address"),
+        ("rest", "rest_url"),
+        "plan",
+        "dry_run",
+        "started",
+        ("status", "statuses"),
+    )
+
+    plan: ServingPlan = field(metadata=json_meta(flatten=True))
+    options: ComposeOptions = field(metadata=json_meta(skip=True))
     files: list[Path]
     dry_run: bool
     started: bool = False
@@ -51,40 +69,33 @@ class ComposeResult:
     def rest_address(self) -> str:
         return self.grpc_address.rpartition(":")[0] + f":{self.options.rest_port}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": "compose",
-            "project_name": self.options.project_name,
-            "project_dir": str(self.options.project_dir),
-            "files": [str(p) for p in self.files],
-            "gpus": self.options.gpus,
-            "grpc": self.grpc_address,
-            "rest": f"http://{self.rest_address}",
-            **self.plan.to_json(),
-            "dry_run": self.dry_run,
-            "started": self.started,
-            "status": {
-                name: [s.to_json() for s in statuses] for name, statuses in self.statuses.items()
-            },
-        }
+    @property
+    def rest_url(self) -> str:
+        return f"http://{self.rest_address}"
 
 
 @dataclass
-class K8sResult:
-    plan: ServingPlan
-    options: K8sOptions
+class K8sResult(JsonResult):
+    """What deploy k8s wrote; its JSON (--output json) has the plan's keys in line."""
+
+    target: ClassVar[str] = "kubernetes"
+    json_keys: ClassVar = (
+        "target",
+        ("namespace", "options.namespace"),
+        ("name", "options.name"),
+        ("out_dir", "options.out_dir"),
+        "files",
+        ("apply", "apply_command"),
+        "plan",
+    )
+
+    plan: ServingPlan = field(metadata=json_meta(flatten=True))
+    options: K8sOptions = field(metadata=json_meta(skip=True))
     files: list[Path]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": "kubernetes",
-            "namespace": self.options.namespace,
-            "name": self.options.name,
-            "out_dir": str(self.options.out_dir),
-            "files": [str(p) for p in self.files],
-            "apply": f"kubectl apply -f {self.options.out_dir}",
-            **self.plan.to_json(),
-        }
+    @property
+    def apply_command(self) -> str:
+        return f"kubectl apply -f {self.options.out_dir}"
 
 
 def deploy_tfserving(

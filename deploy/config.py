@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import DeployUsageError, NoModelsError
+from graphserve.core.results import JsonResult
 
 __all__ = [
     "BATCHING_CONFIG",
@@ -38,25 +40,17 @@ MODELS_CONFIG = "models.config"
 MONITORING_CONFIG = "monitoring.config"
 BATCHING_CONFIG = "batching.config"
 # TF Serving's documented default path, served on the REST port.
-PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+PROMETHEUS_PATH = DEFAULT_METRICS_PATH  # where TF Serving serves them, as our servers do
 
 
 @dataclass(frozen=True)
-class ModelDir:
+class ModelDir(JsonResult):
     """One model to serve: BASE/NAME on the host, holding numeric version directories."""
 
     name: str
     host_path: Path  # absolute
     container_path: str  # under /models
     versions: tuple[int, ...]
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "host_path": str(self.host_path),
-            "container_path": self.container_path,
-            "versions": list(self.versions),
-        }
 
 
 def _versions(path: Path) -> tuple[int, ...]:

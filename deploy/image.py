@@ -7,11 +7,11 @@ itself is `graphserve.core.compat.check_tfserving`, the same one `graphserve exp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from graphserve.core.errors import DeployUsageError
+from graphserve.core.results import JsonResult, json_meta
 from graphserve.core.versions import version_path
 from graphserve.deploy.config import ModelDir
 
@@ -19,41 +19,25 @@ __all__ = ["ImageReport", "VersionCheck", "check_image", "export_tensorflow_vers
 
 
 @dataclass(frozen=True)
-class VersionCheck:
+class VersionCheck(JsonResult):
     model: str
     version: int
     tensorflow_version: str | None  # None: neither manifest nor saved_model.pb says
     compatible: bool | None  # None: cannot tell
     message: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "version": self.version,
-            "tensorflow_version": self.tensorflow_version,
-            "compatible": self.compatible,
-            "message": self.message,
-        }
-
 
 @dataclass(frozen=True)
-class ImageReport:
+class ImageReport(JsonResult):
     image: str
     pinned: bool
     checks: tuple[VersionCheck, ...]
-    warnings: tuple[str, ...]
+    warnings: tuple[str, ...] = field(metadata=json_meta(skip=True))  # the plan lists them
 
     @property
     def problems(self) -> bool:
         """True when --strict should refuse: an unpinned tag or a version that may not load."""
         return not self.pinned or any(c.compatible is not True for c in self.checks)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "image": self.image,
-            "pinned": self.pinned,
-            "checks": [c.to_json() for c in self.checks],
-        }
 
 
 def image_tag(image: str) -> str:

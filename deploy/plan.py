@@ -7,11 +7,12 @@ serve the same models with the same flags. Inside the container TF Serving alway
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from graphserve.core.errors import DeployUsageError, IncompatibleImageError
+from graphserve.core.results import JsonResult, json_meta
 from graphserve.deploy.config import (
     BATCHING_CONFIG,
     CONTAINER_CONFIG_DIR,
@@ -56,28 +57,20 @@ class TFServingSpec:
 
 
 @dataclass(frozen=True)
-class ServingPlan:
+class ServingPlan(JsonResult):
+    json_keys: ClassVar = (..., "warnings")
+
     image: str
     base_path: Path  # absolute; mounted read-only at /models
     models: tuple[ModelDir, ...]
     args: tuple[str, ...]  # tensorflow_model_server flags
-    config_files: dict[str, str]  # file name under /config -> content
-    image_report: ImageReport
+    # file name under /config -> content; the JSON lists the names
+    config_files: dict[str, str] = field(metadata=json_meta(value=sorted))
+    image_report: ImageReport = field(metadata=json_meta(name="tfserving"))
 
     @property
     def warnings(self) -> tuple[str, ...]:
         return self.image_report.warnings
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "image": self.image,
-            "base_path": str(self.base_path),
-            "models": [m.to_json() for m in self.models],
-            "args": list(self.args),
-            "config_files": sorted(self.config_files),
-            "tfserving": self.image_report.to_json(),
-            "warnings": list(self.warnings),
-        }
 
 
 def _config_flag(name: str, file_name: str) -> str:

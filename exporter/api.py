@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphserve.core.contract import batch_variants, load_signature_file
 from graphserve.core.errors import ParityError, SignatureError, UnsafeOpsError
+from graphserve.core.results import JsonResult, json_meta
 from graphserve.core.signature import PREDICT_METHOD, TensorSpec
 from graphserve.core.versions import (
     atomic_version_dir,
@@ -66,18 +67,24 @@ class ExportSpec:
     tfserving_image: str | None = None  # the image to check compatibility against
 
 
+def _round_3(seconds: float) -> float:
+    return round(seconds, 3)
+
+
 @dataclass
-class ExportResult:
+class ExportResult(JsonResult):
+    json_keys: ClassVar = (..., "seconds")
+
     path: Path
     version: int
     signatures: dict[str, dict[str, Any]]
     parity: ParityReport
-    retrace: RetraceReport
+    retrace: RetraceReport = field(metadata=json_meta(name="traces"))
     op_scan: OpScan
     warmup_records: int
     content_hash: str
     tfserving: TFServingCheck
-    seconds: float
+    seconds: float = field(metadata=json_meta(value=_round_3))
     warnings: list[str] = field(default_factory=list)
     pruned_versions: list[int] = field(default_factory=list)
     removed_temporaries: list[str] = field(default_factory=list)
@@ -85,23 +92,6 @@ class ExportResult:
     @property
     def trace_count(self) -> int:
         return sum(self.retrace.exported.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "version": self.version,
-            "signatures": self.signatures,
-            "parity": self.parity.to_json(),
-            "traces": self.retrace.to_json(),
-            "op_scan": self.op_scan.to_json(),
-            "warmup_records": self.warmup_records,
-            "content_hash": self.content_hash,
-            "tfserving": self.tfserving.to_json(),
-            "warnings": self.warnings,
-            "pruned_versions": self.pruned_versions,
-            "removed_temporaries": self.removed_temporaries,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 Log = Callable[[str], None]

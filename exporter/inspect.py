@@ -8,13 +8,14 @@ signature of the `serve` MetaGraph, the op scan, the warm-up records and graphse
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tensorflow.core.protobuf import meta_graph_pb2
 
 from graphserve.core.manifest import MANIFEST_FILE, read_manifest
+from graphserve.core.results import JsonResult, json_meta
 from graphserve.core.savedmodel import (
     SavedModelError,
     find_saved_model_file,
@@ -40,45 +41,33 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(JsonResult):
     """One input or output of a signature. `shape` has -1 for a dimension of any size and is
-    None when even the rank is unknown; `tensor` is the graph tensor it maps to."""
+    None when even the rank is unknown; `tensor` is the graph tensor it maps to. Its JSON
+    leaves out the name, the key it is listed under."""
 
-    name: str
+    name: str = field(metadata=json_meta(skip=True))
     dtype: str
     shape: list[int] | None
     tensor: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "shape": self.shape, "tensor": self.tensor}
-
 
 @dataclass(frozen=True)
-class SignatureInfo:
-    key: str
+class SignatureInfo(JsonResult):
+    key: str = field(metadata=json_meta(skip=True))  # listed under it
     method_name: str
     inputs: dict[str, TensorInfo]
     outputs: dict[str, TensorInfo]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "method_name": self.method_name,
-            "inputs": {name: t.to_json() for name, t in self.inputs.items()},
-            "outputs": {name: t.to_json() for name, t in self.outputs.items()},
-        }
-
 
 @dataclass(frozen=True)
-class MetaGraphInfo:
+class MetaGraphInfo(JsonResult):
     tags: list[str]
     signature_keys: list[str]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"tags": self.tags, "signature_keys": self.signature_keys}
-
 
 @dataclass
-class SavedModelInfo:
+class SavedModelInfo(JsonResult):
     """The report on one SavedModel version directory.
 
     `versions` lists the model directory's versions when PATH was one (`path` is then the newest).
@@ -97,21 +86,6 @@ class SavedModelInfo:
     warmup_error: str | None = None
     manifest: dict[str, Any] | None = None
     manifest_error: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "versions": self.versions,
-            "meta_graphs": [m.to_json() for m in self.meta_graphs],
-            "tensorflow_version": self.tensorflow_version,
-            "tensorflow_git_version": self.tensorflow_git_version,
-            "signatures": {key: s.to_json() for key, s in self.signatures.items()},
-            "op_scan": self.op_scan.to_json(),
-            "warmup_records": self.warmup_records,
-            "warmup_error": self.warmup_error,
-            "manifest": self.manifest,
-            "manifest_error": self.manifest_error,
-        }
 
 
 def resolve_version_dir(path: Path | str) -> tuple[Path, list[int] | None]:

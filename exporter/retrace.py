@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import RetraceError, SignatureError
+from graphserve.core.results import JsonResult
 from graphserve.core.signature import TensorSpec, sample_inputs
 from graphserve.model.trace import (
     Traced,
@@ -65,7 +66,7 @@ _RELAXED_TRACES = 2
 
 
 @dataclass
-class RetraceReport:
+class RetraceReport(JsonResult):
     """How the source's functions traced when called eagerly, how often each exported function
     traced, which dimensions were checked against the eager model, and one sentence on each."""
 
@@ -75,16 +76,6 @@ class RetraceReport:
     source_functions: dict[str, int] = field(default_factory=dict)  # function -> eager traces
     dimensions: dict[str, list[str]] = field(default_factory=dict)  # signature -> checked dims
     diagnosis: list[str] = field(default_factory=list)  # one sentence per function, then per sig
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "batch_sizes": list(self.batch_sizes),
-            "checked_batch_sizes": list(self.checked_batch_sizes),
-            "exported": self.exported,
-            "source_functions": self.source_functions,
-            "dimensions": self.dimensions,
-            "diagnosis": self.diagnosis,
-        }
 
 
 # -- before tracing: the arguments the signature gives -----------------------------------------

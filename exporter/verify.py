@@ -7,15 +7,16 @@ tolerance per dtype (half precision gets more room than float64), everything els
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import ParityError, SignatureError
+from graphserve.core.results import JsonResult
 from graphserve.core.signature import sample_inputs
 from graphserve.model.trace import call_signature
 
@@ -52,8 +53,10 @@ class OutputParity:
 
 
 @dataclass
-class ParityReport:
+class ParityReport(JsonResult):
     """How far the reloaded graph is from the eager model, per signature and output."""
+
+    json_keys: ClassVar = ("passed", "batches", "samples", "max_abs_error", "max_rel_error", ...)
 
     batches: int
     samples: str  # "random" or the samples file
@@ -71,17 +74,6 @@ class ParityReport:
     @property
     def max_rel_error(self) -> float:
         return max((o.max_rel_error for o in self.outputs), default=0.0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "batches": self.batches,
-            "samples": self.samples,
-            "max_abs_error": self.max_abs_error,
-            "max_rel_error": self.max_rel_error,
-            "outputs": [asdict(o) for o in self.outputs],
-            "mismatches": self.mismatches,
-        }
 
 
 def check_parity(

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import grpc
 import numpy as np
@@ -31,6 +31,7 @@ import numpy as np
 from graphserve.core.client import GrpcClient, predict_outputs
 from graphserve.core.errors import ColdStartError, LoadTestError, ServerStartError
 from graphserve.core.processes import ServerProcess
+from graphserve.core.results import JsonResult
 from graphserve.core.versions import version_dirs
 from graphserve.loadtest.payloads import grpc_request_bytes
 from graphserve.loadtest.stats import percentile
@@ -49,8 +50,18 @@ _RPC_TIMEOUT_S = 60.0  # a cold first request may compile kernels; far above any
 
 
 @dataclass(frozen=True)
-class ColdStart:
+class ColdStart(JsonResult):
     """One cold start of one server."""
+
+    json_keys: ClassVar = (  # the ratio beside the times it is made of
+        "server",
+        "warmup_records",
+        "ready_s",
+        "first_request_ms",
+        "steady_p50_ms",
+        "first_over_steady",
+        ...,
+    )
 
     server: str  # graph | eager | null
     warmup_records: bool  # the server replayed the SavedModel's warm-up records at load
@@ -63,17 +74,6 @@ class ColdStart:
     def first_over_steady(self) -> float:
         """How many times slower the first request is than the steady median."""
         return self.first_request_ms / self.steady_p50_ms if self.steady_p50_ms > 0 else math.inf
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "server": self.server,
-            "warmup_records": self.warmup_records,
-            "ready_s": self.ready_s,
-            "first_request_ms": self.first_request_ms,
-            "steady_p50_ms": self.steady_p50_ms,
-            "first_over_steady": self.first_over_steady,
-            "steady_requests": self.steady_requests,
-        }
 
 
 def measure_cold_start(

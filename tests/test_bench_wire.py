@@ -26,7 +26,7 @@ def test_every_encoding_is_timed(small_suite: dict[str, CodecTiming]) -> None:
         assert timing.encode_ms > 0
         assert timing.samples >= 7
         assert timing.total_ms == timing.decode_ms + timing.encode_ms
-        assert timing.to_dict()["total_ms"] == timing.total_ms
+        assert timing.to_json()["total_ms"] == timing.total_ms
 
 
 def test_tensor_content_request_is_raw_bytes_plus_a_small_header(

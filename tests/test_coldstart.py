@@ -77,7 +77,7 @@ def test_graph_cold_starts_with_and_without_warmup_records(mlp_export, tmp_path:
         assert result.steady_p50_ms > 0
         assert result.steady_requests == 50
         assert result.first_over_steady == result.first_request_ms / result.steady_p50_ms
-        assert set(result.to_dict()) == KEYS
+        assert set(result.to_json()) == KEYS
     assert len(lines) == 2
 
     assert (mlp_export.version_dir / WARMUP_FILE).is_file()

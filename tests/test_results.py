@@ -25,7 +25,7 @@ class Inner(JsonResult):
 
 @dataclass
 class Outer(JsonResult):
-    json_keys: ClassVar = ("ok", "inner", ("where", "inner.path"))
+    json_keys: ClassVar = ("ok", "inner", ("where", "inner.path"), ..., "colour")
 
     inner: Inner
     colour: Colour
@@ -54,23 +54,23 @@ def test_plain_values_and_declared_differences() -> None:
         "ok": True,
         "inner": {"path": "/a/b", "sizes": [1, 2]},
         "where": "/a/b",
-        "colour": "red",
         "seconds": 1.235,
         "count": 2,
         "values": {"x": [1.5]},
         "path": "c",
         "sizes": [],
+        "colour": "red",
     }
     assert list(got) == [
         "ok",
         "inner",
         "where",
-        "colour",
         "seconds",
         "count",
         "values",
         "path",
         "sizes",
+        "colour",
     ]
     assert json.loads(json.dumps(got)) == got
     assert to_jsonable([inner, (np.int64(3), np.float32(0.5))]) == [

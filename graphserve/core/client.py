@@ -7,9 +7,10 @@ Building a request and reading an answer are kept apart from sending it, so a ca
 send in its own way (locust's users time every request on locust's HTTP session or a
 gevent-patched gRPC channel) shares everything but the send:
 
-    names        RPC_METHODS, rest_path, JSON_HEADERS, http_failure, grpc_error_text
+    names        RPC_METHODS, rest_path, JSON_HEADERS, http_failure, rest_error_text,
+                 grpc_error_text
     requests     predict_request, classify_request, regress_request, multi_inference_request,
-                 metadata_request, status_request, example
+                 metadata_request, status_request, model_spec, example
     answers      predict_outputs, signature_defs(_from_json), version_statuses(_from_json)
     sending      GrpcClient (on its own channel or the caller's; typed calls, or raw bytes in and
                  out), RestClient (over an HttpTransport: one keep-alive connection by default),

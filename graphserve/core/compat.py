@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+
+from graphserve.core.results import JsonResult
 
 __all__ = ["DEFAULT_TFSERVING_IMAGE", "TFServingCheck", "check_tfserving", "tfserving_image"]
 
@@ -30,15 +31,12 @@ def _minor(version: str) -> tuple[int, int] | None:
 
 
 @dataclass(frozen=True)
-class TFServingCheck:
+class TFServingCheck(JsonResult):
     tensorflow_version: str
     image: str
     image_version: str | None  # None: the tag names no release (e.g. latest-gpu)
     compatible: bool | None  # None: cannot tell
     message: str
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def check_tfserving(tensorflow_version: str, image: str | None = None) -> TFServingCheck:

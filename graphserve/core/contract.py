@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from graphserve.core.errors import SignatureError
+from graphserve.core.results import JsonResult, json_meta
 from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, check_unique, parse_shape
 
 __all__ = [
@@ -40,14 +41,27 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class SignatureContract:
-    """One signature: its key, inputs, the model attribute it calls and its output names."""
+def _by_name(specs: Sequence[TensorSpec]) -> dict[str, TensorSpec]:
+    return {s.name: s for s in specs}
 
-    name: str
-    inputs: tuple[TensorSpec, ...]
+
+def _names_or_none(names: tuple[str, ...] | None) -> list[str] | None:
+    return list(names) if names else None
+
+
+@dataclass(frozen=True)
+class SignatureContract(JsonResult):
+    """One signature: its key, inputs, the model attribute it calls and its output names.
+    Its JSON leaves out the key (it is listed under it) and lists the inputs by name."""
+
+    json_keys: ClassVar = ("function", ...)
+
+    name: str = field(metadata=json_meta(skip=True))
+    inputs: tuple[TensorSpec, ...] = field(metadata=json_meta(value=_by_name))
     function: str | None = None  # None: call the model itself
-    output_names: tuple[str, ...] | None = None  # None: the model's own names
+    output_names: tuple[str, ...] | None = field(  # None: the model's own names
+        default=None, metadata=json_meta(value=_names_or_none)
+    )
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t"):
@@ -55,13 +69,6 @@ class SignatureContract:
         check_unique(self.inputs)
         if self.output_names is not None and len(set(self.output_names)) != len(self.output_names):
             raise SignatureError(f"signature {self.name!r}: output names repeat")
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "function": self.function,
-            "inputs": {s.name: s.to_json() for s in self.inputs},
-            "output_names": list(self.output_names) if self.output_names else None,
-        }
 
 
 # -- the file schema (pydantic: its errors name the field that is wrong) --------------------

@@ -10,10 +10,11 @@ field's metadata or a class variable, never hand-written:
     field(metadata=json_meta(skip=True))        the field is not written
     field(metadata=json_meta(value=round_3))    the value goes through a function first
     field(metadata=json_meta(flatten=True))     a nested result's keys replace the field
-    json_keys = ("passed", ...)                 (ClassVar) these keys first, in this order, with
-                                                properties and zero-argument methods among them;
-                                                ("key", "a.b") writes attribute path a.b as "key".
-                                                The other fields follow.
+    json_keys = ("passed", ..., "seconds")      (ClassVar) the keys in this order: fields,
+                                                properties and zero-argument methods by name,
+                                                ("key", "a.b") for attribute path a.b as "key",
+                                                and ... for the fields not named (at the end
+                                                when there is no ...).
 
 `JsonResult` gives a dataclass a `to_json()` that calls `to_jsonable`.
 """
@@ -24,6 +25,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from pathlib import PurePath
+from types import EllipsisType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,7 +50,7 @@ def json_meta(
 class JsonResult:
     """A dataclass result with `to_json()`: its JSON form by `to_jsonable`."""
 
-    json_keys: ClassVar[tuple[str | tuple[str, str], ...]] = ()
+    json_keys: ClassVar[tuple[str | tuple[str, str] | EllipsisType, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(self)
@@ -83,21 +85,25 @@ def _key(key: Any) -> Any:
 
 def _result(obj: Any) -> dict[str, Any]:
     fields = {f.name: f for f in dataclasses.fields(obj)}
+    keys = tuple(getattr(obj, "json_keys", ()))
+    named = {entry[1] if isinstance(entry, tuple) else entry for entry in keys}
+    if ... not in keys:
+        keys = (*keys, ...)
     out: dict[str, Any] = {}
-    written: set[str] = set()
-    for entry in getattr(obj, "json_keys", ()):
+    for entry in keys:
+        if entry is ...:
+            for name, field in fields.items():
+                if name not in named:
+                    _write_field(out, obj, field, None)
+            continue
         key, path = entry if isinstance(entry, tuple) else (entry, entry)
         if path in fields:
             _write_field(out, obj, fields[path], key if isinstance(entry, tuple) else None)
-            written.add(path)
             continue
         value: Any = obj
         for part in path.split("."):
             value = getattr(value, part)
         out[key] = to_jsonable(value() if callable(value) else value)
-    for name, field in fields.items():
-        if name not in written:
-            _write_field(out, obj, field, None)
     return out
 
 

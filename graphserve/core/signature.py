@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from graphserve.core.errors import SignatureError
+from graphserve.core.results import JsonResult, json_meta
 
 __all__ = [
     "DTYPES",
@@ -78,17 +79,23 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
 _UNKNOWN_DIM_SAMPLE = 8
 
 
+def _shape_json(shape: Shape) -> list[int] | None:
+    """A shape as JSON writes it: -1 for a dimension of any size, null for an unknown rank."""
+    return None if shape is None else [-1 if d is None else d for d in shape]
+
+
 @dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(JsonResult):
     """One named tensor of a signature (an input or an output).
 
     `dtype` is a name from `DTYPES`; `shape` has None for a dimension of any size, and is None
-    itself when the rank is unknown.
+    itself when the rank is unknown. Its JSON is {"dtype", "shape"}: the name is the key it is
+    listed under.
     """
 
-    name: str
+    name: str = field(metadata=json_meta(skip=True))
     dtype: str
-    shape: Shape
+    shape: Shape = field(metadata=json_meta(value=_shape_json))
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -121,10 +128,6 @@ class TensorSpec:
         if self.shape is None:
             return f"{self.dtype} of unknown rank"
         return f"{self.dtype} of shape {self.shape_text()}"
-
-    def to_json(self) -> dict[str, object]:
-        shape = None if self.shape is None else [-1 if d is None else d for d in self.shape]
-        return {"dtype": self.dtype, "shape": shape}
 
 
 def shape_of_tensor_info(info: Any) -> Shape:

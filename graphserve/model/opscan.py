@@ -22,15 +22,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from fnmatch import translate
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 from tensorflow.core.framework import function_pb2, node_def_pb2
 from tensorflow.core.protobuf import meta_graph_pb2
 
+from graphserve.core.results import JsonResult
 from graphserve.core.savedmodel import serve_meta_graph
 
 __all__ = [
@@ -160,9 +161,11 @@ class FlaggedOp:
 
 
 @dataclass
-class OpScan:
+class OpScan(JsonResult):
     """Op counts per function (`<graph>`, then library functions by name; ops by count,
     descending) and the flagged ops."""
+
+    json_keys: ClassVar = ("ok", "total_ops", "totals", ...)
 
     functions: dict[str, dict[str, int]]
     flagged: list[FlaggedOp] = field(default_factory=list)
@@ -186,15 +189,6 @@ class OpScan:
         for counts in self.functions.values():
             counter.update(counts)
         return dict(_ranked(counter))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "total_ops": self.total_ops,
-            "totals": self.totals(),
-            "functions": self.functions,
-            "flagged": [asdict(f) for f in self.flagged],
-        }
 
 
 def describe_flagged(flagged: Iterable[FlaggedOp]) -> str:

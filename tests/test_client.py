@@ -24,11 +24,11 @@ def expected() -> np.ndarray:
     return mlp.build()(X).numpy()
 
 
-def test_importing_it_loads_neither_grpc_nor_tensorflow() -> None:
+def test_importing_it_loads_neither_grpc_numpy_nor_tensorflow() -> None:
     probe = (
         "import sys, graphserve.core.client; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'grpc', 'tensorflow', 'tensorflow_serving', 'locust'}))"
+        "{'grpc', 'numpy', 'tensorflow', 'tensorflow_serving', 'locust'}))"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -20,9 +20,9 @@ Failures are the server's as it sent them: gRPC calls raise `grpc.RpcError`, RES
 every status with its body (`HttpReply`), and a broken connection raises `OSError` or
 `http.client.HTTPException`. A malformed answer raises ValueError.
 
-Importing this module loads neither gRPC nor TensorFlow's protobuf modules (which load the
-TensorFlow runtime): the locust processes and the CLI import it cheaply; each function imports
-what it needs on first use.
+Importing this module loads neither gRPC, numpy nor TensorFlow's protobuf modules (which load
+the TensorFlow runtime): the locust processes and the CLI import it cheaply; each function
+imports what it needs on first use.
 """
 
 from __future__ import annotations
@@ -36,12 +36,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urlsplit
 
-import numpy as np
-
 from graphserve.core.results import JsonResult
 
 if TYPE_CHECKING:
     import grpc
+    import numpy as np
 
 __all__ = [
     "JSON_HEADERS",
@@ -180,6 +179,7 @@ def predict_request(
 ) -> Any:
     """A PredictRequest. Each input is an array (encoded by the codec: numbers as
     `tensor_content`, strings as `string_val`) or a TensorProto taken as it is."""
+    import numpy as np
     from tensorflow.core.framework import tensor_pb2
 
     from graphserve.core.codec import array_to_proto
@@ -199,6 +199,7 @@ def predict_request(
 def example(**features: Any) -> Any:
     """A tf.Example of the given features: floats as float_list, integers (and bools) as
     int64_list, bytes and str as bytes_list; a scalar or a sequence each."""
+    import numpy as np
     from tensorflow.core.example import example_pb2
 
     message = example_pb2.Example()

@@ -28,8 +28,6 @@ from pathlib import PurePath
 from types import EllipsisType
 from typing import Any, ClassVar
 
-import numpy as np
-
 __all__ = ["JsonResult", "json_meta", "to_jsonable"]
 
 _META = "graphserve.json"
@@ -68,10 +66,8 @@ def to_jsonable(obj: Any) -> Any:
         return str(obj)
     if isinstance(obj, enum.Enum):
         return to_jsonable(obj.value)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tolist"):
+        return obj.tolist()  # an array as lists, a numpy scalar as a Python number
     if hasattr(obj, "model_dump"):  # a pydantic model
         return obj.model_dump(mode="json")
     return obj

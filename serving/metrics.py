@@ -117,7 +117,7 @@ class ServingMetrics:
         try:
             yield measure
         except ServingError as exc:
-            status = exc.grpc_code.name
+            status = exc.grpc_status
             raise
         except Exception:
             status = "INTERNAL"

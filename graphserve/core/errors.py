@@ -44,7 +44,10 @@ a client cannot tell our servers from TF Serving by their error codes.
 
 from __future__ import annotations
 
-import grpc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import grpc
 
 __all__ = [
     "EXIT_FAILED",
@@ -94,12 +97,19 @@ class GraphserveError(Exception):
     """The root: `message` says what was wrong and what was expected."""
 
     exit_code: int = EXIT_FAILED
-    grpc_code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    # By name, so that importing the tree (every CLI does) does not load gRPC.
+    grpc_status: str = "INTERNAL"
     http_status: int = 500
 
     def __init__(self, message: str = "") -> None:
         super().__init__(message)
         self.message = message
+
+    @property
+    def grpc_code(self) -> grpc.StatusCode:
+        import grpc
+
+        return grpc.StatusCode[self.grpc_status]
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -168,37 +178,37 @@ class ServingError(GraphserveError):
 
 
 class InvalidInput(ServingError):
-    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    grpc_status = "INVALID_ARGUMENT"
     http_status = 400
 
 
 class FailedPrecondition(ServingError):
-    grpc_code = grpc.StatusCode.FAILED_PRECONDITION
+    grpc_status = "FAILED_PRECONDITION"
     http_status = 400
 
 
 class NotFound(ServingError):
-    grpc_code = grpc.StatusCode.NOT_FOUND
+    grpc_status = "NOT_FOUND"
     http_status = 404
 
 
 class PayloadTooLarge(ServingError):
-    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 413
 
 
 class Unavailable(ServingError):
-    grpc_code = grpc.StatusCode.UNAVAILABLE
+    grpc_status = "UNAVAILABLE"
     http_status = 503
 
 
 class Unimplemented(ServingError):
-    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+    grpc_status = "UNIMPLEMENTED"
     http_status = 501
 
 
 class DeadlineExceeded(ServingError):
-    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+    grpc_status = "DEADLINE_EXCEEDED"
     http_status = 504
 
 

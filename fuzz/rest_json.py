@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from graphserve.core import codec
 from graphserve.core.errors import InvalidInput
 from graphserve.core.signature import TensorSpec
 from graphserve.model.examples import mlp, multi_io
-from graphserve.serving import codec
 
 __all__ = ["SIGNATURES", "assert_fits", "decode_body", "main", "test_one_input"]
 

@@ -603,9 +603,10 @@ def test_json_from_tensors() -> None:
     }
     floats = np.array([[9000000, 999999, 0.5], [0.0003, 0.00003, 555557.5]], np.float32)
     # TF Serving's test compares the text: 9e+06, 999999.0, 0.5, 0.0003, 3e-05, 555557.5. The
-    # same numbers, each written with the fewest digits that read back as the float32.
+    # same numbers, each written with the fewest digits that read back as the float32 (by
+    # orjson, compact, which spells 3e-05 as 0.00003: the same digit).
     text = encode_json_response({"float_tensor": floats}, row_format=True).decode()
-    assert text == '{"predictions": [[9000000.0, 999999.0, 0.5], [0.0003, 3e-05, 555557.5]]}'
+    assert text == '{"predictions":[[9000000.0,999999.0,0.5],[0.0003,0.00003,555557.5]]}'
     non_finite = np.array([[np.nan, np.inf], [3, -np.inf]], np.float32)
     text = encode_json_response({"float_tensor": non_finite}, row_format=True).decode()
     assert text == '{"predictions": [[NaN, Infinity], [3.0, -Infinity]]}'

@@ -1,0 +1,168 @@
+"""Fast JSON for tensors, behind core.codec's JSON functions: numeric arrays read straight from the
+text into numpy (pysimdjson), and bodies written by orjson, which writes numpy arrays itself.
+
+Both keep TF Serving's number rules (`util/json_tensor.cc`), or step aside for the slower path in
+core.codec, which keeps them too:
+
+- Reading: a decimal becomes the nearest float64 (simdjson rounds correctly, as Python and
+  rapidjson do), cast to float32 later exactly as TF Serving's GetFloat() casts it. simdjson
+  refuses `NaN`, `Infinity` and `-Infinity` (not JSON), and so does `read_predict_body`: such a
+  body, and any body this module does not read whole and exactly, goes to the slower path.
+- Writing: orjson writes a float32 with the fewest digits that read back as the same float32
+  (`2.05`, not `2.049999952316284`), a whole float with `.0`, a float64 in its shortest form. It
+  writes NaN and the infinities as `null`, and a float16 with a float32's digits, so
+  `orjson_value` returns None for an array with one of those, and the caller writes that body
+  the slower way, with bare `NaN`/`Infinity` tokens as TF Serving does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import orjson
+import simdjson
+
+__all__ = ["dump", "orjson_value", "read_predict_body"]
+
+# The keys whose numeric arrays are tensors: the row format's `instances`, the columnar format's
+# `inputs` (one tensor, or an object of them).
+_TENSOR_KEYS = ("instances", "inputs")
+_STRUCTURE = b"[]{},:"
+_NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(_STRUCTURE)))
+_WRITABLE_KINDS = "biuf"  # bool, int, uint, float: what orjson writes from a numpy array
+
+
+def dump(body: Any) -> bytes:
+    """`body` as compact JSON; numpy arrays and scalars in it are written by orjson. Only for
+    bodies whose arrays came from `orjson_value`."""
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def orjson_value(array: np.ndarray) -> Any | None:
+    """`array` as orjson writes it in TF Serving's form (a native, C-contiguous array, or a numpy
+    scalar for rank 0), or None when orjson would not write it so: strings, float16, a NaN or
+    an infinity."""
+    if array.dtype.kind not in _WRITABLE_KINDS or array.dtype == np.float16:
+        return None
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        return None
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.ndim == 0:
+        return array[()]
+    return np.ascontiguousarray(array)
+
+
+def read_predict_body(body: bytes, max_depth: int) -> dict[str, Any] | None:
+    """A predict body whose tensors are numeric arrays, read without building a Python object per
+    number: {key: value} with those arrays as numpy (int64 when every number is an integer, else
+    float64, as numpy makes them from the same lists), other values as Python scalars.
+
+    Returns None, to have the caller parse the body the ordinary way, for anything else: not
+    JSON to simdjson (NaN, Infinity, an integer past 64 bits, bad syntax), a value that is not a
+    scalar or a numeric array of `_TENSOR_KEYS`, a ragged array, an empty one, a repeated key,
+    or nesting past `max_depth`. What it returns is what the ordinary path would give, with
+    numpy arrays in place of the lists.
+    """
+    try:
+        document = simdjson.Parser().parse(body)
+    except Exception:  # ValueError, RuntimeError (BIGINT_ERROR), ...: the slow path words it
+        return None
+    if not isinstance(document, simdjson.Object):
+        return None
+    read = _Reader(max_depth)
+    result = read.object(document, top=True)
+    if result is None or read.depth > max_depth:
+        return None
+    # simdjson flattens a ragged array as readily as a rectangular one: the brackets, commas and
+    # colons of the text must be exactly those of the values read, rectangular arrays included.
+    if body.translate(None, _NOT_STRUCTURE) != b"".join(read.structure):
+        return None
+    return result
+
+
+class _Reader:
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.structure: list[bytes] = []  # the text's structural bytes, as the values imply
+        self.depth = 0
+
+    def object(self, value: simdjson.Object, top: bool, level: int = 1) -> dict[str, Any] | None:
+        self.depth = max(self.depth, level)
+        result: dict[str, Any] = {}
+        keys = list(value.keys())
+        if len(set(keys)) != len(keys):  # a repeated key: the slow path keeps the last, as json
+            return None
+        self.structure.append(b"{")
+        for i, key in enumerate(keys):
+            if not _plain(key):
+                return None
+            item = value[key]  # arrays and objects stay simdjson's (items() makes lists)
+            self.structure.append(b",:" if i else b":")
+            if isinstance(item, simdjson.Array) and (not top or key in _TENSOR_KEYS):
+                array = self.array(item, level)
+                if array is None:
+                    return None
+                result[key] = array
+            elif isinstance(item, simdjson.Object) and top and key == "inputs":
+                inputs = self.object(item, top=False, level=level + 1)
+                if inputs is None:
+                    return None
+                result[key] = inputs
+            elif isinstance(item, simdjson.Array | simdjson.Object) or (
+                isinstance(item, str) and not _plain(item)
+            ):
+                return None
+            else:
+                result[key] = item
+        self.structure.append(b"}")
+        return result
+
+    def array(self, value: simdjson.Array, level: int) -> np.ndarray | None:
+        shape: list[int] = []
+        first: Any = value
+        while isinstance(first, simdjson.Array):  # TF Serving's shape: the first elements'
+            if not len(first) or level + len(shape) >= self.max_depth:
+                return None
+            shape.append(len(first))
+            first = first[0]
+        if isinstance(first, bool) or not isinstance(first, int | float):
+            return None  # strings, b64 objects, booleans, nulls: the slow path's
+        self.depth = max(self.depth, level + len(shape))
+        flat = _numbers(value, floats=isinstance(first, float))
+        if flat is None or flat.size != math.prod(shape):
+            return None
+        self.structure.append(_rectangular(shape))
+        return flat.reshape(shape)
+
+
+def _numbers(value: simdjson.Array, floats: bool) -> np.ndarray | None:
+    """Every number of a nested array, flat: int64 if all are integers, else float64; None if
+    one is not a number or an integer does not fit in 64 bits. `floats`: the first is a float,
+    so the array is float64 (integers are not tried)."""
+    if not floats:
+        try:
+            return np.frombuffer(value.as_buffer(of_type="i"), dtype=np.int64)
+        except TypeError:  # a float among them (or a non-number)
+            pass
+        except Exception:  # an integer past int64: numpy would make objects of them
+            return None
+    try:  # (an integer past 64 bits never gets here: simdjson refuses the body, BIGINT_ERROR)
+        return np.frombuffer(value.as_buffer(of_type="d"), dtype=np.float64)
+    except Exception:  # a bool, string or null among them
+        return None
+
+
+def _rectangular(shape: list[int]) -> bytes:
+    """The brackets and commas of a rectangular array of `shape`."""
+    inner = b"[" + b"," * (shape[-1] - 1) + b"]"
+    for size in reversed(shape[:-1]):
+        inner = b"[" + b",".join([inner] * size) + b"]"
+    return inner
+
+
+def _plain(text: str) -> bool:
+    """A key or string without structural characters, so the structure check can count them."""
+    return not any(c in text for c in "[]{},:")

@@ -31,6 +31,7 @@ from bench.clients import Load, closed_loop, grpc_caller, merge, rest_caller
 from bench.peer import PeerProcess
 from bench.timing import Timing, interleave
 from graphserve.core.processes import ServerProcess
+from graphserve.core.processes import serve_args as core_serve_args
 from graphserve.core.results import JsonResult
 
 __all__ = ["BATCHING_PARAMETERS", "SERVER_KINDS", "Batching", "model_servers", "served_latency"]
@@ -50,12 +51,8 @@ num_batch_threads { value: 2 }
 
 def serve_args(kind: str, model_base_path: Path, source: str, work_dir: Path) -> list[str]:
     """The `graphserve serve` arguments of a server kind (peer excepted)."""
-    if kind == "graph":
-        return ["graph", "--model-base-path", str(model_base_path)]
-    if kind == "eager":
-        return ["eager", source]
-    if kind == "null":
-        return ["null", "--model-base-path", str(model_base_path)]
+    if kind in ("graph", "eager", "null"):
+        return core_serve_args(kind, model_base_path, source)
     if kind.endswith("-batching"):
         params = work_dir / "batching_parameters.txt"
         params.write_text(BATCHING_PARAMETERS)

@@ -282,7 +282,7 @@ def test_op_lists_name_real_ops() -> None:
     build, except TF1 contrib's Rpc and TryRpc (globs such as the cloud ops are not checked)."""
     from tensorflow.python.framework import op_def_registry
 
-    from graphserve.exporter import opscan
+    from graphserve.model import opscan
 
     groups = [value for name, value in vars(opscan).items() if name.endswith("_OPS")]
     exact = {op for group in groups for op in group if "*" not in op}

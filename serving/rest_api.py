@@ -9,20 +9,24 @@
 Errors are `{"error": "..."}` with the HTTP status of the ServingError (see graphserve.core.errors).
 Bodies may be gzip-compressed (`Content-Encoding: gzip`, as TF Serving accepts); the limit
 applies to the body as sent and as decompressed (413 past it). A `Grpc-Timeout` header sets the
-request's deadline (graphserve.serving.deadline; 504 once it passes).
+request's deadline (graphserve.serving.deadline; 504 once it passes); a request without one
+gets `RestOptions.default_timeout` (TF Serving's --rest_api_timeout_in_ms).
+
+The transport is graphserve.serving.http_server (uvicorn, in this process, the handler on a
+pool of threads): chunked bodies and `Expect: 100-continue` are served as TF Serving serves
+them, and idle connections, slow headers and slow bodies time out (`RestOptions`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from google.protobuf import json_format, wrappers_pb2
@@ -33,23 +37,38 @@ from graphserve.core.codec import (
     decode_json_request,
     encode_json_response,
     parse_json_body,
+    parse_predict_body,
     signature_name_of,
 )
-from graphserve.core.defaults import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_JSON_DEPTH
+from graphserve.core.defaults import (
+    DEFAULT_GRPC_WORKERS,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_JSON_DEPTH,
+)
 from graphserve.core.errors import InvalidInput, PayloadTooLarge, ServingError
 from graphserve.serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
 from graphserve.serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
+from graphserve.serving.http_server import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    HttpServer,
+    Request,
+    Response,
+    TransportLimits,
+    error_body,
+)
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import ServedSignature
 from graphserve.serving.tfexample import examples_from_json
 
-__all__ = ["RUNNER_HEADER", "RestServer"]
+__all__ = ["RUNNER_HEADER", "RestOptions", "RestServer"]
 
 log = logging.getLogger("graphserve.rest")
 
 MAX_VERSION = 2**63 - 1  # versions are int64, as in TF Serving
 RUNNER_HEADER = "X-Graphserve-Runner"  # on metadata responses: graph, eager, eager-predict, ...
-LINGER_BYTES = 64 * 1024 * 1024  # the most of a refused body read (and dropped) after a 413
 
 _ROUTE = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)"
@@ -85,138 +104,122 @@ def _gunzip(body: bytes, limit: int) -> bytes:
 
 @contextmanager
 def _resolve(
-    plane: DataPlane, name: str, version: VersionRef, body: bytes, max_depth: int
+    plane: DataPlane,
+    name: str,
+    version: VersionRef,
+    body: bytes,
+    parse: Callable[[bytes, int], dict[str, Any]],
+    max_depth: int,
 ) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any]]]:
     """The servable, signature and parsed body of a POST, resolved inside its measurement."""
     with plane.measure(name, "rest") as measure:
         servable = measure.servable = plane.servable(name, version)
         # The signature name sits inside the body, so the body is parsed once, up front.
-        request = parse_json_body(body, max_depth)
+        request = parse(body, max_depth)
         signature = plane.signature(servable, signature_name_of(request))
         measure.signature = signature.name
         yield servable, signature, request
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: load generators reuse connections
-    # One write per response and no Nagle: written as headers, then body, a response would wait
-    # for the client's delayed ACK of the headers (40 ms on Linux) before the body left.
-    wbufsize = 64 * 1024
-    disable_nagle_algorithm = True
-    server: RestServer
-    _unread = 0  # bytes of a refused body left in the socket
-    _runner = ""  # the RUNNER_HEADER value, on metadata responses
+@dataclass(frozen=True)
+class RestOptions:
+    """The REST server's limits; times are seconds, None is none.
 
-    def do_GET(self) -> None:
-        self._handle("GET")
+    max_body_bytes   the largest body, as sent and after gzip decompression (413 past it)
+    max_json_depth   the deepest nesting of a body's arrays and objects (400 past it)
+    default_timeout  the deadline of a request without a Grpc-Timeout header (504 once passed)
+    idle_timeout     a connection with no request in progress for this long is closed, a new
+                     one that sends nothing included
+    header_timeout   from a request's first byte to the end of its headers (408, closed)
+    body_timeout     from the end of the headers to the end of the body (408, closed)
+    max_connections  connections open at once; one past it is answered 503 and closed, those
+                     within it are served as usual
+    workers          threads that run requests (the model, batching queues); the connections
+                     themselves wait on one event loop and take no thread while idle
+    """
 
-    def do_POST(self) -> None:
-        self._handle("POST")
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    default_timeout: float | None = None
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S
+    header_timeout: float | None = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout: float | None = DEFAULT_BODY_TIMEOUT_S
+    max_connections: int | None = DEFAULT_MAX_CONNECTIONS
+    workers: int = DEFAULT_GRPC_WORKERS
 
-    def _handle(self, method: str) -> None:
-        content_type = "application/json"
-        status: int
-        self._unread = 0
-        self._runner = ""
-        metrics = self.server.plane.metrics
+
+class _Handler:
+    """One request, on a pool thread: route, decode, run through the data plane, encode."""
+
+    def __init__(self, plane: DataPlane, options: RestOptions) -> None:
+        self.plane = plane
+        self.options = options
+
+    def __call__(self, request: Request) -> Response:
+        metrics = self.plane.metrics
+        headers: list[tuple[str, str]] = []
         try:
-            body = self._read_body() if method == "POST" else b""
-            if metrics is not None and method == "GET" and self.path == metrics.path:
-                status, (payload, content_type) = HTTPStatus.OK, metrics.render()
-            else:
-                timeout = self.headers.get(TIMEOUT_HEADER)
-                with deadline_scope(
-                    parse_timeout(timeout) if timeout else self.server.default_timeout
-                ):
-                    status, payload = self._dispatch(method, body)
+            if metrics is not None and request.method == "GET" and request.path == metrics.path:
+                payload, content_type = metrics.render()
+                return Response(HTTPStatus.OK, payload, content_type)
+            body = self._body(request) if request.method == "POST" else b""
+            timeout = request.headers.get(TIMEOUT_HEADER.lower())
+            with deadline_scope(
+                parse_timeout(timeout) if timeout else self.options.default_timeout
+            ):
+                status, payload = self._dispatch(request.method, request.path, body, headers)
         except ServingError as exc:
-            status, payload = exc.http_status, json.dumps({"error": exc.message}).encode()
+            status, payload = exc.http_status, error_body(exc.message)
         except Exception as exc:  # the server must survive anything a request does
-            log.exception("unexpected error while serving %s %s", method, self.path)
+            log.exception("unexpected error while serving %s %s", request.method, request.path)
             status = HTTPStatus.INTERNAL_SERVER_ERROR
-            payload = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(payload)))
-        if self._runner:
-            self.send_header(RUNNER_HEADER, self._runner)
-        if self.close_connection:  # an unread body: tell the client this connection is done
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(payload)
-        if self._unread:
-            self._linger(self._unread)
+            payload = error_body(f"{type(exc).__name__}: {exc}")
+        return Response(status, payload, headers=headers)
 
-    def _read_body(self) -> bytes:
-        """The body, decompressed; a body left unread closes the connection after the answer,
-        so that it is never taken for the next request."""
-        limit = self.server.max_body_bytes
-        length = self.headers.get("Content-Length") or "0"
-        if self.headers.get("Transfer-Encoding") or not length.isdigit():
-            self.close_connection = True
-            raise InvalidInput(
-                f"request body needs a Content-Length (got {length!r}, Transfer-Encoding "
-                f"{self.headers.get('Transfer-Encoding')!r}); chunked bodies are not supported"
-            )
-        if int(length) > limit:
-            self.close_connection = True
-            self._unread = int(length)
-            raise PayloadTooLarge(
-                f"request body of {length} bytes exceeds the limit of {limit} bytes "
-                "(--max-message-bytes)"
-            )
-        body = self.rfile.read(int(length))
-        encoding = (self.headers.get("Content-Encoding") or "identity").strip().lower()
+    def _body(self, request: Request) -> bytes:
+        """The body, decompressed (its size as sent was checked by the transport)."""
+        encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
         if encoding == "gzip":
-            return _gunzip(body, limit)
+            return _gunzip(request.body, self.options.max_body_bytes)
         if encoding != "identity":
             raise InvalidInput(f"Content-Encoding {encoding!r} is not supported: use gzip or none")
-        return body
+        return request.body
 
-    def _linger(self, unread: int) -> None:
-        """After answering, read and drop a body that was refused unread (up to LINGER_BYTES,
-        for up to a second), so that a client still sending it reads the 413 instead of a reset
-        connection."""
-        self.wfile.flush()
-        self.connection.settimeout(1.0)
-        left = min(unread, LINGER_BYTES)
-        with contextlib.suppress(OSError):
-            while left > 0:
-                chunk = self.rfile.read1(min(left, 1 << 16))  # type: ignore[attr-defined]
-                if not chunk:
-                    break
-                left -= len(chunk)
-
-    def _dispatch(self, method: str, body: bytes) -> tuple[int, bytes]:
-        path = self.path.split("?", 1)[0]
+    def _dispatch(
+        self, method: str, target: str, body: bytes, headers: list[tuple[str, str]]
+    ) -> tuple[int, bytes]:
+        path = target.split("?", 1)[0]
         if method == "GET" and path.rstrip("/") == "/v1/models":
             raise InvalidInput("Missing model name in request: GET /v1/models/NAME")
         match = _ROUTE.match(path)
         verb = match and match["verb"]
-        if not match or (method == "GET") == bool(verb):
+        if method not in ("GET", "POST") or not match or (method == "GET") == bool(verb):
             raise InvalidInput(f"Malformed request: {method} {path}")
-        plane = self.server.plane
+        plane = self.plane
         name = match["name"]
         version: VersionRef = int(match["version"]) if match["version"] else match["label"]
         if isinstance(version, int) and version > MAX_VERSION:
             raise InvalidInput(f"Failed to convert version: {match['version']} is not an int64")
         if method == "GET" and match["metadata"]:
-            return HTTPStatus.OK, self._metadata_json(plane, name, version)
+            return HTTPStatus.OK, self._metadata_json(name, version, headers)
         if method == "GET":
             return HTTPStatus.OK, json.dumps(_proto_json(plane.status(name, version))).encode()
         if verb == "predict":
-            return HTTPStatus.OK, self._predict(plane, name, version, body)
-        return HTTPStatus.OK, self._examples(plane, name, version, body, str(verb))
+            return HTTPStatus.OK, self._predict(name, version, body)
+        return HTTPStatus.OK, self._examples(name, version, body, str(verb))
 
-    def _metadata_json(self, plane: DataPlane, name: str, version: VersionRef) -> bytes:
+    def _metadata_json(
+        self, name: str, version: VersionRef, headers: list[tuple[str, str]]
+    ) -> bytes:
         """TF Serving's body exactly; how this server runs the model (graph, eager, ...) goes
         in a response header of our own, where no TF Serving client looks."""
-        response = plane.metadata(name, version, (SIGNATURE_DEF_FIELD, RUNNER_FIELD))
+        response = self.plane.metadata(name, version, (SIGNATURE_DEF_FIELD, RUNNER_FIELD))
         sigmap = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(sigmap)
         runner = wrappers_pb2.StringValue()
         response.metadata[RUNNER_FIELD].Unpack(runner)
-        self._runner = runner.value
+        if runner.value:
+            headers.append((RUNNER_HEADER, runner.value))
         return json.dumps(
             {
                 "model_spec": _proto_json(response.model_spec),
@@ -224,19 +227,19 @@ class _Handler(BaseHTTPRequestHandler):
             }
         ).encode()
 
-    def _predict(self, plane: DataPlane, name: str, version: VersionRef, body: bytes) -> bytes:
-        depth = self.server.max_json_depth
-        with _resolve(plane, name, version, body, depth) as (servable, signature, request):
+    def _predict(self, name: str, version: VersionRef, body: bytes) -> bytes:
+        plane, depth = self.plane, self.options.max_json_depth
+        with _resolve(plane, name, version, body, parse_predict_body, depth) as resolved:
+            servable, signature, request = resolved
             inputs, fmt = decode_json_request(request, signature.inputs)
             outputs = plane.predict(servable, signature, inputs)
             return encode_json_response(outputs, row_format=fmt == "row")
 
-    def _examples(
-        self, plane: DataPlane, name: str, version: VersionRef, body: bytes, verb: str
-    ) -> bytes:
+    def _examples(self, name: str, version: VersionRef, body: bytes, verb: str) -> bytes:
         """:classify and :regress: tf.Example features in, TF Serving's `results` out."""
-        depth = self.server.max_json_depth
-        with _resolve(plane, name, version, body, depth) as (servable, signature, request):
+        plane, depth = self.plane, self.options.max_json_depth
+        with _resolve(plane, name, version, body, parse_json_body, depth) as resolved:
+            servable, signature, request = resolved
             examples = examples_from_json(request)
             if verb == "classify":
                 result: list[Any] = [
@@ -249,25 +252,79 @@ class _Handler(BaseHTTPRequestHandler):
             # its api_rest.md says "result" in one place, which no TF Serving server sends.
             return json.dumps({"results": result}).encode()
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s " + format, self.address_string(), *args)
 
-
-class RestServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class RestServer:
+    """TF Serving's REST API for `plane` on host:port (port 0: a free one, then `.port` says
+    which), from `start()` (returns at once, serving in background threads) to `stop()`
+    (closes the listener and every connection)."""
 
     def __init__(
         self,
-        address: tuple[str, int],
-        plane: DataPlane,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
-        default_timeout: float | None = None,
+        host: str | tuple[str, int],
+        port: int | DataPlane,
+        plane: DataPlane | int | None = None,
+        options: RestOptions | int | None = None,
+        *legacy: Any,
+        **legacy_kwargs: Any,
     ) -> None:
+        if isinstance(host, tuple):  # the old call, until serving/server.py passes RestOptions
+            host, port, plane, options = _legacy_arguments(
+                host, port, plane, options, *legacy, **legacy_kwargs
+            )
+        assert isinstance(port, int) and isinstance(plane, DataPlane)
+        self.options = options if isinstance(options, RestOptions) else RestOptions()
         self.plane = plane
-        self.max_body_bytes = max_body_bytes
-        self.max_json_depth = max_json_depth
-        # The deadline of a request that sets none (TF Serving's --rest_api_timeout_in_ms).
-        self.default_timeout = default_timeout
-        super().__init__(address, _Handler)
+        limits = TransportLimits(
+            max_body_bytes=self.options.max_body_bytes,
+            idle_timeout=self.options.idle_timeout,
+            header_timeout=self.options.header_timeout,
+            body_timeout=self.options.body_timeout,
+            max_connections=self.options.max_connections,
+            body_limit_hint="--max-message-bytes",
+        )
+        self._http = HttpServer(
+            host, port, _Handler(plane, self.options), limits, workers=self.options.workers
+        )
+        self.port = self._http.port
+
+    def start(self) -> RestServer:
+        self._http.start()
+        return self
+
+    def prime(self, work: Callable[[], object]) -> None:
+        """Run `work` once on each request thread (e.g. the warm-up that gRPC's threads get)."""
+        self._http.prime(work)
+
+    def stop(self) -> None:
+        self._http.stop()
+
+    # -- the old ThreadingHTTPServer interface, for serving/server.py until it moves to the one
+    #    above (server_address, serve_forever, shutdown, server_close); to be removed then.
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        return ("", self.port)
+
+    def serve_forever(self) -> None:
+        self.start()
+
+    def shutdown(self) -> None:
+        self.stop()
+
+    def server_close(self) -> None:
+        pass
+
+
+def _legacy_arguments(
+    address: tuple[str, int],
+    plane: Any,
+    max_body_bytes: Any = None,
+    max_json_depth: Any = None,
+    default_timeout: float | None = None,
+) -> tuple[str, int, DataPlane, RestOptions]:
+    options = RestOptions(default_timeout=default_timeout)
+    if max_body_bytes is not None:
+        options = replace(options, max_body_bytes=max_body_bytes)
+    if max_json_depth is not None:
+        options = replace(options, max_json_depth=max_json_depth)
+    return address[0], address[1], plane, options

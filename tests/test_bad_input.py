@@ -369,10 +369,10 @@ CASES = [
     ),
     Case(
         "chunked",
-        "body without a Content-Length (chunked)",
+        "chunked body, read as TF Serving reads one: `{}` names no inputs",
         Rest(body=b"5\r\n{}   \r\n0\r\n\r\n", headers={"Transfer-Encoding": "chunked"}),
         400,
-        "request body needs a Content-Length",
+        "request must have 'instances' (row format) or 'inputs' (columnar format)",
     ),
     Case(
         "expired-deadline",

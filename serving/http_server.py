@@ -1,0 +1,565 @@
+"""The REST front end's HTTP/1.1 transport: uvicorn (httptools parser, uvloop) in-process, in a
+thread of its own, in front of a blocking handler run on a pool of threads.
+
+    loop thread (uvloop)                          pool threads (`workers` of them)
+    accept · parse (httptools) · read the body    handler(Request) -> Response: the data plane,
+    timeouts · connection cap · write the answer  which blocks (the model, batching queues)
+
+Chosen by measurement (bench/httpcompare.py prints the table). Every candidate that
+can share this process's models hands a request from an event loop to a thread and back, which
+costs 0.1-0.15 ms on a keep-alive request next to ThreadingHTTPServer's thread per connection
+(granian's embedded mode, aiohttp, tornado, waitress, cheroot: the same or more). Of those,
+uvicorn with httptools was the fastest on a keep-alive connection and on a new one (faster than
+ThreadingHTTPServer there), reads chunked bodies and answers `Expect: 100-continue` as TF
+Serving does, and keeps idle connections on the loop, where they cost no thread. What uvicorn
+does not do itself is added here, thinly, on its protocol class (`_Protocol`):
+
+- an idle timeout that also covers a connection that never sends a request (uvicorn arms its
+  keep-alive timer only after a response);
+- a header timeout (from a request's first byte to the end of its headers: a header sent a byte
+  at a time is cut, 408) and a body timeout (from the end of the headers to the end of the body,
+  408); uvicorn has neither;
+- a connection cap: a connection past `max_connections` gets 503 and is closed, the connections
+  within the cap are served as usual (uvicorn's `limit_concurrency` refuses every request once the
+  count is reached, on old connections too);
+- one write per response (uvicorn writes the head and the body separately: with Nagle off they
+  leave as two segments, and the client wakes twice);
+- a refused body is read and dropped before the connection closes (up to LINGER_BYTES, for up to
+  LINGER_S), so a client still sending it reads the 413 instead of a reset connection;
+- errors as TF Serving's `{"error": "..."}` JSON, with a cap on the request head (431).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from http import HTTPStatus
+from typing import Any, cast
+
+import uvicorn
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+__all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_HEADER_TIMEOUT_S",
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "DEFAULT_MAX_CONNECTIONS",
+    "LINGER_BYTES",
+    "LINGER_S",
+    "MAX_HEAD_BYTES",
+    "HttpServer",
+    "Request",
+    "Response",
+    "TransportLimits",
+    "error_body",
+]
+
+log = logging.getLogger("graphserve.rest")
+
+# Defaults of the REST server's options (serving.rest_api.RestOptions), here so that the CLI can
+# show them without importing TensorFlow.
+DEFAULT_IDLE_TIMEOUT_S = 30.0  # a keep-alive connection with no request for this long is closed
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # a request's first byte to the end of its headers
+DEFAULT_BODY_TIMEOUT_S = 60.0  # the end of the headers to the end of the body (64 MiB at 10 Mbit/s)
+DEFAULT_MAX_CONNECTIONS = 1024  # connections open at once; one more is answered 503
+
+MAX_HEAD_BYTES = 64 * 1024  # request line and headers; more is refused with 431
+_HEAD_TOO_LARGE = f"request line and headers exceed {MAX_HEAD_BYTES} bytes"
+LINGER_BYTES = 64 * 1024 * 1024  # the most of a refused body read (and dropped) after answering
+LINGER_S = 1.0  # ... and for how long
+
+
+@dataclass(frozen=True)
+class TransportLimits:
+    """Timeouts (seconds; None: none) and sizes the transport enforces before the handler runs."""
+
+    max_body_bytes: int
+    idle_timeout: float | None
+    header_timeout: float | None
+    body_timeout: float | None
+    max_connections: int | None
+    body_limit_hint: str = ""  # how to raise the body limit, for the 413 message
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request, body read whole. Header names are lower case; a repeated header keeps its
+    last value."""
+
+    method: str
+    path: str  # as sent, query string included
+    headers: Mapping[str, str]
+    body: bytes
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+Handler = Callable[[Request], Response]
+
+
+def error_body(message: str) -> bytes:
+    """TF Serving's error body."""
+    return json.dumps({"error": message}).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pool that runs the blocking handler
+
+
+class _Pool:
+    """Threads that run blocking calls for one event loop and hand each result straight back to
+    it: one SimpleQueue put there, one call_soon_threadsafe back, without the concurrent Future
+    and the chaining that run_in_executor adds (about 40 µs of a keep-alive request)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, threads: int, name: str) -> None:
+        self.loop = loop
+        self.tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        future = self.loop.create_future()
+        self.tasks.put((future, fn, args))
+        return future
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)
+
+    def _work(self) -> None:
+        call_soon = self.loop.call_soon_threadsafe
+        while (task := self.tasks.get()) is not None:
+            future, fn, args = task
+            settle: Callable[[asyncio.Future[Any], Any], None]
+            try:
+                settle, outcome = _set_result, fn(*args)
+            except BaseException as exc:  # handed to the awaiting request
+                settle, outcome = _set_exception, exc
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                call_soon(settle, future, outcome)
+
+
+def _set_result(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# uvicorn's protocol, with what it lacks
+
+
+class _Transport:
+    """The connection's transport as uvicorn's protocol sees it: a response head is held until
+    the body's first write, so that both leave in one send, and a close while the request's
+    body is still arriving waits for it, reading and dropping it."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._head: bytes | None = None
+        self._lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def write(self, data: bytes) -> None:
+        if self._head is not None:
+            data, self._head = self._head + data, None
+        elif data.startswith(b"HTTP/1.1 ") and not data.startswith(b"HTTP/1.1 100 "):
+            self._head = data  # uvicorn writes the head alone; its body follows at once
+            return
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if not self._transport.is_closing():
+                self._transport.write(head)
+
+    def is_closing(self) -> bool:
+        return self._lingering or self._transport.is_closing()
+
+    def close(self) -> None:
+        self.flush()
+        if self._lingering or self._transport.is_closing():
+            return
+        if self._protocol.in_body:
+            self._lingering = True
+            self._protocol.linger()
+        else:
+            self._transport.close()
+
+    def close_now(self) -> None:
+        self.flush()
+        self._transport.close()
+
+
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with an idle timeout from the first moment, header and body
+    timeouts, a connection cap, one write per response, lingering, and JSON errors."""
+
+    limits: TransportLimits
+
+    def __init__(self, *args: Any, limits: TransportLimits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+        self.in_body = False  # headers done, body not yet
+        self._in_head = False  # a request's first byte seen, headers not yet
+        self._head_bytes = 0
+        self._refusal: tuple[int, str] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._lingered = 0
+
+    # -- connection
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(cast(asyncio.Transport, _Transport(transport, self)))
+        cap = self.limits.max_connections
+        if cap is not None and len(self.connections) > cap:
+            # Served a 503 once its request head arrives (said at once, a client still writing
+            # its request would read a reset instead), then closed.
+            self._refusal = (
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                f"the server has {cap} connections open, its limit (--rest-max-connections): "
+                "retry, or reuse a connection",
+            )
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
+
+    def _arm_idle(self) -> None:
+        # uvicorn's own keep-alive timer, which data_received cancels; armed here too, so that a
+        # connection that never sends a request is closed like one that stopped sending.
+        idle = self.limits.idle_timeout
+        if idle is not None and self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                idle, self.timeout_keep_alive_handler
+            )
+
+    # -- parsing
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.transport.is_closing():
+            return
+        # The header and body timers are armed only for a request still incomplete once what
+        # has arrived is parsed: most arrive whole in one read and never need one.
+        limits = self.limits
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._refuse(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE)
+            elif self._timer is None and limits.header_timeout is not None:
+                self._start_timer(limits.header_timeout, self._head_timed_out)
+        elif self.in_body and self._timer is None and limits.body_timeout is not None:
+            self._start_timer(limits.body_timeout, self._body_timed_out)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head_bytes = True, 0
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._cancel_timer()
+        self.in_body = True
+        if len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD_BYTES:
+            self._refusal = (HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE)
+        if self._refusal is not None:
+            status, message = self._refusal
+            self._refuse(status, message)
+            return
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if isinstance(self.transport, _Transport) and self.transport.is_closing():
+            self._lingered += len(body)
+            if self._lingered > LINGER_BYTES:
+                self.transport.close_now()
+            return
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.in_body = False
+        self._cancel_timer()
+        if isinstance(self.transport, _Transport) and self.transport.is_closing():
+            self.transport.close_now()  # the refused body has been read: close now
+            return
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        if isinstance(self.transport, _Transport):
+            self.transport.flush()  # a head with no body (HEAD, 204, 304)
+        super().on_response_complete()
+
+    # -- refusing
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to a request httptools cannot parse, as JSON."""
+        self._write_error(HTTPStatus.BAD_REQUEST, f"Malformed HTTP request: {msg}")
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer `status` without running the handler, and close the connection."""
+        self._cancel_timer()
+        self._write_error(status, message)
+
+    def _write_error(self, status: int, message: str) -> None:
+        body = error_body(message)
+        head = (
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n"
+        ).encode()
+        self.transport.write(head + body)
+        self.transport.close()
+
+    def _head_timed_out(self) -> None:
+        self._timer = None
+        self._refuse(
+            HTTPStatus.REQUEST_TIMEOUT,
+            f"request headers not received within {self.limits.header_timeout:g} s",
+        )
+
+    def _body_timed_out(self) -> None:
+        self._timer = None
+        if self.cycle is None or not self.cycle.response_started:
+            self._write_error(
+                HTTPStatus.REQUEST_TIMEOUT,
+                f"request body not received within {self.limits.body_timeout:g} s",
+            )
+        if isinstance(self.transport, _Transport):
+            self.transport.close_now()  # no lingering: the body is what is not coming
+
+    def linger(self) -> None:
+        """The response is out and the connection is to close, but its request's body is still
+        arriving: read and drop it, then close (LINGER_BYTES and LINGER_S at most)."""
+        self._start_timer(LINGER_S, self._linger_over)
+        with contextlib.suppress(RuntimeError):  # not paused: older loops refuse a resume
+            self.transport.resume_reading()  # uvicorn pauses reading while a body waits
+
+    def _linger_over(self) -> None:
+        self._timer = None
+        if isinstance(self.transport, _Transport):
+            self.transport.close_now()
+
+    def _start_timer(self, seconds: float, callback: Callable[[], None]) -> None:
+        self._cancel_timer()
+        self._timer = self.loop.call_later(seconds, callback)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The application: read the body, run the handler on the pool, answer
+
+
+class _App:
+    def __init__(self, handler: Handler, limits: TransportLimits) -> None:
+        self.handler = handler
+        self.limits = limits
+        self.pool: _Pool | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":  # lifespan is off and websockets are not served
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        limit = self.limits.max_body_bytes
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            await _answer(send, _too_large(f"request body of {length} bytes", self.limits), True)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:  # a chunked body, with no length to check up front
+                    await _answer(send, _too_large("chunked request body", self.limits), True)
+                    return
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        target = scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            target += "?" + scope["query_string"].decode("latin-1")
+        request = Request(scope["method"], target, headers, b"".join(chunks))
+        assert self.pool is not None
+        try:
+            response = await self.pool.run(self.handler, request)
+        except Exception as exc:  # the handler answers its own errors; this is a bug in it
+            log.exception("REST handler failed on %s %s", request.method, request.path)
+            response = Response(
+                HTTPStatus.INTERNAL_SERVER_ERROR, error_body(f"{type(exc).__name__}: {exc}")
+            )
+        await _answer(send, response, close=False)
+
+
+def _too_large(what: str, limits: TransportLimits) -> Response:
+    hint = f" ({limits.body_limit_hint})" if limits.body_limit_hint else ""
+    message = f"{what} exceeds the limit of {limits.max_body_bytes} bytes{hint}"
+    return Response(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error_body(message))
+
+
+async def _answer(send: Any, response: Response, close: bool) -> None:
+    headers = [
+        (b"content-type", response.content_type.encode("latin-1")),
+        (b"content-length", str(len(response.body)).encode()),
+    ]
+    headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
+    if close:  # a body left unread: this connection is done, and says so
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class HttpServer:
+    """`handler` served over HTTP/1.1 on host:port (0: a free port), from `start()` until
+    `stop()`. The handler runs on one of `workers` threads; everything else on one event loop."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handler: Handler,
+        limits: TransportLimits,
+        *,
+        workers: int,
+        name: str = "rest",
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.limits = limits
+        self.workers = workers
+        self.name = name
+        self._app = _App(handler, limits)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+            self._socket.listen(2048)
+        except OSError:
+            self._socket.close()
+            raise
+        self._socket.setblocking(False)
+        self.port: int = self._socket.getsockname()[1]
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: uvicorn.Server | None = None
+        self._serving: Any = None
+
+    def start(self) -> HttpServer:
+        """Serve in background threads; returns once the port accepts connections."""
+        loop = self._loop = uvloop.new_event_loop()
+        self._app.pool = _Pool(loop, self.workers, self.name)
+        protocol = partial(_Protocol, limits=self.limits)
+        config = uvicorn.Config(
+            self._app,
+            http=cast(type[asyncio.Protocol], protocol),
+            loop="none",
+            lifespan="off",
+            ws="none",
+            interface="asgi3",
+            log_config=None,
+            log_level=logging.WARNING,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            # uvicorn's keep-alive timer; _Protocol arms it from the first moment as well
+            timeout_keep_alive=self.limits.idle_timeout or 10**9,  # type: ignore[arg-type]
+            timeout_graceful_shutdown=1,
+        )
+        server = self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=loop.run_forever, name=self.name, daemon=True)
+        self._thread.start()
+        self._serving = asyncio.run_coroutine_threadsafe(server.serve(sockets=[self._socket]), loop)
+        started = threading.Event()
+        loop.call_soon_threadsafe(self._when_started, started)
+        if not started.wait(10.0) or self._serving.done():
+            failure = self._serving.exception() if self._serving.done() else None
+            self.stop()
+            raise RuntimeError(f"the REST server did not start on port {self.port}: {failure!r}")
+        return self
+
+    def _when_started(self, started: threading.Event) -> None:
+        assert self._server is not None and self._loop is not None
+        if self._server.started or self._serving.done():
+            started.set()
+        else:
+            self._loop.call_later(0.005, self._when_started, started)
+
+    def prime(self, work: Callable[[], object], timeout: float = 30.0) -> None:
+        """Run `work` once on every pool thread (each waits for the others, so every thread gets
+        one), e.g. to set up per-thread state before the first request."""
+        pool = self._app.pool
+        if pool is None:
+            raise RuntimeError("prime() needs a started server")
+        barrier = threading.Barrier(len(pool.threads), timeout=timeout)
+
+        def each() -> None:
+            with contextlib.suppress(threading.BrokenBarrierError):  # a thread busy: the rest
+                barrier.wait()
+            work()
+
+        async def all_threads() -> None:
+            await asyncio.gather(*(pool.run(each) for _ in pool.threads))
+
+        assert self._loop is not None
+        asyncio.run_coroutine_threadsafe(all_threads(), self._loop).result(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the listener and every connection (requests in flight get up to about a second
+        to answer), then the threads."""
+        if self._server is None or self._loop is None:
+            self._socket.close()
+            return
+        self._server.should_exit = True
+        try:
+            self._serving.result(timeout)
+        except Exception as exc:
+            log.debug("REST server stopped with %r", exc)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if not self._thread.is_alive():
+                self._loop.close()
+        if self._app.pool is not None:
+            self._app.pool.close()
+        self._socket.close()
+        self._server = None

@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from graphserve.core import fastjson
 from graphserve.core.client import predict_request
-from graphserve.core.codec import as_bytes, to_json_value
+from graphserve.core.codec import as_bytes, tensor_json_values
 from graphserve.core.errors import PayloadError
 from graphserve.core.signature import TensorSpec, sample_inputs
 
@@ -111,13 +112,14 @@ def rest_body(
     signature_name: str = "serving_default",
     columnar: bool | None = None,
 ) -> bytes:
-    """A TF Serving predict body, columnar (`inputs`) or row (`instances`) format.
+    """A TF Serving predict body, columnar (`inputs`) or row (`instances`) format, numbers as TF
+    Serving writes them (core.codec.tensor_json_values).
 
     `columnar=None` picks the row format when every input has the same batch size, else the
     columnar format, which has no such constraint. Raises PayloadError when the row format is
     asked for inputs it cannot express.
     """
-    values = {name: to_json_value(name, array) for name, array in inputs.items()}
+    values, fast = tensor_json_values(inputs)
     body: dict[str, Any] = {"signature_name": signature_name}
     batches = {array.shape[0] if array.ndim else -1 for array in inputs.values()}
     row_ok = len(batches) == 1 and -1 not in batches
@@ -133,7 +135,9 @@ def rest_body(
     else:
         (rows,) = batches
         body["instances"] = [{name: v[i] for name, v in values.items()} for i in range(rows)]
-    return json.dumps(body, separators=(",", ":")).encode()
+    if fast:  # orjson writes the arrays themselves (a 224×224×3 image: ms, not a third of a s)
+        return fastjson.dump(body)
+    return json.dumps(body, separators=(",", ":")).encode()  # NaN and infinities: bare tokens
 
 
 def _split_bytes(data: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -21,8 +21,12 @@ from typer.core import TyperCommand, TyperOption
 
 from graphserve.core.console import configure_logging, quiet_tensorflow, stderr
 from graphserve.core.defaults import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_GRPC_WORKERS,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_METRICS_PATH,
 )
@@ -110,6 +114,54 @@ SHARED: dict[str, tuple[Any, Any]] = {
             ),
         ],
         DEFAULT_MAX_JSON_DEPTH,
+    ),
+    "rest_idle_timeout": (
+        Annotated[
+            float,
+            typer.Option(
+                "--rest-idle-timeout",
+                min=0,
+                help="Seconds a REST connection may sit idle (keep-alive, or a new one that sends "
+                "nothing) before it is closed (0: never).",
+            ),
+        ],
+        DEFAULT_IDLE_TIMEOUT_S,
+    ),
+    "rest_header_timeout": (
+        Annotated[
+            float,
+            typer.Option(
+                "--rest-header-timeout",
+                min=0,
+                help="Seconds from a REST request's first byte to the end of its headers; past "
+                "it 408 and the connection closes (0: no limit).",
+            ),
+        ],
+        DEFAULT_HEADER_TIMEOUT_S,
+    ),
+    "rest_body_timeout": (
+        Annotated[
+            float,
+            typer.Option(
+                "--rest-body-timeout",
+                min=0,
+                help="Seconds from the end of a REST request's headers to the end of its body; "
+                "past it 408 and the connection closes (0: no limit).",
+            ),
+        ],
+        DEFAULT_BODY_TIMEOUT_S,
+    ),
+    "rest_max_connections": (
+        Annotated[
+            int,
+            typer.Option(
+                "--rest-max-connections",
+                min=0,
+                help="REST connections open at once; one more is answered 503 and closed "
+                "(0: no cap).",
+            ),
+        ],
+        DEFAULT_MAX_CONNECTIONS,
     ),
     "max_concurrent_rpcs": (
         Annotated[
@@ -254,6 +306,10 @@ class ServeFlags:
     monitoring_config_file: Path | None = None
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    rest_idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
+    rest_header_timeout: float = DEFAULT_HEADER_TIMEOUT_S
+    rest_body_timeout: float = DEFAULT_BODY_TIMEOUT_S
+    rest_max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_concurrent_rpcs: int | None = None
     grpc_workers: int | None = None
     intra_op: int = 0
@@ -356,6 +412,10 @@ class ServeFlags:
             grpc_workers=self.workers(),
             max_message_bytes=self.max_message_bytes,
             max_json_depth=self.max_json_depth,
+            rest_idle_timeout=self.rest_idle_timeout or None,
+            rest_header_timeout=self.rest_header_timeout or None,
+            rest_body_timeout=self.rest_body_timeout or None,
+            rest_max_connections=self.rest_max_connections or None,
             max_concurrent_rpcs=self.max_concurrent_rpcs,
             metrics_path=metrics_path,
             grpc_socket_path=self.grpc_socket_path,

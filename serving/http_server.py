@@ -48,6 +48,13 @@ import uvicorn
 import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from graphserve.core.defaults import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+)
+
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -65,12 +72,6 @@ __all__ = [
 
 log = logging.getLogger("graphserve.rest")
 
-# Defaults of the REST server's options (serving.rest_api.RestOptions), here so that the CLI can
-# show them without importing TensorFlow.
-DEFAULT_IDLE_TIMEOUT_S = 30.0  # a keep-alive connection with no request for this long is closed
-DEFAULT_HEADER_TIMEOUT_S = 10.0  # a request's first byte to the end of its headers
-DEFAULT_BODY_TIMEOUT_S = 60.0  # the end of the headers to the end of the body (64 MiB at 10 Mbit/s)
-DEFAULT_MAX_CONNECTIONS = 1024  # connections open at once; one more is answered 503
 
 MAX_HEAD_BYTES = 64 * 1024  # request line and headers; more is refused with 431
 _HEAD_TOO_LARGE = f"request line and headers exceed {MAX_HEAD_BYTES} bytes"

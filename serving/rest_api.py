@@ -25,7 +25,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -259,20 +259,9 @@ class RestServer:
     (closes the listener and every connection)."""
 
     def __init__(
-        self,
-        host: str | tuple[str, int],
-        port: int | DataPlane,
-        plane: DataPlane | int | None = None,
-        options: RestOptions | int | None = None,
-        *legacy: Any,
-        **legacy_kwargs: Any,
+        self, host: str, port: int, plane: DataPlane, options: RestOptions | None = None
     ) -> None:
-        if isinstance(host, tuple):  # the old call, until serving/server.py passes RestOptions
-            host, port, plane, options = _legacy_arguments(
-                host, port, plane, options, *legacy, **legacy_kwargs
-            )
-        assert isinstance(port, int) and isinstance(plane, DataPlane)
-        self.options = options if isinstance(options, RestOptions) else RestOptions()
+        self.options = options or RestOptions()
         self.plane = plane
         limits = TransportLimits(
             max_body_bytes=self.options.max_body_bytes,
@@ -298,33 +287,3 @@ class RestServer:
     def stop(self) -> None:
         self._http.stop()
 
-    # -- the old ThreadingHTTPServer interface, for serving/server.py until it moves to the one
-    #    above (server_address, serve_forever, shutdown, server_close); to be removed then.
-
-    @property
-    def server_address(self) -> tuple[str, int]:
-        return ("", self.port)
-
-    def serve_forever(self) -> None:
-        self.start()
-
-    def shutdown(self) -> None:
-        self.stop()
-
-    def server_close(self) -> None:
-        pass
-
-
-def _legacy_arguments(
-    address: tuple[str, int],
-    plane: Any,
-    max_body_bytes: Any = None,
-    max_json_depth: Any = None,
-    default_timeout: float | None = None,
-) -> tuple[str, int, DataPlane, RestOptions]:
-    options = RestOptions(default_timeout=default_timeout)
-    if max_body_bytes is not None:
-        options = replace(options, max_body_bytes=max_body_bytes)
-    if max_json_depth is not None:
-        options = replace(options, max_json_depth=max_json_depth)
-    return address[0], address[1], plane, options

@@ -19,8 +19,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from graphserve.core.defaults import (
+    DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_GRPC_WORKERS,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_JSON_DEPTH,
 )
 from graphserve.serving.dataplane import DataPlane
@@ -31,7 +35,7 @@ from graphserve.serving.registry import ModelRegistry
 if TYPE_CHECKING:
     from graphserve.serving.config import ModelConfigWatcher
     from graphserve.serving.manager import ModelManager
-from graphserve.serving.rest_api import RestServer
+from graphserve.serving.rest_api import RestOptions, RestServer
 
 __all__ = ["ModelServer", "ServerOptions", "prime_threads"]
 
@@ -83,6 +87,11 @@ class ServerOptions:
     # TF Serving's --rest_api_timeout_in_ms: the deadline of a REST request that sets none
     # itself; None: no deadline.
     rest_timeout_ms: int | None = None
+    # The REST server's connection limits (RestOptions; None: none).
+    rest_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S
+    rest_header_timeout: float | None = DEFAULT_HEADER_TIMEOUT_S
+    rest_body_timeout: float | None = DEFAULT_BODY_TIMEOUT_S
+    rest_max_connections: int | None = DEFAULT_MAX_CONNECTIONS
     # TF Serving's --enable_signature_method_name_check: Classify and Regress refuse a signature
     # whose method is another (Predict takes any of the three, there as here).
     method_name_check: bool = False
@@ -116,7 +125,6 @@ class ModelServer:
         self.rest_port = 0
         self._grpc: grpc.Server | None = None
         self._rest: RestServer | None = None
-        self._rest_thread: threading.Thread | None = None
         self._health: health.HealthServicer | None = None
         self._stopped = threading.Event()
 
@@ -145,20 +153,22 @@ class ModelServer:
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
         self._bind_grpc(self._grpc)
         if opts.rest_port is not None:
-            self._rest = RestServer(
-                (opts.host, opts.rest_port),
-                self.plane,
-                opts.max_message_bytes,
-                opts.max_json_depth,
+            rest_options = RestOptions(
+                max_body_bytes=opts.max_message_bytes,
+                max_json_depth=opts.max_json_depth,
                 default_timeout=opts.rest_timeout_ms / 1000 if opts.rest_timeout_ms else None,
+                idle_timeout=opts.rest_idle_timeout,
+                header_timeout=opts.rest_header_timeout,
+                body_timeout=opts.rest_body_timeout,
+                max_connections=opts.rest_max_connections,
+                workers=opts.grpc_workers,  # the same threads for the same work
             )
-            self.rest_port = self._rest.server_address[1]
+            self._rest = RestServer(opts.host, opts.rest_port, self.plane, rest_options)
+            self.rest_port = self._rest.port
         self._grpc.start()
         if self._rest is not None:
-            self._rest_thread = threading.Thread(
-                target=self._rest.serve_forever, name="rest", daemon=True
-            )
-            self._rest_thread.start()
+            self._rest.start()
+            self._rest.prime(self._warm_this_thread)
         for service in ("", PREDICTION_SERVICE, MODEL_SERVICE):
             health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s: %s", ", ".join(self.registry.names()), self.describe())
@@ -228,8 +238,7 @@ class ModelServer:
             log.warning("requests still in flight after %.1f s; stopping anyway", grace)
         remaining = max(grace - (time.monotonic() - started), 0.1)
         if self._rest is not None:
-            self._rest.shutdown()
-            self._rest.server_close()
+            self._rest.stop()
         if self._grpc is not None:
             self._grpc.stop(remaining).wait()
         if self.watcher is not None:

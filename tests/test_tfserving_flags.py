@@ -197,6 +197,8 @@ def test_tfserving_flags_reach_the_server_options(
             "--rest_api_timeout_in_ms=2500",
             "--enable_signature_method_name_check",
             "--grpc_channel_arguments=grpc.max_connection_age_ms=2000,grpc.primary_user_agent=x",
+            "--rest-idle-timeout=5",
+            "--rest-max-connections=0",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output + result.stderr
@@ -206,6 +208,8 @@ def test_tfserving_flags_reach_the_server_options(
     assert options.grpc_socket_path == str(tmp_path / "gs.sock")
     assert options.rest_timeout_ms == 2500
     assert options.method_name_check is True
+    assert (options.rest_idle_timeout, options.rest_max_connections) == (5.0, None)
+    assert (options.rest_header_timeout, options.rest_body_timeout) == (10.0, 60.0)  # defaults
     assert options.grpc_arguments == (
         ("grpc.max_connection_age_ms", 2000),
         ("grpc.primary_user_agent", "x"),

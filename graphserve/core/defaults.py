@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_GRPC_WORKERS",
+    "DEFAULT_HEADER_TIMEOUT_S",
+    "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_CONNECTIONS",
     "DEFAULT_MAX_JSON_DEPTH",
     "DEFAULT_METRICS_PATH",
 ]
@@ -18,3 +22,8 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # the largest gRPC message and REST b
 # built to exhaust the parser's stack.
 DEFAULT_MAX_JSON_DEPTH = 100
 DEFAULT_GRPC_WORKERS = max(4, 2 * (os.cpu_count() or 1))
+# The REST server's connection limits (serving.rest_api.RestOptions, the --rest-* flags).
+DEFAULT_IDLE_TIMEOUT_S = 30.0  # a keep-alive connection with no request for this long is closed
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # a request's first byte to the end of its headers
+DEFAULT_BODY_TIMEOUT_S = 60.0  # the end of the headers to the end of the body (64 MiB at 10 Mbit/s)
+DEFAULT_MAX_CONNECTIONS = 1024  # connections open at once; one more is answered 503

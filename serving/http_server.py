@@ -235,6 +235,8 @@ class _Protocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._lingered = 0
+        self._body: list[bytes] = []  # the request body so far
+        self._body_size = 0
 
     # -- connection
 
@@ -290,25 +292,52 @@ class _Protocol(HttpToolsProtocol):
         self._in_head = False
         self._cancel_timer()
         self.in_body = True
+        refusal = self._refusal
         if len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD_BYTES:
-            self._refusal = (HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE)
-        if self._refusal is not None:
-            status, message = self._refusal
-            self._refuse(status, message)
+            refusal = (HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE)
+        length = next((v for k, v in self.headers if k == b"content-length"), b"")
+        if refusal is None and length.isdigit() and int(length) > self.limits.max_body_bytes:
+            # refused before its body is read (nor asked for: no 100 Continue)
+            what = f"request body of {int(length)} bytes"
+            refusal = (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, self._too_large(what))
+        if refusal is not None:
+            self._refuse(*refusal)
             return
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        if isinstance(self.transport, _Transport) and self.transport.is_closing():
+        transport = self.transport
+        if isinstance(transport, _Transport) and transport.is_closing():
             self._lingered += len(body)
             if self._lingered > LINGER_BYTES:
-                self.transport.close_now()
+                transport.close_now()
             return
-        super().on_body(body)
+        if self.cycle.response_complete:
+            return
+        # Unlike uvicorn, which appends each read to a bytearray, wakes the application for it
+        # and pauses reading past 64 KiB until the bytes are taken, the body is gathered here
+        # and handed over whole, joined once, when its last byte arrives (on_message_complete).
+        self._body.append(body)
+        self._body_size += len(body)
+        if self._body_size > self.limits.max_body_bytes:  # chunked: no length to check first
+            what = "chunked request body"
+            self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, self._too_large(what))
+
+    def _too_large(self, what: str) -> str:
+        hint = self.limits.body_limit_hint
+        limit = self.limits.max_body_bytes
+        return f"{what} exceeds the limit of {limit} bytes" + (f" ({hint})" if hint else "")
 
     def on_message_complete(self) -> None:
         self.in_body = False
         self._cancel_timer()
+        if self._body:
+            chunks, self._body, self._body_size = self._body, [], 0
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete:
+                # bytes, not a bytearray: uvicorn's receive() hands it on without a copy
+                body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+                cycle.body = body  # type: ignore[assignment]
         if isinstance(self.transport, _Transport) and self.transport.is_closing():
             self.transport.close_now()  # the refused body has been read: close now
             return
@@ -328,6 +357,10 @@ class _Protocol(HttpToolsProtocol):
     def _refuse(self, status: int, message: str) -> None:
         """Answer `status` without running the handler, and close the connection."""
         self._cancel_timer()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:  # its application stops quietly
+            cycle.disconnected = True
+            cycle.message_event.set()
         self._write_error(status, message)
 
     def _write_error(self, status: int, message: str) -> None:
@@ -384,39 +417,27 @@ class _Protocol(HttpToolsProtocol):
 
 
 class _App:
-    def __init__(self, handler: Handler, limits: TransportLimits) -> None:
+    def __init__(self, handler: Handler) -> None:
         self.handler = handler
-        self.limits = limits
         self.pool: _Pool | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":  # lifespan is off and websockets are not served
             return
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        limit = self.limits.max_body_bytes
-        length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            await _answer(send, _too_large(f"request body of {length} bytes", self.limits), True)
-            return
         chunks: list[bytes] = []
-        size = 0
-        while True:
+        while True:  # _Protocol hands the body over whole, in one message, within its limits
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            chunk = message.get("body", b"")
-            if chunk:
-                size += len(chunk)
-                if size > limit:  # a chunked body, with no length to check up front
-                    await _answer(send, _too_large("chunked request body", self.limits), True)
-                    return
-                chunks.append(chunk)
+            chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
         target = scope["raw_path"].decode("latin-1")
         if scope["query_string"]:
             target += "?" + scope["query_string"].decode("latin-1")
-        request = Request(scope["method"], target, headers, b"".join(chunks))
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        request = Request(scope["method"], target, headers, body)
         assert self.pool is not None
         try:
             response = await self.pool.run(self.handler, request)
@@ -425,23 +446,15 @@ class _App:
             response = Response(
                 HTTPStatus.INTERNAL_SERVER_ERROR, error_body(f"{type(exc).__name__}: {exc}")
             )
-        await _answer(send, response, close=False)
+        await _answer(send, response)
 
 
-def _too_large(what: str, limits: TransportLimits) -> Response:
-    hint = f" ({limits.body_limit_hint})" if limits.body_limit_hint else ""
-    message = f"{what} exceeds the limit of {limits.max_body_bytes} bytes{hint}"
-    return Response(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error_body(message))
-
-
-async def _answer(send: Any, response: Response, close: bool) -> None:
+async def _answer(send: Any, response: Response) -> None:
     headers = [
         (b"content-type", response.content_type.encode("latin-1")),
         (b"content-length", str(len(response.body)).encode()),
     ]
     headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
-    if close:  # a body left unread: this connection is done, and says so
-        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body})
 
@@ -468,7 +481,7 @@ class HttpServer:
         self.limits = limits
         self.workers = workers
         self.name = name
-        self._app = _App(handler, limits)
+        self._app = _App(handler)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -105,6 +105,51 @@ def _g7(r: Results) -> tuple[float, str]:
     return peer / graph, f"Flask predict {peer:.3f} ms / graph REST {graph:.3f} ms (p50)"
 
 
+def _json_codec(r: Results, shape: str) -> tuple[float, float]:
+    entry = r["json"][shape]
+    return float(entry["json_stdlib"]["total_ms"]), float(entry["json"]["total_ms"])
+
+
+def _g8(r: Results) -> tuple[float, str]:
+    before, after = _json_codec(r, "image")
+    mlp_before, mlp_after = _json_codec(r, "mlp/b32")
+    return before / after, (
+        f"standard library {before:.1f} ms / pysimdjson + orjson {after:.2f} ms (decode + "
+        f"encode); mlp b32: {mlp_before:.2f} / {mlp_after:.3f} ms"
+    )
+
+
+def _g9(r: Results) -> tuple[float, str]:
+    rest, grpc = _served(r, "image/b1", "graph/rest"), _served(r, "image/b1", "graph/grpc")
+    return rest / grpc, f"REST {rest:.3f} ms / gRPC {grpc:.3f} ms (graph p50)"
+
+
+def _g10(r: Results) -> tuple[float, str]:
+    rest, grpc = _served(r, "mlp/b32", "graph/rest"), _served(r, "mlp/b32", "graph/grpc")
+    return rest / grpc, f"REST {rest:.3f} ms / gRPC {grpc:.3f} ms (graph p50)"
+
+
+def _http(r: Results, server: str, key: str) -> float:
+    return float(r["http"]["servers"][server][key])
+
+
+def _g11(r: Results) -> tuple[float, str]:
+    new, before = (_http(r, s, "keepalive_p50_ms") for s in ("graphserve", "stdlib-legacy"))
+    detail = f"graphserve {new:.3f} ms / ThreadingHTTPServer and stdlib JSON {before:.3f} ms"
+    if "stdlib" in r["http"]["servers"]:  # the transport alone: the same handler on both
+        same = _http(r, "stdlib", "keepalive_p50_ms")
+        detail += f"; the transport alone: / ThreadingHTTPServer {same:.3f} ms = {new / same:.2f}×"
+    return new / before, detail
+
+
+def _g12(r: Results) -> tuple[float, str]:
+    def extra(server: str) -> float:
+        return _http(r, server, "new_connection_p50_ms") - _http(r, server, "keepalive_p50_ms")
+
+    new, before = extra("graphserve"), extra("stdlib-legacy")
+    return new / before, f"{new:.3f} ms more than keep-alive / {before:.3f} ms before"
+
+
 GOALS: tuple[Goal, ...] = (
     Goal("G1", "served graph / served eager p50, mlp b1, gRPC", "<=", 0.45, _g1),
     Goal("G2", "served graph / (in-process concrete + bare round trip)", "<=", 1.25, _g2),
@@ -127,6 +172,23 @@ GOALS: tuple[Goal, ...] = (
         _g6_share,
     ),
     Goal("G7", "plain Flask predict / graph served p50", ">=", 20.0, _g7),
+    Goal("G8", "REST JSON codec before / after, 224×224×3 (decode + encode)", ">=", 5.0, _g8),
+    Goal("G9", "REST / gRPC p50, 224×224×3 image", "<=", 5.0, _g9),
+    Goal("G10", "REST / gRPC p50, mlp b32", "<=", 2.0, _g10),
+    Goal(
+        "G11",
+        "REST p50, mlp b1, keep-alive: graphserve / before (ThreadingHTTPServer, stdlib JSON)",
+        "<=",
+        1.1,
+        _g11,
+    ),
+    Goal(
+        "G12",
+        "REST new-connection cost over keep-alive, mlp b1: graphserve / before",
+        "<=",
+        0.75,
+        _g12,
+    ),
 )
 
 

@@ -78,7 +78,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += _served(results)
     lines += _batching(results["served"])
     lines += _codec(results["codec"])
+    lines += _json_codec(results.get("json") or {})
     lines += _cold_start(results["cold_start"])
+    lines += _http(results.get("http"))
     return "\n".join(lines)
 
 
@@ -196,6 +198,49 @@ def _codec(codec: dict[str, Any]) -> list[str]:
         "## Codec, one 224×224×3 float32 tensor (request decode + response encode)",
         "",
         *_table(["encoding", "request bytes", "decode", "encode", "total"], rows, "lrrrr"),
+    ]
+
+
+def _json_codec(suite: dict[str, Any]) -> list[str]:
+    rows = []
+    for shape, entry in suite.items():
+        before, after = entry["json_stdlib"], entry["json"]
+        rows.append(
+            [
+                shape,
+                f"{after['request_bytes']:,}",
+                f"{_ms(before['decode_ms'])} / {_ms(before['encode_ms'])}",
+                f"{_ms(after['decode_ms'])} / {_ms(after['encode_ms'])}",
+                _x(before["total_ms"] / after["total_ms"] if after["total_ms"] else None),
+            ]
+        )
+    if not rows:
+        return []
+    return [
+        "## REST JSON codec, before (standard library) and after (pysimdjson in, orjson out)",
+        "",
+        *_table(
+            ["tensor", "request bytes", "before decode / encode", "after decode / encode", "x"],
+            rows,
+            "lrrrr",
+        ),
+    ]
+
+
+def _http(http: dict[str, Any] | None) -> list[str]:
+    if not http:
+        return []
+    from bench.httpcompare import render
+
+    return [
+        f"## HTTP servers, REST {http['model']} (bench/httpcompare.py)",
+        "",
+        "stdlib-legacy is the REST front end before issue 15 (ThreadingHTTPServer, the standard "
+        "library's JSON); every other server runs today's handler. Probes: short limits (1 s "
+        "timeouts, 4 connections), what each server did.",
+        "",
+        render(http["servers"]),
+        "",
     ]
 
 

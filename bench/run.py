@@ -2,13 +2,17 @@
 
     in-process   mlp b1 and b32, power, cnn: concrete / eager / predict / function / xla
     codec        224×224×3 float32: tensor_content vs typed fields vs JSON
+    json         the REST JSON codec before (standard library) and after (pysimdjson, orjson)
     cold start   per model: graph with and without warm-up records, and eager
     served       per model: graph, eager, null and peer at concurrency 1 (gRPC and REST), and
                  batching off vs on at 16 clients; the image model's served p50 for the codec goal
+    http         mlp b1 over REST on the front end before issue 15, on graphserve's transport and
+                 on the other HTTP servers it was chosen from (bench/httpcompare.py)
 
 Order matters on a small machine: the in-process suites run first, before any server exists;
 cold starts run next, one server at a time; each model's servers run only while that model is
-measured. Results go to OUT/results.json and OUT/results.md.
+measured; the HTTP servers are compared last (bench/httpcompare.py, its own process).
+Results go to OUT/results.json and OUT/results.md.
 """
 
 from __future__ import annotations
@@ -39,6 +43,19 @@ MODELS: tuple[BenchModel, ...] = (
     BenchModel("cnn", "examples:cnn"),
 )
 IMAGE = BenchModel("image", "bench.models:image")  # the 224×224×3 request of the codec goal
+# The REST front end before issue 15 (stdlib-legacy), ThreadingHTTPServer with today's handler,
+# graphserve's transport, and the other candidates it was chosen from (those installed).
+HTTP_SERVERS = (
+    "stdlib-legacy",
+    "stdlib",
+    "graphserve",
+    "uvicorn",
+    "granian",
+    "cheroot",
+    "waitress",
+    "tornado",
+    "aiohttp",
+)
 
 
 @dataclass
@@ -56,6 +73,11 @@ class BenchSpec:
     cold_start_runs: int = 3  # the first request is one sample: the goal takes the median run
     cold_start: bool = True
     image: bool = True
+    json_s: float = 4.0  # per shape, the REST JSON codec before and after issue 15
+    http_s: float = 6.0  # per measurement, every HTTP server interleaved (bench/httpcompare.py)
+    http_servers: tuple[str, ...] = HTTP_SERVERS
+    http_probes: bool = True
+    http_clients: int = 16
 
     @classmethod
     def quick(cls, work_dir: Path, models: tuple[BenchModel, ...] = MODELS[:1]) -> BenchSpec:
@@ -68,6 +90,11 @@ class BenchSpec:
             batching_s=1.0,
             cold_start_steady=20,
             cold_start_runs=1,
+            json_s=0.3,
+            http_s=0.3,
+            http_servers=("stdlib-legacy", "graphserve"),
+            http_probes=False,
+            http_clients=4,
         )
 
 
@@ -88,9 +115,12 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
 
     started = time.perf_counter()
     run = _Run(spec, say)
-    run.results.update(environment=environment(), in_process={}, codec={}, served={}, cold_start={})
+    run.results.update(
+        environment=environment(), in_process={}, codec={}, json={}, served={}, cold_start={}
+    )
     _in_process(run)
     _codec(run)
+    _json(run)
     bases = {model.name: _export(run, model) for model in spec.models}
     if spec.cold_start:  # first, while this process has no channels or servers of its own
         for model in spec.models:
@@ -99,6 +129,8 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
         _served(run, model, bases[model.name])
     if spec.image:
         _served(run, IMAGE, _export(run, IMAGE), kinds=("graph",), batching=False)
+    if "mlp" in bases and spec.http_servers:
+        _http(run, bases["mlp"])
     run.results["seconds"] = time.perf_counter() - started
     run.results["goals"] = [g.to_json() for g in evaluate(run.results)]
     return run.results
@@ -120,6 +152,31 @@ def _codec(run: _Run) -> None:
     run.say("codec: 224×224×3 float32")
     for timing in codec_suite(budget_s=run.spec.codec_s):
         run.results["codec"][timing.encoding] = timing.to_json()
+
+
+def _json(run: _Run) -> None:
+    from bench.wire import json_suite
+
+    run.say("JSON codec: before and after issue 15")
+    for name, timings in json_suite(budget_s=run.spec.json_s).items():
+        run.results["json"][name] = {t.encoding: t.to_json() for t in timings}
+
+
+def _http(run: _Run, base: Path) -> None:
+    from bench.httpcompare import compare
+
+    spec = run.spec
+    run.say(f"HTTP servers: {', '.join(spec.http_servers)} (the installed ones), mlp b1")
+    run.results["http"] = {
+        "model": "mlp/b1",
+        "servers": compare(
+            list(spec.http_servers),
+            seconds=spec.http_s,
+            clients=spec.http_clients,
+            model_dir=str(base),
+            probes=spec.http_probes,
+        ),
+    }
 
 
 def _export(run: _Run, model: BenchModel) -> Path:

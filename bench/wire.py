@@ -5,7 +5,11 @@ it: decode a request into a numpy array, and encode a same-shape array into a re
 
 - `tensor_content`: gRPC PredictRequest/PredictResponse with raw bytes in `tensor_content`.
 - `typed_fields`: the same messages with the values in the repeated `float_val` field.
-- `json`: the REST row format (`instances` in, `predictions` out).
+- `json`: the REST row format (`instances` in, `predictions` out), as the REST server reads and
+  writes it (pysimdjson in, orjson out).
+
+`json_suite` times that JSON codec against the one before issue 15 (`json_stdlib`: the standard
+library's json, lists into numpy, floats through str) on the same request bytes.
 
 Decoding and encoding go through `core.codec`, the code the servers run; request bytes come
 from `loadtest.payloads`, the code the load test sends. Each path is checked to give back exactly
@@ -32,16 +36,27 @@ from graphserve.core.codec import (
     array_to_proto,
     decode_json_request,
     encode_json_response,
-    parse_json_body,
+    json_depth,
+    parse_predict_body,
     shape_proto,
+    to_json_value,
 )
 from graphserve.core.results import JsonResult
 from graphserve.core.signature import TensorSpec
 from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, rest_body
 
-__all__ = ["ENCODINGS", "CodecMismatchError", "CodecTiming", "codec_suite"]
+__all__ = [
+    "ENCODINGS",
+    "JSON_SHAPES",
+    "CodecMismatchError",
+    "CodecTiming",
+    "codec_suite",
+    "json_suite",
+]
 
 ENCODINGS: tuple[str, ...] = ("tensor_content", "typed_fields", "json")
+# The REST JSON codec before and after issue 15 C, on the shapes of its goals.
+JSON_SHAPES: dict[str, tuple[int, ...]] = {"image": (1, 224, 224, 3), "mlp/b32": (32, 784)}
 
 _MODEL, _INPUT, _OUTPUT = "bench", "images", "scores"
 
@@ -112,12 +127,24 @@ def _read_grpc_response(body: bytes) -> np.ndarray:
 
 
 def _decode_json(body: bytes, specs: dict[str, TensorSpec]) -> np.ndarray:
-    arrays, _ = decode_json_request(parse_json_body(body), specs)
+    arrays, _ = decode_json_request(parse_predict_body(body), specs)
     return arrays[_INPUT]
 
 
 def _encode_json(array: np.ndarray) -> bytes:
     return encode_json_response({_OUTPUT: array}, row_format=True)
+
+
+def _decode_json_stdlib(body: bytes, specs: dict[str, TensorSpec]) -> np.ndarray:
+    """The REST decode before issue 15: the depth check, json.loads, lists into numpy."""
+    json_depth(body)
+    arrays, _ = decode_json_request(json.loads(body), specs)
+    return arrays[_INPUT]
+
+
+def _encode_json_stdlib(array: np.ndarray) -> bytes:
+    """The REST encode before issue 15: shortest float32 digits by way of str, json.dumps."""
+    return json.dumps({"predictions": to_json_value(_OUTPUT, array)}).encode()
 
 
 def _read_json_response(body: bytes) -> np.ndarray:
@@ -196,6 +223,54 @@ def codec_suite(
     Raises ValueError for an empty shape, a dimension below 1, a negative budget or min_samples
     below 1, and CodecMismatchError when a path does not give back the array sent.
     """
+    array, _ = _sample(shape, budget_s, min_samples, seed)
+    codecs = _codecs(array)
+    for codec in codecs:
+        _check_round_trip(codec, array)
+
+    return _time(codecs, array, budget_s, min_samples)
+
+
+def json_suite(
+    shapes: dict[str, tuple[int, ...]] = JSON_SHAPES,
+    *,
+    budget_s: float = 3.0,
+    min_samples: int = 5,
+    seed: int = 0,
+) -> dict[str, list[CodecTiming]]:
+    """The REST JSON codec as it was before issue 15 (`json_stdlib`: the standard library) and
+    as it is (`json`: pysimdjson in, orjson out), timed side by side as `codec_suite` times,
+    for each named shape of float32 (`budget_s` each). Both decode the same request bytes and
+    must give back exactly the array sent; raises as `codec_suite`."""
+    out = {}
+    for name, shape in shapes.items():
+        array, specs = _sample(shape, budget_s, min_samples, seed)
+        request = rest_body({_INPUT: array}, columnar=False)
+        codecs = [
+            _Codec(
+                "json_stdlib",
+                request,
+                partial(_decode_json_stdlib, specs=specs),
+                _encode_json_stdlib,
+                _read_json_response,
+            ),
+            _Codec(
+                "json",
+                request,
+                partial(_decode_json, specs=specs),
+                _encode_json,
+                _read_json_response,
+            ),
+        ]
+        for codec in codecs:
+            _check_round_trip(codec, array)
+        out[name] = _time(codecs, array, budget_s, min_samples)
+    return out
+
+
+def _sample(
+    shape: tuple[int, ...], budget_s: float, min_samples: int, seed: int
+) -> tuple[np.ndarray, dict[str, TensorSpec]]:
     if not shape or min(shape) < 1:
         raise ValueError(f"shape must have a batch dimension and sizes >= 1, got {list(shape)}")
     if budget_s < 0 or min_samples < 1:
@@ -204,16 +279,18 @@ def codec_suite(
         )
     spec = TensorSpec(_INPUT, "float32", (None, *shape[1:]))
     array = build_payload([spec], batch_size=shape[0], seed=seed)[_INPUT]
-    codecs = _codecs(array)
-    for codec in codecs:
-        _check_round_trip(codec, array)
+    return array, {_INPUT: spec}
 
+
+def _time(
+    codecs: list[_Codec], array: np.ndarray, budget_s: float, min_samples: int
+) -> list[CodecTiming]:
     calls: dict[str, Callable[[], object]] = {}
     for c in codecs:
         calls[f"{c.encoding} decode"] = partial(c.decode, c.request)
         calls[f"{c.encoding} encode"] = partial(c.encode, array)
     with _gc_paused():
-        # One warm-up call: the round-trip check above already ran every path once.
+        # One warm-up call: the round-trip check already ran every path once.
         timings = interleave(calls, budget_s=budget_s, warmup=1, min_samples=min_samples)
     return [
         _codec_timing(c, timings[f"{c.encoding} decode"], timings[f"{c.encoding} encode"])

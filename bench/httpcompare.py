@@ -120,9 +120,15 @@ def _real_handlers(model: str | None, model_dir: str | None) -> tuple[Handle, Ha
     plane = DataPlane(registry)
 
     def stdlib_parse(body: bytes, max_depth: int) -> dict[str, Any]:
-        codec.json_depth(body)
-        request: dict[str, Any] = stdlib_json.loads(body)
-        return request
+        """parse_json_body as it was: the depth check, then the standard library."""
+        if body.strip() and codec.json_depth(body) <= max_depth:
+            try:
+                request = stdlib_json.loads(body)
+            except ValueError:
+                request = None
+            if isinstance(request, dict):
+                return request
+        return codec.parse_json_body(body, max_depth)  # its errors
 
     class Legacy(rest_api._Handler):
         def _predict(self, name: str, version: Any, body: bytes) -> bytes:
@@ -1056,11 +1062,19 @@ def compare(
         command += ["--model", model] if model else []
         command += ["--model-dir", str(model_dir)] if model_dir else []
         command += ["--noop"] if noop else []
-        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        log_path = os.path.join(tmp, "servers.log")  # what the servers say, probes included
+        with open(log_path, "wb") as log:
+            child = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT
+            )
         try:
             while not os.path.exists(ports_file):
                 if child.poll() is not None:
-                    raise RuntimeError(f"the servers' process exited with {child.returncode}")
+                    with open(log_path, errors="replace") as f:
+                        tail = f.read()[-3000:]
+                    raise RuntimeError(
+                        f"the servers' process exited with {child.returncode}:\n{tail}"
+                    )
                 time.sleep(0.1)
             with open(ports_file) as f:
                 ports = json.load(f)

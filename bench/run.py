@@ -74,7 +74,7 @@ class BenchSpec:
     cold_start: bool = True
     image: bool = True
     json_s: float = 4.0  # per shape, the REST JSON codec before and after issue 15
-    http_s: float = 6.0  # per measurement, every HTTP server interleaved (bench/httpcompare.py)
+    http_s: float = 4.0  # per measurement, every HTTP server interleaved (bench/httpcompare.py)
     http_servers: tuple[str, ...] = HTTP_SERVERS
     http_probes: bool = True
     http_clients: int = 16

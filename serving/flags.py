@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -438,18 +439,28 @@ class ServeFlags:
         except ModelLoadError as exc:
             stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_FAILED) from None
+        # Handlers first: a server answers gRPC while it still primes its REST threads, and a
+        # SIGTERM in that moment must drain it too, not kill it. A signal during start() is
+        # acted on once start() returns.
+        started = threading.Event()
+        asked = threading.Event()
+
+        def shutdown(signum: int, _frame: object) -> None:
+            stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+            asked.set()
+            if started.is_set():
+                server.stop()
+
+        signal.signal(signal.SIGINT, shutdown)
+        signal.signal(signal.SIGTERM, shutdown)
         try:
             server.start()
         except (OSError, RuntimeError) as exc:
             stderr.print(f"[red]cannot start the server:[/] {exc}")
             raise typer.Exit(EXIT_FAILED) from None
-
-        def shutdown(signum: int, _frame: object) -> None:
-            stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+        started.set()
+        if asked.is_set():
             server.stop()
-
-        signal.signal(signal.SIGINT, shutdown)
-        signal.signal(signal.SIGTERM, shutdown)
         registry = server.registry
         served = "; ".join(
             f"{name} v{','.join(str(s.version) for s in registry.available(name))} "

@@ -127,6 +127,8 @@ class ModelServer:
         self._rest: RestServer | None = None
         self._health: health.HealthServicer | None = None
         self._stopped = threading.Event()
+        self._stop_lock = threading.RLock()  # a second signal lands in the same thread
+        self._stopping = False
 
     def start(self) -> ModelServer:
         """Bind the ports (and socket) asked for and start serving; raises OSError if one is
@@ -231,6 +233,10 @@ class ModelServer:
         New requests get UNAVAILABLE from the moment draining starts (a status clients retry),
         health turns NOT_SERVING, and the transports close only once in-flight requests ended.
         """
+        with self._stop_lock:  # once: a signal may ask again while it runs
+            if self._stopping:
+                return
+            self._stopping = True
         started = time.monotonic()
         if self._health is not None:
             self._health.enter_graceful_shutdown()

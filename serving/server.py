@@ -167,10 +167,13 @@ class ModelServer:
             )
             self._rest = RestServer(opts.host, opts.rest_port, self.plane, rest_options)
             self.rest_port = self._rest.port
-        self._grpc.start()
         if self._rest is not None:
+            # Primed before gRPC opens: a client that sees the model AVAILABLE over gRPC must not
+            # race the REST threads' warm-up for the CPU (make bench's G5 measured a first
+            # request of 16 ms against 2 ms when they ran after).
             self._rest.start()
             self._rest.prime(self._warm_this_thread)
+        self._grpc.start()
         for service in ("", PREDICTION_SERVICE, MODEL_SERVICE):
             health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s: %s", ", ".join(self.registry.names()), self.describe())

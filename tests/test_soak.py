@@ -23,7 +23,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -36,6 +35,7 @@ from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.codec import array_to_proto
 from graphserve.core.processes import ServerProcess
 from graphserve.model.examples import mlp
+from tests.procstatus import proc_status
 
 pytestmark = pytest.mark.slow
 
@@ -87,15 +87,6 @@ def _cases() -> list[Case]:
         x = rng.standard_normal((batch, 784)).astype(np.float32)
         cases.append(Case(x, np.asarray(model(x))))
     return cases
-
-
-def _proc_status(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "Threads"):
-            fields[key] = int(value.split()[0])
-    return fields
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +306,7 @@ def soak(
             half = requests // 2
             _in_parallel(lambda: grpc_driver.drive(half), lambda: rest_driver.drive(half))
             time.sleep(0.2)  # let the last responses' buffers go back to the allocator
-            status = _proc_status(pid)
+            status = proc_status(pid)
             run.rss_kb.append(status["VmRSS"])
             run.threads.append(status["Threads"])
 

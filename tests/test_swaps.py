@@ -29,6 +29,7 @@ from graphserve.core.client import model_status
 from graphserve.core.codec import array_from_proto, array_to_proto
 from graphserve.core.processes import ServerProcess
 from graphserve.model.examples import mlp
+from tests.procstatus import proc_status
 
 pytestmark = pytest.mark.slow
 
@@ -42,15 +43,6 @@ SWAP_TIMEOUT_S = 30.0
 MAX_RSS_GROWTH_KB = 12 * 1024
 MAX_THREAD_GROWTH = 2
 NAME = "mlp"
-
-
-def _proc_status(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "Threads"):
-            fields[key] = int(value.split()[0])
-    return fields
 
 
 def _state(address: str, version: int) -> str:
@@ -145,7 +137,7 @@ def test_thirty_swaps_under_traffic_with_batching_leak_nothing(
                 shutil.rmtree(base / str(version - 1))
                 time.sleep(0.3)  # the retired version closes once its last request is done
                 if version - 1 >= WARMUP_SWAPS:
-                    status = _proc_status(pid)
+                    status = proc_status(pid)
                     threads.append(status["Threads"])
                     rss_kb.append(status["VmRSS"])
         print(

@@ -191,6 +191,20 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         None,
     ),
+    "rest_workers": (
+        Annotated[
+            int | None,
+            typer.Option(
+                "--rest-workers",
+                "--rest_api_num_threads",
+                min=1,
+                help="Threads running REST requests, at most; started as load needs them "
+                "(default: as many as --grpc-workers).",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
     "intra_op": (
         Annotated[
             int,
@@ -313,6 +327,7 @@ class ServeFlags:
     rest_max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_concurrent_rpcs: int | None = None
     grpc_workers: int | None = None
+    rest_workers: int | None = None
     intra_op: int = 0
     inter_op: int = 0
     log_format: str = "text"
@@ -411,6 +426,7 @@ class ServeFlags:
             grpc_port=grpc_port,
             rest_port=rest_port,
             grpc_workers=self.workers(),
+            rest_workers=self.rest_workers,
             max_message_bytes=self.max_message_bytes,
             max_json_depth=self.max_json_depth,
             rest_idle_timeout=self.rest_idle_timeout or None,

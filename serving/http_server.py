@@ -1,7 +1,7 @@
 """The REST front end's HTTP/1.1 transport: uvicorn (httptools parser, uvloop) in-process, in a
 thread of its own, in front of a blocking handler run on a pool of threads.
 
-    loop thread (uvloop)                          pool threads (`workers` of them)
+    loop thread (uvloop)                          pool threads (up to `workers`, as needed)
     accept · parse (httptools) · read the body    handler(Request) -> Response: the data plane,
     timeouts · connection cap · write the answer  which blocks (the model, batching queues)
 
@@ -32,6 +32,7 @@ does not do itself is added here, thinly, on its protocol class (`_Protocol`):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -50,6 +51,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from graphserve.core.defaults import (
     DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_GRPC_WORKERS,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -124,31 +126,73 @@ def error_body(message: str) -> bytes:
 
 class _Pool:
     """Threads that run blocking calls for one event loop and hand each result straight back to
-    it: one SimpleQueue put there, one call_soon_threadsafe back, without the concurrent Future
-    and the chaining that run_in_executor adds (about 40 µs of a keep-alive request)."""
+    it (a put to the thread, one call_soon_threadsafe back, without the concurrent Future and the
+    chaining that run_in_executor adds: about 40 µs of a keep-alive request).
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, threads: int, name: str) -> None:
+    The most recently idle thread takes the next call: its stack and caches are warm, and a few
+    threads serve any load that needs no more at once. A thread is started only for a call that
+    finds every one busy, up to `size` (with batching, enough to fill the batches), and first
+    runs `prepare` (the warm-up the started ones got from `prime`); the call waits for whichever
+    thread frees first, that one or a busy one."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, size: int, name: str, *, started: int
+    ) -> None:
         self.loop = loop
-        self.tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
-            for i in range(threads)
-        ]
-        for thread in self.threads:
-            thread.start()
+        self.size = size
+        self.name = name
+        self.prepare: Callable[[], object] | None = None
+        self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Any]] = []  # each idle thread's inbox, last idle last
+        self._pending: collections.deque[Any] = collections.deque()
+        self._starting = 0
+        self._closed = False
+        with self._lock:
+            for _ in range(min(started, size)):
+                self._start_thread()
 
     def run(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
         future = self.loop.create_future()
-        self.tasks.put((future, fn, args))
+        task = (future, fn, args)
+        with self._lock:
+            if not self._idle:
+                self._pending.append(task)
+                if self._starting < len(self._pending) and len(self.threads) < self.size:
+                    self._start_thread()
+                return future
+            inbox = self._idle.pop()
+        inbox.put(task)
         return future
 
     def close(self) -> None:
-        for _ in self.threads:
-            self.tasks.put(None)
+        """Each thread ends once the calls already given are done."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
+
+    def _start_thread(self) -> None:  # under the lock
+        self._starting += 1
+        thread = threading.Thread(
+            target=self._work, name=f"{self.name}-{len(self.threads)}", daemon=True
+        )
+        self.threads.append(thread)
+        thread.start()
 
     def _work(self) -> None:
+        prepare = self.prepare
+        if prepare is not None:
+            try:
+                prepare()
+            except Exception:  # the calls themselves will show what is wrong, if anything
+                log.exception("preparing REST thread %s failed", threading.current_thread().name)
+        with self._lock:
+            self._starting -= 1
+        inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         call_soon = self.loop.call_soon_threadsafe
-        while (task := self.tasks.get()) is not None:
+        while (task := self._next(inbox)) is not None:
             future, fn, args = task
             settle: Callable[[asyncio.Future[Any], Any], None]
             try:
@@ -157,6 +201,15 @@ class _Pool:
                 settle, outcome = _set_exception, exc
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
                 call_soon(settle, future, outcome)
+
+    def _next(self, inbox: queue.SimpleQueue[Any]) -> Any:
+        with self._lock:
+            if self._pending:
+                return self._pending.popleft()
+            if self._closed:
+                return None
+            self._idle.append(inbox)
+        return inbox.get()
 
 
 def _set_result(future: asyncio.Future[Any], result: Any) -> None:
@@ -464,7 +517,8 @@ async def _answer(send: Any, response: Response) -> None:
 
 class HttpServer:
     """`handler` served over HTTP/1.1 on host:port (0: a free port), from `start()` until
-    `stop()`. The handler runs on one of `workers` threads; everything else on one event loop."""
+    `stop()`. The handler runs on one of up to `workers` threads (`started` of them at once, the
+    rest as load needs them); everything else on one event loop."""
 
     def __init__(
         self,
@@ -474,12 +528,14 @@ class HttpServer:
         limits: TransportLimits,
         *,
         workers: int,
+        started: int = DEFAULT_GRPC_WORKERS,
         name: str = "rest",
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.limits = limits
         self.workers = workers
+        self.started = started
         self.name = name
         self._app = _App(handler)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -501,7 +557,7 @@ class HttpServer:
     def start(self) -> HttpServer:
         """Serve in background threads; returns once the port accepts connections."""
         loop = self._loop = uvloop.new_event_loop()
-        self._app.pool = _Pool(loop, self.workers, self.name)
+        self._app.pool = _Pool(loop, self.workers, self.name, started=self.started)
         protocol = partial(_Protocol, limits=self.limits)
         config = uvicorn.Config(
             self._app,
@@ -540,10 +596,12 @@ class HttpServer:
 
     def prime(self, work: Callable[[], object], timeout: float = 30.0) -> None:
         """Run `work` once on every pool thread (each waits for the others, so every thread gets
-        one), e.g. to set up per-thread state before the first request."""
+        one), and on each thread started later before its first request: e.g. to set up
+        per-thread state."""
         pool = self._app.pool
         if pool is None:
             raise RuntimeError("prime() needs a started server")
+        pool.prepare = work
         barrier = threading.Barrier(len(pool.threads), timeout=timeout)
 
         def each() -> None:

@@ -134,7 +134,8 @@ class RestOptions:
     body_timeout     from the end of the headers to the end of the body (408, closed)
     max_connections  connections open at once; one past it is answered 503 and closed, those
                      within it are served as usual
-    workers          threads that run requests (the model, batching queues); the connections
+    workers          threads that run requests (the model, batching queues), at most: a few
+                     start at once, the rest as load needs them; the connections
                      themselves wait on one event loop and take no thread while idle
     """
 

@@ -76,6 +76,7 @@ class ServerOptions:
     grpc_port: int | None = 8500
     rest_port: int | None = 8501
     grpc_workers: int = DEFAULT_GRPC_WORKERS
+    rest_workers: int | None = None  # at most, started as needed; None: as many as gRPC's
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_concurrent_rpcs: int | None = None  # gRPC calls in progress or waiting; None: no limit
@@ -163,7 +164,7 @@ class ModelServer:
                 header_timeout=opts.rest_header_timeout,
                 body_timeout=opts.rest_body_timeout,
                 max_connections=opts.rest_max_connections,
-                workers=opts.grpc_workers,  # the same threads for the same work
+                workers=opts.rest_workers or opts.grpc_workers,  # the same work as gRPC's
             )
             self._rest = RestServer(opts.host, opts.rest_port, self.plane, rest_options)
             self.rest_port = self._rest.port

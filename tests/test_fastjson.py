@@ -10,8 +10,12 @@ reads every body exactly as the standard library's path does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -47,6 +51,21 @@ def _both(body: bytes, specs: dict[str, TensorSpec]) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
+@contextlib.contextmanager
+def _proved_by(proof: str) -> Iterator[None]:
+    """Arrays proved rectangular by their lengths (small ones, as served) or by a scan of the
+    text (large ones; here every one)."""
+    kept = fastjson.MEASURED_ARRAYS
+    fastjson.MEASURED_ARRAYS = kept if proof == "lengths" else 0
+    try:
+        yield
+    finally:
+        fastjson.MEASURED_ARRAYS = kept
+
+
+_PROOFS = pytest.mark.parametrize("proof", ["lengths", "scan"])
+
+
 def _same(fast: Any, slow: Any) -> None:
     if isinstance(slow, str) or isinstance(fast, str):
         assert fast == slow
@@ -78,6 +97,33 @@ def test_decimals_decode_as_the_nearest_double_cast_to_float32() -> None:
     np.testing.assert_array_equal(got64, doubles)
     # TF Serving: static_cast<float>(GetDouble())
     np.testing.assert_array_equal(got32, doubles.astype(np.float32))
+
+
+def _innermost(nested: list[Any]) -> list[list[Any]]:
+    if not isinstance(nested[0][0], list):
+        return nested
+    return [inner for item in nested for inner in _innermost(item)]
+
+
+@_PROOFS
+@pytest.mark.parametrize("shape", [(3,), (3, 3), (1, 4, 4, 3), (2, 1, 1, 1, 2)])
+def test_rectangular_arrays_are_read_fast_and_ragged_ones_are_left_to_the_slow_path(
+    shape: tuple[int, ...], proof: str
+) -> None:
+    values = RNG.standard_normal(shape).round(3)
+    body = json.dumps({"inputs": {"a": values.tolist(), "b": [[1, 2]]}}).encode()
+    with _proved_by(proof):
+        read = fastjson.read_predict_body(body, 100)
+        assert read is not None
+        np.testing.assert_array_equal(read["inputs"]["a"], values)
+        # one number moved from the last innermost array to the second: the first arrays, and
+        # so the shape they imply, and the count of numbers stay as they were
+        ragged = values.tolist()
+        innermost = [ragged] if len(shape) == 1 else _innermost(ragged)
+        if len(innermost) >= 3:
+            innermost[1].append(innermost[-1].pop())
+            body = json.dumps({"inputs": {"a": ragged, "b": [[1, 2]]}}).encode()
+            assert fastjson.read_predict_body(body, 100) is None
 
 
 def test_a_float_past_float32s_range_is_refused_by_both_paths() -> None:
@@ -112,11 +158,18 @@ def test_a_float_past_float32s_range_is_refused_by_both_paths() -> None:
         b'{"instances": [[1, 2]], "inputs": [[1, 2]]}',
         b'{"signature_name": 5, "instances": [[1, 2]]}',
         b' \n{ "instances" :\t[ [ 1 , 2 ] ] } \n',
+        b'{"instances": [[[1, 2], [3]], [[4, 5, 6], [7, 8]]]}',  # ragged inside, as many as 2x2x2
+        b'{"instances": [[1, 2], [[], 3]]}',
+        b'{"inputs": {"x": [[1, 2], [3, 4]], "y": [[1, 2], [3, [4]]]}}',
     ],
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "bool", "string"])
-def test_the_fast_path_reads_every_body_as_the_slow_path(body: bytes, dtype: str) -> None:
-    fast, slow = _both(body, _spec(dtype))
+@_PROOFS
+def test_the_fast_path_reads_every_body_as_the_slow_path(
+    body: bytes, dtype: str, proof: str
+) -> None:
+    with _proved_by(proof):
+        fast, slow = _both(body, _spec(dtype))
     _same(fast, slow)
 
 
@@ -135,9 +188,11 @@ _nested = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(value=_nested, dtype=st.sampled_from(["float32", "float64", "int32", "int64", "uint8"]))
-def test_any_nested_list_reads_alike_on_both_paths(value: Any, dtype: str) -> None:
+@_PROOFS
+def test_any_nested_list_reads_alike_on_both_paths(value: Any, dtype: str, proof: str) -> None:
     body = json.dumps({"instances": value}).encode()
-    fast, slow = _both(body, {"x": TensorSpec("x", dtype, None)})
+    with _proved_by(proof):
+        fast, slow = _both(body, {"x": TensorSpec("x", dtype, None)})
     _same(fast, slow)
 
 
@@ -220,3 +275,32 @@ def test_rows_of_several_outputs_and_scalars() -> None:
     assert json.loads(encode_json_response(big_endian, row_format=False)) == {
         "outputs": [1.5, 2.05]
     }
+
+
+def test_threads_reading_at_once_each_get_their_own_body() -> None:
+    """Parsers are shared by every thread, one at a time each."""
+    bodies = [
+        json.dumps({"instances": RNG.standard_normal((8, 50)).round(4).tolist()}).encode()
+        for _ in range(6)
+    ]
+    expected = [np.array(json.loads(body)["instances"]) for body in bodies]
+    wrong: list[int] = []
+
+    def read(i: int) -> None:
+        for _ in range(200):
+            got = fastjson.read_predict_body(bodies[i], 100)
+            if got is None or not np.array_equal(got["instances"], expected[i]):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(bodies))]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, inside reads too
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not wrong
+    assert len(fastjson._idle) <= fastjson._KEPT_PARSERS

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from graphserve.serving.dataplane import DataPlane
+from graphserve.serving.http_server import HttpServer, Request, Response, TransportLimits
 from graphserve.serving.registry import ModelRegistry
 from graphserve.serving.rest_api import RestOptions, RestServer
 
@@ -264,3 +265,76 @@ def test_the_port_is_bound_before_start(plane: DataPlane) -> None:
             RestServer("127.0.0.1", server.port, plane, RestOptions())
     finally:
         server.stop()
+
+
+# -- the threads that run requests ------------------------------------------------------------
+
+
+@contextmanager
+def http_server(handler: Any, workers: int, started: int) -> Iterator[HttpServer]:
+    limits = TransportLimits(1 << 20, 30.0, 10.0, 60.0, None)
+    server = HttpServer("127.0.0.1", 0, handler, limits, workers=workers, started=started).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _thread_name(request: Request) -> Response:
+    delay = float(request.body or b"0")
+    time.sleep(delay)
+    return Response(200, json.dumps(threading.current_thread().name).encode())
+
+
+def _post(port: int, body: bytes) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/", body)
+        reply = conn.getresponse()
+        assert reply.status == 200
+        return json.loads(reply.read())
+    finally:
+        conn.close()
+
+
+def test_one_request_at_a_time_runs_on_the_last_thread_used_and_starts_no_other() -> None:
+    with http_server(_thread_name, workers=8, started=3) as server:
+        names = {_post(server.port, b"0") for _ in range(30)}
+        assert len(names) == 1  # the warmest thread, every time (FIFO would take all three)
+        assert len(server._app.pool.threads) == 3
+
+
+def test_threads_start_as_load_needs_them_up_to_workers() -> None:
+    """Six requests of 0.3 s at once on a pool of at most four, two started: four threads run
+    them, none waits for one that will never come, and no fifth is started."""
+    with http_server(_thread_name, workers=4, started=2) as server:
+        results: list[Any] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(_post(server.port, b"0.3")))
+            for _ in range(6)
+        ]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(10)
+        assert len(results) == 6
+        assert len(set(results)) == 4
+        assert len(server._app.pool.threads) == 4
+
+
+def test_a_thread_started_later_is_primed_before_its_first_request() -> None:
+    primed: list[str] = []
+    with http_server(_thread_name, workers=3, started=1) as server:
+        server.prime(lambda: primed.append(threading.current_thread().name))
+        assert primed == ["rest-0"]
+        results: list[Any] = []
+        clients = [
+            threading.Thread(target=lambda: results.append(_post(server.port, b"0.3")))
+            for _ in range(3)
+        ]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(10)
+        assert sorted(results) == ["rest-0", "rest-1", "rest-2"]
+        assert sorted(primed) == ["rest-0", "rest-1", "rest-2"]

@@ -199,6 +199,7 @@ def test_tfserving_flags_reach_the_server_options(
             "--grpc_channel_arguments=grpc.max_connection_age_ms=2000,grpc.primary_user_agent=x",
             "--rest-idle-timeout=5",
             "--rest-max-connections=0",
+            "--rest_api_num_threads=6",
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output + result.stderr
@@ -208,6 +209,7 @@ def test_tfserving_flags_reach_the_server_options(
     assert options.grpc_socket_path == str(tmp_path / "gs.sock")
     assert options.rest_timeout_ms == 2500
     assert options.method_name_check is True
+    assert options.rest_workers == 6
     assert (options.rest_idle_timeout, options.rest_max_connections) == (5.0, None)
     assert (options.rest_header_timeout, options.rest_body_timeout) == (10.0, 60.0)  # defaults
     assert options.grpc_arguments == (
@@ -220,7 +222,7 @@ def test_tfserving_flags_reach_the_server_options(
     ("flag", "message"),
     [
         ("--prefer_tflite_model=true", "unknown flag --prefer_tflite_model"),
-        ("--rest_api_num_threads", "unknown flag --rest_api_num_threads"),
+        ("--rest_api_enable_cors_support", "unknown flag --rest_api_enable_cors_support"),
         ("--enable_batching=maybe", "--enable_batching takes true or false, not 'maybe'"),
         ("--grpc_channel_arguments=grpc.max_receive_message_length=9", "--max-message-bytes"),
     ],

@@ -17,8 +17,10 @@ core.codec, which keeps them too:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
-import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,10 @@ __all__ = ["dump", "orjson_value", "read_predict_body"]
 _TENSOR_KEYS = ("instances", "inputs")
 _STRUCTURE = b"[]{},:"
 _NOT_STRUCTURE = bytes(sorted(set(range(256)) - set(_STRUCTURE)))
+_OPEN = ord("[")
+# An array with at most this many arrays in it (itself included) is proved rectangular by their
+# lengths (about 0.2 µs each); a larger one by a scan of the text (about 1 ns a byte).
+MEASURED_ARRAYS = 1024
 _WRITABLE_KINDS = "biuf"  # bool, int, uint, float: what orjson writes from a numpy array
 
 
@@ -67,45 +73,63 @@ def read_predict_body(body: bytes, max_depth: int) -> dict[str, Any] | None:
     or nesting past `max_depth`. What it returns is what the ordinary path would give, with
     numpy arrays in place of the lists.
     """
-    try:
-        document = _parse(body)
-    except Exception:  # ValueError, RuntimeError (BIGINT_ERROR), ...: the slow path words it
-        return None
-    if not isinstance(document, simdjson.Object):
-        return None
-    read = _Reader(max_depth)
-    result = read.object(document, top=True)
+    with _parser(len(body)) as parser:
+        try:
+            document = _parse(parser, body)
+        except Exception:  # ValueError, RuntimeError (BIGINT_ERROR), ...: the slow path words it
+            return None
+        read = _Reader(max_depth)
+        result = read.object(document, top=True) if isinstance(document, simdjson.Object) else None
+        del document  # (its proxies hold the parser)
     if result is None or read.depth > max_depth:
         return None
-    # simdjson flattens a ragged array as readily as a rectangular one: the brackets, commas and
-    # colons of the text must be exactly those of the values read, rectangular arrays included.
-    if body.translate(None, _NOT_STRUCTURE) != b"".join(read.structure):
+    # simdjson flattens a ragged array as readily as a rectangular one. Each array was either
+    # measured (every sub-array's length; then no array may hide among the numbers, so the text
+    # has exactly as many `[` as the arrays counted), or is too large to measure in Python:
+    # then the brackets, commas and colons of the text must be exactly those of the values read.
+    if read.large:
+        if body.translate(None, _NOT_STRUCTURE) != b"".join(read.structure):
+            return None
+    elif np.count_nonzero(np.frombuffer(body, np.uint8) == _OPEN) != read.arrays:
         return None
     return result
 
 
-_REUSE_BELOW = 4 * 1024 * 1024  # bodies up to this size reuse their thread's parser
-_local = threading.local()
+_REUSE_BELOW = 4 * 1024 * 1024  # bodies up to this size are parsed by a kept parser
+_KEPT_PARSERS = 4
+_idle: list[simdjson.Parser] = []  # kept parsers not in use, the most recently used last
 
 
-def _parse(body: bytes) -> Any:
-    """`body` parsed by simdjson. Each thread keeps a parser for bodies up to _REUSE_BELOW (a
-    parser is not thread-safe, and keeps the buffers its largest document needed): a fresh
-    parser's buffers fault their pages in on every parse, which doubled the time of a 1.7 MB
-    image. A larger body gets a parser of its own, freed after it."""
-    if len(body) > _REUSE_BELOW:
-        return simdjson.Parser().parse(body)
-    parser: simdjson.Parser | None = getattr(_local, "parser", None)
-    if parser is None:
-        parser = _local.parser = simdjson.Parser()
+@contextlib.contextmanager
+def _parser(size: int) -> Iterator[simdjson.Parser]:
+    """A parser for a body of `size` bytes. A parser is not thread-safe, and keeps the buffers
+    its largest document needed: a fresh one faults their pages in on every parse, which
+    doubled the time of a 1.7 MB image. So up to _KEPT_PARSERS are kept, shared by every thread
+    and handed out the most recently used first (warm in the cache; reads hold the GIL, so two
+    or three serve any number of threads). A body past _REUSE_BELOW gets a parser of its own,
+    freed after it. The caller must let go of every value of its document before leaving."""
+    if size > _REUSE_BELOW:
+        yield simdjson.Parser()
+        return
+    try:
+        parser = _idle.pop()  # (list.pop and append are atomic under the GIL)
+    except IndexError:
+        parser = simdjson.Parser()
+    try:
+        yield parser
+    finally:
+        if len(_idle) < _KEPT_PARSERS:
+            _idle.append(parser)
+
+
+def _parse(parser: simdjson.Parser, body: bytes) -> Any:
     try:
         return parser.parse(body)
     except RuntimeError as exc:
         if "re-use a parser" not in str(exc):
             raise
-        # something still holds a value of this thread's last document: a new parser
-        _local.parser = simdjson.Parser()
-        return _local.parser.parse(body)
+        # something still holds a value of this parser's last document: parse with a new one
+        return simdjson.Parser().parse(body)
 
 
 class _Reader:
@@ -113,6 +137,8 @@ class _Reader:
         self.max_depth = max_depth
         self.structure: list[bytes] = []  # the text's structural bytes, as the values imply
         self.depth = 0
+        self.arrays = 0  # arrays measured, for the count of `[` in the text
+        self.large = False  # an array too large to measure: the text's structure is compared
 
     def object(self, value: simdjson.Object, top: bool, level: int = 1) -> dict[str, Any] | None:
         self.depth = max(self.depth, level)
@@ -159,7 +185,14 @@ class _Reader:
         flat = _numbers(value, floats=isinstance(first, float))
         if flat is None or flat.size != math.prod(shape):
             return None
-        self.structure.append(_rectangular(shape))
+        self.structure.append(_rectangular(tuple(shape)))
+        arrays = sum(math.prod(shape[:depth]) for depth in range(len(shape)))
+        if arrays > MEASURED_ARRAYS:
+            self.large = True
+        elif _measure(value, shape):
+            self.arrays += arrays
+        else:
+            return None
         return flat.reshape(shape)
 
 
@@ -180,7 +213,20 @@ def _numbers(value: simdjson.Array, floats: bool) -> np.ndarray | None:
         return None
 
 
-def _rectangular(shape: list[int]) -> bytes:
+def _measure(value: simdjson.Array, shape: list[int]) -> bool:
+    """Every array of `value` down to the innermost has its length in `shape`. (Whether the
+    innermost hold numbers only is for the count of `[` to tell.)"""
+    level: list[Any] = [value]
+    for depth, size in enumerate(shape):
+        if not all(isinstance(array, simdjson.Array) and len(array) == size for array in level):
+            return False
+        if depth + 1 < len(shape):
+            level = [item for array in level for item in array]
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _rectangular(shape: tuple[int, ...]) -> bytes:
     """The brackets and commas of a rectangular array of `shape`."""
     inner = b"[" + b"," * (shape[-1] - 1) + b"]"
     for size in reversed(shape[:-1]):

@@ -297,6 +297,19 @@ def _post(port: int, body: bytes) -> Any:
         conn.close()
 
 
+def _at_once(port: int, clients: int, body: bytes) -> list[Any]:
+    """What `clients` requests sent at once answered."""
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(_post(port, body))) for _ in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return results
+
+
 def test_one_request_at_a_time_runs_on_the_last_thread_used_and_starts_no_other() -> None:
     with http_server(_thread_name, workers=8, started=3) as server:
         names = {_post(server.port, b"0") for _ in range(30)}
@@ -308,15 +321,7 @@ def test_threads_start_as_load_needs_them_up_to_workers() -> None:
     """Six requests of 0.3 s at once on a pool of at most four, two started: four threads run
     them, none waits for one that will never come, and no fifth is started."""
     with http_server(_thread_name, workers=4, started=2) as server:
-        results: list[Any] = []
-        clients = [
-            threading.Thread(target=lambda: results.append(_post(server.port, b"0.3")))
-            for _ in range(6)
-        ]
-        for client in clients:
-            client.start()
-        for client in clients:
-            client.join(10)
+        results = _at_once(server.port, 6, b"0.3")
         assert len(results) == 6
         assert len(set(results)) == 4
         assert len(server._app.pool.threads) == 4
@@ -327,14 +332,6 @@ def test_a_thread_started_later_is_primed_before_its_first_request() -> None:
     with http_server(_thread_name, workers=3, started=1) as server:
         server.prime(lambda: primed.append(threading.current_thread().name))
         assert primed == ["rest-0"]
-        results: list[Any] = []
-        clients = [
-            threading.Thread(target=lambda: results.append(_post(server.port, b"0.3")))
-            for _ in range(3)
-        ]
-        for client in clients:
-            client.start()
-        for client in clients:
-            client.join(10)
+        results = _at_once(server.port, 3, b"0.3")
         assert sorted(results) == ["rest-0", "rest-1", "rest-2"]
         assert sorted(primed) == ["rest-0", "rest-1", "rest-2"]

@@ -62,11 +62,21 @@ class PeerProcess(ServerProcess):
     """`python -m bench.peer` as a child process; ready when GET /health answers 200."""
 
     def __init__(self, source: str, model_name: str, log_path: Path, port: int = 0) -> None:
-        port = port or free_port()
-        address = f"127.0.0.1:{port}"
-        super().__init__([], address, model_name, log_path, rest_address=address)
-        self.args = [sys.executable, "-m", "bench.peer", source, "--port", str(port)]
-        self.args += ["--model-name", model_name]
+        super().__init__([], "", model_name, log_path)
+        self._base_args = [sys.executable, "-m", "bench.peer", source]
+        self._base_args += ["--model-name", model_name]
+        if port:
+            self._listen_on(port)
+        else:  # picked again if taken before the child binds it (see ServerProcess.start)
+            self._picked_on = "127.0.0.1"
+            self._pick_ports()
+
+    def _pick_ports(self) -> None:
+        self._listen_on(free_port())
+
+    def _listen_on(self, port: int) -> None:
+        self.args = [*self._base_args, "--port", str(port)]
+        self.grpc_address = self.rest_address = f"127.0.0.1:{port}"
 
     @property
     def address(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from savedmodels import write_tf1_multi_signature  # pytest puts tests/ on sys.p
 from typer.testing import CliRunner
 
 from graphserve.cli import app
-from graphserve.core import client
+from graphserve.core import client, processes
 from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.codec import array_from_proto
 from graphserve.core.processes import ServerProcess
@@ -157,3 +158,32 @@ def test_serve_null_reports_a_base_path_without_versions(tmp_path: Path) -> None
     )
     assert result.exit_code == 1
     assert "model 'm' has no servable version" in result.stderr
+
+
+def test_a_port_taken_between_the_pick_and_the_bind_is_picked_again(
+    mlp_export, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ports are picked free seconds before the child binds them; a socket that takes one in
+    between (CI saw an outgoing connection do it) makes the child exit, and start() picks
+    again instead of failing the run."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    picks = [port]
+    real_free_port = processes.free_port
+    monkeypatch.setattr(
+        processes,
+        "free_port",
+        lambda host="127.0.0.1": picks.pop() if picks else real_free_port(host),
+    )
+    server = ServerProcess.on_free_ports(
+        ["null", "--model-base-path", str(mlp_export.model_dir), "--model-name", "mlp"],
+        "mlp",
+        log_path=tmp_path / "server.log",
+    )
+    assert server.grpc_address == f"127.0.0.1:{port}"
+    with taken, server:
+        assert server.grpc_address != f"127.0.0.1:{port}"
+        assert _predict(server.grpc_address, X).outputs["logits"].tensor_shape.dim[0].size == 3
+    assert server.stop() == 0, server.log_tail()

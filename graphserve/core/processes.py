@@ -24,6 +24,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
+
 # The server kinds a load test or benchmark starts: kind -> `graphserve serve` arguments before
 # the common ones ({base} is the model base path, {source} the Python model source).
 SERVER_KINDS: dict[str, tuple[str, ...]] = {
@@ -45,6 +46,13 @@ def serve_args(kind: str, base: Path | str, source: str | None) -> list[str]:
     return [part.format(base=base, source=source) for part in SERVER_KINDS[kind]]
 
 
+_BIND_ATTEMPTS = 3
+_ADDRESS_IN_USE = "ddress already in use"  # gRPC's "Address", the OS's "[Errno 98] Address"
+
+
+class _AddressInUse(Exception):
+    """The child exited because a port it was given was taken."""
+
 
 class ServerProcess:
     """`graphserve serve ...` in a child process, its output to `log_path`."""
@@ -64,26 +72,51 @@ class ServerProcess:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_s: float | None = None  # from just before Popen to the first AVAILABLE
+        # Set by on_free_ports: the host whose ports were picked, so a port taken by another
+        # process between the pick and the child's bind can be picked again.
+        self._picked_on: str | None = None
+        self._base_args = self.args
 
     @classmethod
     def on_free_ports(
         cls, args: Sequence[str], model_name: str, log_path: Path, host: str = "127.0.0.1"
     ) -> ServerProcess:
-        """`graphserve serve *args --grpc-port G --rest-port R` on two ports free on `host`."""
+        """`graphserve serve *args --grpc-port G --rest-port R` on two ports free on `host`.
+
+        A port is free when picked, not when the child binds it seconds later (after importing
+        TensorFlow): any socket, an outgoing connection's too, may take it in between. `start`
+        picks again and restarts when the child exits because an address was in use."""
+        process = cls(args, grpc_address="", model_name=model_name, log_path=log_path)
+        process._picked_on = host
+        process._pick_ports()
+        return process
+
+    def _pick_ports(self) -> None:
+        host = self._picked_on
+        assert host is not None
         grpc_port, rest_port = free_port(host), free_port(host)
-        return cls(
-            [*args, "--grpc-port", str(grpc_port), "--rest-port", str(rest_port)],
-            grpc_address=f"{host}:{grpc_port}",
-            model_name=model_name,
-            log_path=log_path,
-            rest_address=f"{host}:{rest_port}",
-        )
+        self.args = [*self._base_args, "--grpc-port", str(grpc_port), "--rest-port", str(rest_port)]
+        self.grpc_address = f"{host}:{grpc_port}"
+        self.rest_address = f"{host}:{rest_port}"
 
     def start(self, timeout: float = 180.0, poll_s: float = 0.25) -> ServerProcess:
         """Start and block until `is_ready()` (GetModelStatus reports AVAILABLE; asked every
         `poll_s` s), then set `ready_s`; raises RuntimeError with the log tail if the process
         exits or is not ready within `timeout` s, and before starting when a server already
-        answers at its address."""
+        answers at its address. Ports picked by `on_free_ports` and taken before the child
+        bound them are picked again, up to `_BIND_ATTEMPTS` times."""
+        for attempt in range(1, _BIND_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout, poll_s)
+            except _AddressInUse:
+                if self._picked_on is None or attempt == _BIND_ATTEMPTS:
+                    raise RuntimeError(
+                        f"server exited: an address was in use:\n{self.log_tail()}"
+                    ) from None
+                self._pick_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float, poll_s: float) -> ServerProcess:
         # One call before the clock starts: it imports gRPC and the stubs, and finds a server
         # already answering there (a port clash), which would make the child look ready at once.
         if self.is_ready():
@@ -97,6 +130,8 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if _ADDRESS_IN_USE in self.log_tail():
+                    raise _AddressInUse
                 raise RuntimeError(
                     f"server exited with code {self.process.returncode}:\n{self.log_tail()}"
                 )

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphserve.core.errors import GraphserveError, ModelLoadError
+from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import load_version
 from graphserve.serving.runner import Runner
@@ -40,25 +41,39 @@ __all__ = ["ModelManager", "load_version", "retire"]
 
 log = logging.getLogger("graphserve.manager")
 
-def retire(servable: Servable, say_every: float = 30.0) -> threading.Thread:
+
+def retire(servable: Servable, say_every: float = 30.0, free: bool = True) -> threading.Thread:
     """Close `servable`'s runner once its last request has finished, in a daemon thread (the
-    manager's pass goes on). TF Serving waits for the last handle the same way."""
-
-    def close() -> None:
-        while not servable.lease.wait_idle(say_every):
-            log.warning(
-                "%s: version %d is unloaded but still has %d requests in flight",
-                servable.name, servable.version, servable.lease.count,
-            )
-        try:
-            servable.runner.close()
-        except Exception:
-            log.exception("%s: closing version %d failed", servable.name, servable.version)
-        log.info("%s: version %d closed", servable.name, servable.version)
-
-    thread = threading.Thread(target=close, name=f"retire-{servable.name}", daemon=True)
+    manager's pass goes on), then, with `free`, collect what it held (serving.heap). TF Serving
+    waits for the last handle the same way."""
+    held: list[object] = [servable]  # emptied by the thread before it collects
+    thread = threading.Thread(
+        target=_close, args=(held, say_every, free), name=f"retire-{servable.name}", daemon=True
+    )
     thread.start()
     return thread
+
+
+def _close(held: list[object], say_every: float, free: bool) -> None:
+    servable = held[0]
+    assert isinstance(servable, Servable)
+    while not servable.lease.wait_idle(say_every):
+        log.warning(
+            "%s: version %d is unloaded but still has %d requests in flight",
+            servable.name,
+            servable.version,
+            servable.lease.count,
+        )
+    try:
+        servable.runner.close()
+    except Exception:
+        log.exception("%s: closing version %d failed", servable.name, servable.version)
+    log.info("%s: version %d closed", servable.name, servable.version)
+    del servable
+    if free:
+        heap.release(held)
+    else:
+        held.clear()
 
 
 def _load_error(exc: Exception, path: Path | None) -> str:
@@ -186,8 +201,8 @@ class ModelManager:
         (up to `timeout` s each): what a server that stops does."""
         self.stop()
         with self._sync_lock:
-            threads = [
-                self._unload(name, servable.version, "")
+            threads = [  # (a server that stops has no heap to keep small)
+                self._unload(name, servable.version, "", free=False)
                 for name in self.source.names()
                 for servable in self.registry.available(name)
             ]
@@ -221,13 +236,15 @@ class ModelManager:
                 self._report_serving(name, version, problem)
         self.registry.set_labels(name, self.source.labels(name))
 
-    def _unload(self, name: str, version: int, problem: str) -> threading.Thread | None:
+    def _unload(
+        self, name: str, version: int, problem: str, free: bool = True
+    ) -> threading.Thread | None:
         """Take a version out of the map (new requests no longer reach it) and retire it."""
         self.registry.set_status(name, version, "UNLOADING", problem)
         removed = self.registry.remove(name, version, problem)
         self._loaded.pop((name, version), None)
         self._paths.pop((name, version), None)
-        return retire(removed) if removed is not None else None
+        return retire(removed, free=free) if removed is not None else None
 
     def _reload_changed(self, name: str) -> None:
         """Load again each loaded version whose files changed since it was loaded (unless those

@@ -6,7 +6,6 @@ The graph server and the eager server are this same class; only the registry's r
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from graphserve.core.defaults import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_JSON_DEPTH,
 )
+from graphserve.serving import heap
 from graphserve.serving.dataplane import DataPlane
 from graphserve.serving.grpc_api import UndecodableRequests, add_services
 from graphserve.serving.metrics import ServingMetrics
@@ -119,9 +119,7 @@ class ModelServer:
             if self.options.metrics_path
             else None
         )
-        self.plane = DataPlane(
-            registry, metrics, method_name_check=self.options.method_name_check
-        )
+        self.plane = DataPlane(registry, metrics, method_name_check=self.options.method_name_check)
         self.grpc_port = 0
         self.rest_port = 0
         self._grpc: grpc.Server | None = None
@@ -141,10 +139,7 @@ class ModelServer:
         ]
         workers = futures.ThreadPoolExecutor(opts.grpc_workers, thread_name_prefix="grpc")
         prime_threads(workers, opts.grpc_workers, self._warm_this_thread)
-        # TensorFlow and the models leave millions of long-lived objects; frozen, the collector
-        # stops walking them, so no request pays for a full collection over all of them.
-        gc.collect()
-        gc.freeze()
+        heap.freeze()
         self._grpc = grpc.server(
             workers,
             interceptors=[UndecodableRequests()],

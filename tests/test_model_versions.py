@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -236,6 +237,32 @@ def test_new_version_swaps_in_under_traffic_with_no_failed_request(tmp_path: Pat
     assert traffic.failures == []
     # A policy unload: END without an error.
     assert _status(server, "affine") == {1: ("END", ""), 2: ("AVAILABLE", "")}
+
+
+def test_a_retired_version_is_freed_whether_it_was_loaded_before_the_server_started_or_after(
+    tmp_path: Path, serve
+) -> None:
+    """A loaded model holds reference cycles, so only a collection frees an unloaded version,
+    and none frees one frozen with the heap when the server started (serving.heap). The CLI
+    server grew by 0.3 MB a swap before retiring collected."""
+    base = tmp_path / "models"
+    _export(base)
+    manager = ModelManager(ModelRegistry(), [ModelConfig("affine", base / "affine")]).start()
+    server = serve(manager)  # freezes the heap, version 1 in it
+
+    def loaded(version: int) -> weakref.ref[Any]:
+        servable = next(s for s in manager.registry.available("affine") if s.version == version)
+        return weakref.ref(servable.runner._graph)  # type: ignore[attr-defined]
+
+    models = {1: loaded(1)}
+    for version in (2, 3):
+        _export(base)
+        manager.sync()
+        models[version] = loaded(version)
+        retired = models[version - 1]
+        _wait_for(lambda: retired() is None, f"version {version - 1} to be freed")  # noqa: B023
+    assert _status(server, "affine") == {1: ("END", ""), 2: ("END", ""), 3: ("AVAILABLE", "")}
+    assert _predict(server, "affine").model_spec.version.value == 3
 
 
 def _garbage_saved_model(version: Path) -> None:

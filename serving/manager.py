@@ -114,6 +114,8 @@ class ModelManager:
         self._sync_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Versions being retired (closed, then collected): a server that stops waits for them.
+        self._retiring: list[threading.Thread] = []
 
     @property
     def models(self) -> list[ModelConfig]:
@@ -201,14 +203,13 @@ class ModelManager:
         (up to `timeout` s each): what a server that stops does."""
         self.stop()
         with self._sync_lock:
-            threads = [  # (a server that stops has no heap to keep small)
-                self._unload(name, servable.version, "", free=False)
-                for name in self.source.names()
-                for servable in self.registry.available(name)
-            ]
-        for thread in threads:
-            if thread is not None:
-                thread.join(timeout)
+            for name in self.source.names():
+                for servable in self.registry.available(name):
+                    # (a server that stops has no heap to keep small)
+                    self._unload(name, servable.version, "", free=False)
+            retiring, self._retiring = self._retiring, []
+        for thread in retiring:  # those retired earlier too: none outlives the server
+            thread.join(timeout)
 
     def sync(self) -> None:
         """One pass over every model: reload loaded versions whose files changed, load what is
@@ -236,15 +237,18 @@ class ModelManager:
                 self._report_serving(name, version, problem)
         self.registry.set_labels(name, self.source.labels(name))
 
-    def _unload(
-        self, name: str, version: int, problem: str, free: bool = True
-    ) -> threading.Thread | None:
+    def _unload(self, name: str, version: int, problem: str, free: bool = True) -> None:
         """Take a version out of the map (new requests no longer reach it) and retire it."""
         self.registry.set_status(name, version, "UNLOADING", problem)
         removed = self.registry.remove(name, version, problem)
         self._loaded.pop((name, version), None)
         self._paths.pop((name, version), None)
-        return retire(removed, free=free) if removed is not None else None
+        if removed is not None:
+            self._retire(removed, free)
+
+    def _retire(self, servable: Servable, free: bool = True) -> None:
+        self._retiring = [t for t in self._retiring if t.is_alive()]
+        self._retiring.append(retire(servable, free=free))
 
     def _reload_changed(self, name: str) -> None:
         """Load again each loaded version whose files changed since it was loaded (unless those
@@ -321,5 +325,5 @@ class ModelManager:
         self._paths[key] = path
         replaced = self.registry.add(Servable(name, version, runner))
         if replaced is not None:
-            retire(replaced)
+            self._retire(replaced)
         log.info("%s: version %d is AVAILABLE", name, version)

@@ -78,8 +78,8 @@ def serve() -> Iterator[Callable[[ModelManager], ModelServer]]:
 
     yield start
     for manager, server in started:
-        manager.stop()
         server.stop(grace=1.0)
+        manager.unload_all()  # and wait for the versions retired during the test
 
 
 def _predict(

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from google.protobuf import text_format
@@ -541,6 +542,48 @@ def test_k8s_without_hpa_has_replicas_and_a_host_path(base: Path, tmp_path: Path
     assert volumes["models"]["hostPath"] == {"path": str(base.resolve()), "type": "Directory"}
     assert "--model-pvc" in result.stderr  # the hostPath caveat
     assert f"kubectl apply -f {out}" in result.stdout
+
+
+# The Kubernetes versions the manifests are checked against: the oldest still in its cloud
+# providers' extended support here and the newest kubernetes-validate knows.
+K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
+EVERY_K8S_OPTION = [
+    "--gpus", "2", "--hpa", "--min-replicas", "2", "--max-replicas", "5", "--target-cpu", "60",
+    "--model-pvc", "models", "--namespace", "serving", "--monitoring",
+    "--cpu-request", "2", "--memory-request", "4Gi",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param([], id="defaults"),
+        pytest.param(EVERY_K8S_OPTION, id="gpus-hpa-pvc-monitoring"),
+        pytest.param(["--replicas", "3", "--name", "mlp-canary"], id="replicas-host-path"),
+    ],
+)
+def test_every_k8s_manifest_is_valid_for_the_kubernetes_schemas(
+    base: Path, tmp_path: Path, options: list[str]
+) -> None:
+    """Kubernetes' own OpenAPI schemas, offline and strict (an unknown field is an error), for
+    every file `deploy k8s` writes, as `kubectl apply --validate=strict` would check them."""
+    out = tmp_path / "k8s"
+    batching = tmp_path / "batching.txt"
+    batching.write_text(BATCHING)
+    ok(deploy("k8s", "--model-base-path", base, "--out", out, "--image", COMPATIBLE_IMAGE,
+              "--batching-parameters-file", batching, *options))  # fmt: skip
+    paths = sorted(out.glob("*.yaml"))
+    assert paths
+    kinds = []
+    for path in paths:
+        for document in yaml.safe_load_all(path.read_text()):
+            kinds.append(document["kind"])
+            for version in K8S_VERSIONS:
+                try:
+                    kubernetes_validate.validate(document, version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    pytest.fail(f"{path.name} ({document['kind']}) for Kubernetes {version}: {exc}")
+    assert {"Deployment", "Service", "ConfigMap"} <= set(kinds)
 
 
 @pytest.mark.parametrize(

@@ -37,10 +37,12 @@ __all__ = [
     "BREAKDOWN_STATISTIC",
     "CALIBRATION_ARM",
     "GENERATOR_CPU_LIMIT_PCT",
+    "MACHINE_CPU_LIMIT_PCT",
     "RECORD_FIELDS",
     "RawRun",
     "analyze",
     "breakdown",
+    "generator_load",
     "load_records",
     "read_raw",
 ]
@@ -49,6 +51,8 @@ __all__ = [
 RECORD_FIELDS: tuple[str, ...] = ("arms", "arm", "step", "window", "latency_ms", "ok")
 # A load generator process above this CPU share was the bottleneck, not the server.
 GENERATOR_CPU_LIMIT_PCT = 90.0
+# The whole machine (every CPU) above this share: the generator had no CPU to spare either.
+MACHINE_CPU_LIMIT_PCT = 95.0
 # An arm within this share of the null endpoint's throughput measured the stack, not the model.
 _NULL_SHARE = 0.9
 # An open-loop request sent this much after its scheduled time counts as late.
@@ -154,16 +158,14 @@ def _arm_step(run: RawRun, plan: Plan, step: int, arm: int) -> dict[str, Any]:
         "windows": summaries,
         "stable": stable,
         "stability": {"last_windows": plan.min_windows, "spread_pct": spread},
-        "generator": _generator(summaries),
+        "generator": generator_load(summaries),
         "server": _server(run, step, arm, windows, int(mine.sum()), latency["mean"]),
         "open_loop": _open_loop(plan, step, r, measured, duration),
         "_ms": good_ms,
     }
 
 
-def _window(
-    run: RawRun, plan: Plan, phase: Mapping[str, Any], timed: np.ndarray
-) -> dict[str, Any]:
+def _window(run: RawRun, plan: Plan, phase: Mapping[str, Any], timed: np.ndarray) -> dict[str, Any]:
     r = run.records
     chosen = r["seq"] == phase["seq"]
     cpu = run.cpu.get(phase["seq"], {})
@@ -177,13 +179,34 @@ def _window(
     return {"index": phase["window"], **summary, "machine_cpu_pct": phase.get("machine_cpu_pct")}
 
 
-def _generator(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    loads = [w["generator_cpu_pct"] for w in windows if w.get("generator_cpu_pct") is not None]
-    cpu = max(loads) if loads else None
-    if cpu is None or cpu < GENERATOR_CPU_LIMIT_PCT:  # none measured counts as not bound
-        return {"cpu_pct": cpu, "bound": False, "reason": None}
-    reason = f"a locust process used {cpu:.0f}% CPU (limit {GENERATOR_CPU_LIMIT_PCT:.0f}%)"
-    return {"cpu_pct": cpu, "bound": True, "reason": reason}
+def generator_load(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Whether the load generator may have been the limit in `windows` (their
+    `generator_cpu_pct`, the busiest locust process, and `machine_cpu_pct`, every CPU of the
+    machine): bound when either reached its limit in some window; none measured is not bound.
+    A generator beside a server that keeps every CPU busy is starved as surely as one that
+    keeps its own core busy."""
+    cpu = _highest(windows, "generator_cpu_pct")
+    machine = _highest(windows, "machine_cpu_pct")
+    reasons = []
+    if cpu is not None and cpu >= GENERATOR_CPU_LIMIT_PCT:
+        reasons.append(
+            f"a locust process used {cpu:.0f}% CPU (limit {GENERATOR_CPU_LIMIT_PCT:.0f}%)"
+        )
+    if machine is not None and machine >= MACHINE_CPU_LIMIT_PCT:
+        reasons.append(
+            f"the machine's CPUs were {machine:.0f}% busy (limit {MACHINE_CPU_LIMIT_PCT:.0f}%)"
+        )
+    return {
+        "cpu_pct": cpu,
+        "machine_cpu_pct": machine,
+        "bound": bool(reasons),
+        "reason": "; ".join(reasons) or None,
+    }
+
+
+def _highest(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [w[key] for w in windows if w.get(key) is not None]
+    return max(values) if values else None
 
 
 def _calibrate(arms: dict[str, dict[str, Any]]) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from graphserve.core.errors import SloError
+from graphserve.loadtest.analysis import generator_load
 from graphserve.loadtest.slo import Gate, describe, evaluate, parse_gate
 from graphserve.loadtest.stats import (
     PERCENTILES,
@@ -449,3 +450,39 @@ def test_describe_throughput_and_ratio() -> None:
         "ratio.p50<0.4 missed on graph at 1 user: 0.5",
         "ratio.p50<0.4 missed on graph at 16 users: no value (no successful request)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("windows", "bound", "says"),
+    [
+        ([{"generator_cpu_pct": 40.0, "machine_cpu_pct": 60.0}], False, None),
+        ([{"generator_cpu_pct": None, "machine_cpu_pct": None}], False, None),
+        (
+            [{"generator_cpu_pct": 40.0, "machine_cpu_pct": 50.0},
+             {"generator_cpu_pct": 93.0, "machine_cpu_pct": 70.0}],
+            True,
+            "a locust process used 93% CPU (limit 90%)",
+        ),
+        (
+            [{"generator_cpu_pct": 45.0, "machine_cpu_pct": 98.5}],
+            True,
+            "the machine's CPUs were 98% busy (limit 95%)",
+        ),
+        (
+            [{"generator_cpu_pct": 91.0, "machine_cpu_pct": 99.0}],
+            True,
+            "a locust process used 91% CPU (limit 90%); the machine's CPUs were 99% busy",
+        ),
+    ],
+)  # fmt: skip
+def test_the_generator_is_bound_by_its_own_cpu_or_the_whole_machines(
+    windows: list[dict[str, Any]], bound: bool, says: str | None
+) -> None:
+    verdict = generator_load(windows)
+    assert verdict["bound"] is bound
+    if says is None:
+        assert verdict["reason"] is None
+    else:
+        assert says in verdict["reason"]
+    highest = [w["generator_cpu_pct"] for w in windows if w["generator_cpu_pct"] is not None]
+    assert verdict["cpu_pct"] == (max(highest) if highest else None)

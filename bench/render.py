@@ -80,6 +80,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += _codec(results["codec"])
     lines += _json_codec(results.get("json") or {})
     lines += _cold_start(results["cold_start"])
+    lines += _generator(results.get("generator") or {})
     lines += _http(results.get("http"))
     return "\n".join(lines)
 
@@ -240,6 +241,31 @@ def _http(http: dict[str, Any] | None) -> list[str]:
         "timeouts, 4 connections), what each server did.",
         "",
         render(http["servers"]),
+        "",
+    ]
+
+
+def _generator(suite: dict[str, Any]) -> list[str]:
+    if not suite:
+        return []
+    rows = [
+        [
+            protocol,
+            str(g["users"]),
+            f"{g['requests_per_s']:,.0f}",
+            f"{g['cpu_s'] / g['seconds']:.2f}",
+            f"**{g['requests_per_core_s']:,.0f}**",
+        ]
+        for protocol, g in suite.items()
+    ]
+    return [
+        "## Load generator capacity (bench/generator.py)",
+        "",
+        "One locust process, one user class, against the null server (no model work). A load "
+        "test that must drive N req/s needs about N / (req/s per core) worker cores; past that "
+        "the generator, not the server, is measured.",
+        "",
+        *_table(["user", "users", "req/s", "cores used", "req/s per core"], rows, "lrrrr"),
         "",
     ]
 

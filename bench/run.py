@@ -6,6 +6,8 @@
     cold start   per model: graph with and without warm-up records, and eager
     served       per model: graph, eager, null and peer at concurrency 1 (gRPC and REST), and
                  batching off vs on at 16 clients; the image model's served p50 for the codec goal
+    generator    one locust process per protocol against mlp's null server: requests per second
+                 per CPU core the load generator spends (bench/generator.py)
     http         mlp b1 over REST on the front end before issue 15, on graphserve's transport and
                  on the other HTTP servers it was chosen from (bench/httpcompare.py)
 
@@ -22,10 +24,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.goals import evaluate
 from bench.served import SERVER_KINDS
+
+if TYPE_CHECKING:
+    from graphserve.core.processes import ServerProcess
 
 __all__ = ["MODELS", "BenchModel", "BenchSpec", "run_bench", "write_results"]
 
@@ -78,6 +83,7 @@ class BenchSpec:
     http_servers: tuple[str, ...] = HTTP_SERVERS
     http_probes: bool = True
     http_clients: int = 16
+    generator_s: float = 6.0  # per protocol: one locust process against the null server
 
     @classmethod
     def quick(cls, work_dir: Path, models: tuple[BenchModel, ...] = MODELS[:1]) -> BenchSpec:
@@ -95,6 +101,7 @@ class BenchSpec:
             http_servers=("stdlib-legacy", "graphserve"),
             http_probes=False,
             http_clients=4,
+            generator_s=1.0,
         )
 
 
@@ -116,7 +123,13 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     started = time.perf_counter()
     run = _Run(spec, say)
     run.results.update(
-        environment=environment(), in_process={}, codec={}, json={}, served={}, cold_start={}
+        environment=environment(),
+        in_process={},
+        codec={},
+        json={},
+        served={},
+        cold_start={},
+        generator={},
     )
     _in_process(run)
     _codec(run)
@@ -233,6 +246,17 @@ def _served(
                         runner=runner,
                     ).to_json()
             run.results["served"][key] = entry
+        if model.name == "mlp" and "null" in servers:
+            _generator(run, servers["null"], model.name)
+
+
+def _generator(run: _Run, null: ServerProcess, model_name: str) -> None:
+    from bench.generator import generator_capacity
+
+    for protocol, address in (("grpc", null.grpc_address), ("rest", str(null.rest_address))):
+        run.say(f"load generator: one locust process, {protocol} user, against the null server")
+        capacity = generator_capacity(protocol, address, model_name, seconds=run.spec.generator_s)
+        run.results["generator"][protocol] = capacity.to_json()
 
 
 def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:

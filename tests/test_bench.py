@@ -77,6 +77,12 @@ def test_every_part_ran_against_real_servers(quick_results: dict[str, Any]) -> N
             assert load[arm]["requests"] > 0 and load[arm]["clients"] == 16
     assert quick_results["served"]["image/b1"]["request_bytes"]["grpc"] > 224 * 224 * 3 * 4
     assert set(quick_results["codec"]) == {"tensor_content", "typed_fields", "json"}
+    for protocol in ("grpc", "rest"):  # one locust process against the null server
+        capacity = quick_results["generator"][protocol]
+        assert capacity["failures"] == 0 and capacity["requests"] > 0
+        assert capacity["requests_per_core_s"] == pytest.approx(
+            capacity["requests"] / capacity["cpu_s"]
+        )
     starts = quick_results["cold_start"]["mlp"]
     assert {(c["server"], c["warmup_records"]) for c in starts} == {
         ("graph", True),
@@ -91,7 +97,7 @@ def test_results_files_agree(quick_results: dict[str, Any], tmp_path: Path) -> N
     markdown = md_path.read_text()
     for goal in quick_results["goals"]:
         assert f"| {goal['key']} |" in markdown
-    for section in ("In-process", "Served", "Batching", "Codec", "Cold start"):
+    for section in ("In-process", "Served", "Batching", "Codec", "Cold start", "Load generator"):
         assert f"## {section}" in markdown
     lines = goal_lines(quick_results)
     assert len(lines) == len(GOALS)

@@ -70,8 +70,11 @@ def generator_capacity(
     return result
 
 
-def _measure(protocol: str, address: str, model_name: str, users: int, seconds: float,
-             settle_s: float) -> GeneratorCapacity:  # fmt: skip
+def _measure(
+    protocol: str, address: str, model_name: str, users: int, seconds: float, settle_s: float
+) -> GeneratorCapacity:
+    """In this process: start the users, let them settle, measure CPU and requests over
+    `seconds`, stop them."""
     import gevent
     from locust.env import Environment
 

@@ -26,15 +26,13 @@ def freeze() -> None:
     gc.freeze()
 
 
-def release(retired: list[object]) -> None:
-    """Free the objects of the one servable in `retired`, taken out of the list here so that no
-    reference to it is left while collecting.
+def release() -> None:
+    """Free what a retired version held, once the caller has dropped its last reference to it.
 
     Every version serving when the heap was last frozen is frozen with it, so the heap is
     thawed, collected and frozen again: a walk of every object with the GIL held, about 0.2 s
     beside TensorFlow on this project's machine, once per retired version (loading the version
     that replaced it holds the GIL longer). With nothing frozen, a plain collection."""
-    retired.pop()
     started = time.perf_counter()
     if gc.get_freeze_count():
         gc.unfreeze()

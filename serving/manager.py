@@ -46,7 +46,7 @@ def retire(servable: Servable, say_every: float = 30.0, free: bool = True) -> th
     """Close `servable`'s runner once its last request has finished, in a daemon thread (the
     manager's pass goes on), then, with `free`, collect what it held (serving.heap). TF Serving
     waits for the last handle the same way."""
-    held: list[object] = [servable]  # emptied by the thread before it collects
+    held: list[object] = [servable]  # emptied by the thread once closed, before it collects
     thread = threading.Thread(
         target=_close, args=(held, say_every, free), name=f"retire-{servable.name}", daemon=True
     )
@@ -70,10 +70,9 @@ def _close(held: list[object], say_every: float, free: bool) -> None:
         log.exception("%s: closing version %d failed", servable.name, servable.version)
     log.info("%s: version %d closed", servable.name, servable.version)
     del servable
+    held.clear()  # the last reference: what the version held is garbage from here
     if free:
-        heap.release(held)
-    else:
-        held.clear()
+        heap.release()
 
 
 def _load_error(exc: Exception, path: Path | None) -> str:

@@ -64,9 +64,7 @@ def parse_duration(text: str, option: str = "--duration", minimum: float = 1.0) 
     parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
     seconds = parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
     if seconds < minimum:
-        raise typer.BadParameter(
-            f"{text!r}: must be at least {minimum:g} s", param_hint=option
-        )
+        raise typer.BadParameter(f"{text!r}: must be at least {minimum:g} s", param_hint=option)
     return seconds
 
 
@@ -163,8 +161,26 @@ def compare(
     ] = None,
     signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
     workers: Annotated[
-        int, typer.Option(min=0, help="locust worker processes (0: one local process)")
+        int, typer.Option(min=0, help="locust worker processes here (0: one local process)")
     ] = 0,
+    expect_workers: Annotated[
+        int,
+        typer.Option(
+            min=0, help="also wait for this many workers from elsewhere (`loadtest worker`)"
+        ),
+    ] = 0,
+    master_bind_host: Annotated[
+        str, typer.Option(help="where the locust master listens (0.0.0.0: other machines)")
+    ] = "127.0.0.1",
+    master_bind_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="the master's port [default: 5557 with --expect-workers]"
+        ),
+    ] = None,
+    workers_timeout: Annotated[
+        str, typer.Option(help="how long to wait for every worker to join")
+    ] = "60s",
     max_requests: Annotated[
         int | None, typer.Option(min=1, help="stop the run after this many requests")
     ] = None,
@@ -250,6 +266,10 @@ def compare(
         seed=seed,
         load=load,
         workers=workers,
+        expect_workers=expect_workers,
+        master_bind_host=master_bind_host,
+        master_bind_port=master_bind_port,
+        workers_timeout_s=parse_duration(workers_timeout, "--workers-timeout"),
         max_requests=max_requests,
         allow_remote=allow_remote,
         baseline=baseline,
@@ -293,9 +313,7 @@ def _run(
     return run_compare(replace(spec, arms=extra), out_dir, printer)
 
 
-def finish(
-    report: dict[str, Any], out_dir: Path, quiet: bool, print_json: bool = True
-) -> None:
+def finish(report: dict[str, Any], out_dir: Path, quiet: bool, print_json: bool = True) -> None:
     """Print the report (table, or JSON on stdout when quiet and `print_json`), then exit 1 when
     an arm got no successful request, 3 when a gate was missed."""
     from graphserve.loadtest.report import render_table
@@ -365,6 +383,54 @@ def _load_spec(
     )
 
 
+@app.command("worker")
+def worker(
+    master_host: Annotated[
+        str, typer.Option(help="the machine running `loadtest compare --expect-workers N`")
+    ],
+    master_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="its --master-bind-port")
+    ] = 5557,
+    processes: Annotated[
+        int, typer.Option(min=1, help="locust worker processes to run here (one per core)")
+    ] = 1,
+    allow_remote: Annotated[
+        bool,
+        typer.Option(
+            "--allow-remote", help="load targets off this machine (the master must allow too)"
+        ),
+    ] = False,
+) -> None:
+    """Join a comparison from this machine: the master sends the plan and the request, this
+    worker sends every request's record back. Exits when the master ends the run (or is gone
+    for a minute); exits 1 when it cannot reach the master."""
+    import subprocess
+
+    from graphserve.loadtest.compare import worker_command, worker_env
+
+    command, env = worker_command(master_host, master_port), worker_env(allow_remote)
+    stderr.print(
+        f"[dim]joining the load test at {master_host}:{master_port} with {processes} "
+        f"process(es)[/dim]",
+        highlight=False,
+    )
+    children = [subprocess.Popen(command, env=env) for _ in range(processes)]
+    try:
+        codes = [child.wait() for child in children]
+    except KeyboardInterrupt:
+        for child in children:
+            child.terminate()
+        codes = [child.wait() for child in children]
+    failed = [code for code in codes if code != 0]
+    if failed:
+        stderr.print(
+            f"[red]error:[/red] {len(failed)} of {processes} worker process(es) exited with "
+            f"code {failed[0]}: is a comparison waiting at {master_host}:{master_port}?",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+
+
 class ProgressPrinter:
     """Relays the sweep's events to stderr: steps, each arm's windows, warnings."""
 
@@ -375,6 +441,12 @@ class ProgressPrinter:
         kind = event.get("event")
         if kind == "payload":
             stderr.print("[dim]building the payload and starting locust[/dim]")
+        elif kind == "worker":
+            stderr.print(
+                f"[dim]worker {event.get('joined')} of {event.get('expected')} joined: "
+                f"{event.get('host')} (pid {event.get('pid')})[/dim]",
+                highlight=False,
+            )
         elif kind == "step":
             self.steps += 1
             load, users = event["load"], event["users"]

@@ -5,7 +5,8 @@
 
 The payload is built once (from a payload file, the SavedModel's signature or the first arm's
 metadata, with a fixed seed) and encoded once into OUT/request.bin, so every arm gets exactly the
-same bytes. Locust runs in a subprocess on loadtest/sweepfile.py (or as a master and N workers),
+same bytes. Locust runs in a subprocess on loadtest/sweepfile.py (or as a master with N local
+workers and M that join from other machines: `graphserve loadtest worker --master-host ...`),
 alternating the arms window by window; its raw records become the report (loadtest/analysis.py),
 rendered by loadtest/report.py and checked against the SLO gates (loadtest/slo.py).
 
@@ -31,7 +32,7 @@ from typing import Any
 from graphserve.core.client import rest_path
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
-from graphserve.loadtest.plan import PLAN_ENV, ArmTarget, Plan
+from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
 from graphserve.loadtest.targets import check_loopback, http_base_url
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "model_name_of",
     "payload_specs",
     "with_metrics_probe",
+    "worker_command",
+    "worker_env",
 ]
 
 SWEEPFILE = Path(__file__).with_name("sweepfile.py")
@@ -51,6 +54,9 @@ SWEEPFILE = Path(__file__).with_name("sweepfile.py")
 _MARGIN_S = 120
 _STOP_TIMEOUT_S = 5
 _VERSIONED = ("graphserve", "tensorflow", "tensorflow-serving-api", "grpcio", "locust", "numpy")
+# locust's own default master port: where `graphserve loadtest worker` looks without --master-port
+DEFAULT_MASTER_PORT = 5557
+_WORKER_ALLOW_REMOTE_ENV = "GRAPHSERVE_WORKER_ALLOW_REMOTE"  # read by loadtest/sweepfile.py
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,11 @@ class CompareSpec:
     model_base_path: Path | None = None  # payload from the SavedModel, manifest in the report
     seed: int = 0
     load: LoadSpec = LoadSpec()
-    workers: int = 0
+    workers: int = 0  # locust worker processes started here (0 and no expect_workers: one process)
+    expect_workers: int = 0  # workers that join from elsewhere (`graphserve loadtest worker`)
+    master_bind_host: str = "127.0.0.1"  # where the locust master listens for its workers
+    master_bind_port: int | None = None  # None: DEFAULT_MASTER_PORT with expect_workers, else free
+    workers_timeout_s: float = 60.0  # how long to wait for every worker to join
     max_requests: int | None = None
     allow_remote: bool = False
     baseline: str | None = None  # default: the last arm
@@ -121,7 +131,7 @@ def compare(
     plan = _plan(spec, out_dir)
     plan.dump(out_dir / "plan.json")
     started = time.time()
-    _run_locust(plan, out_dir, say)
+    _run_locust(spec, plan, out_dir, say)
 
     from graphserve.loadtest.analysis import analyze, read_raw
     from graphserve.loadtest.report import write_report
@@ -138,6 +148,7 @@ def compare(
         "arms": {arm.name: _arm_info(arm, spec) for arm in spec.arms},
         "steps": analyze(raw, plan, baseline),
         "truncated": raw.truncated or None,
+        "workers": _workers(spec, out_dir),
         "elapsed_s": round(time.time() - started, 1),
         "cold_start": {"runs": spec.cold_start} if spec.cold_start else None,
         "manifest": _manifest(spec.model_base_path),
@@ -148,11 +159,17 @@ def compare(
     return report
 
 
-def locust_commands(plan: Plan, out_dir: Path, master_port: int = 0) -> list[list[str]]:
-    """The locust command lines: one local process, or a master and `plan.workers` workers."""
-    base = [sys.executable, "-m", "locust", "-f", str(SWEEPFILE), "--loglevel", "WARNING"]
+def locust_commands(
+    plan: Plan,
+    out_dir: Path,
+    master_port: int = 0,
+    local_workers: int | None = None,
+    bind_host: str = "127.0.0.1",
+) -> list[list[str]]:
+    """The locust command lines: one local process, or a master waiting for `plan.workers`
+    workers and the `local_workers` of them (default: all) started here."""
     head = [
-        *base,
+        *_locust_base(),
         "--headless",
         "--csv", str(out_dir / "locust"),
         "--only-summary",
@@ -163,17 +180,55 @@ def locust_commands(plan: Plan, out_dir: Path, master_port: int = 0) -> list[lis
     master = [
         *head,
         "--master",
-        "--master-bind-host", "127.0.0.1",
+        "--master-bind-host", bind_host,
         "--master-bind-port", str(master_port),
         "--expect-workers", str(plan.workers),
+        # locust gives up a little after we do (our error names who came; its exit does not)
+        "--expect-workers-max-wait", str(int(plan.workers_timeout_s) + 30),
+        "--enable-rebalancing",  # a lost worker's users move to the others
     ]  # fmt: skip
-    worker = [
-        *base,
+    here = plan.workers if local_workers is None else local_workers
+    worker = worker_command(_connect_host(bind_host), master_port)
+    return [master, *([worker] * here)]
+
+
+def worker_command(master_host: str, master_port: int = DEFAULT_MASTER_PORT) -> list[str]:
+    """One locust worker of a comparison, run with `worker_env()`: it gets the plan and the
+    request from the master when it joins, so it needs no file from the master's machine."""
+    return [
+        *_locust_base(),
         "--worker",
-        "--master-host", "127.0.0.1",
-        "--master-port", str(master_port),
-    ]  # fmt: skip
-    return [master, *([worker] * plan.workers)]
+        "--master-host",
+        master_host,
+        "--master-port",
+        str(master_port),
+    ]
+
+
+def worker_env(allow_remote: bool = False) -> dict[str, str]:
+    """The environment of a worker: the plan comes from the master; remote targets only when
+    both this worker and the master's plan allow them."""
+    from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
+
+    return {
+        TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL,
+        **os.environ,
+        PLAN_ENV: PLAN_FROM_MASTER,
+        _WORKER_ALLOW_REMOTE_ENV: "1" if allow_remote else "0",
+    }
+
+
+def _locust_base() -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(SWEEPFILE), "--loglevel", "WARNING"]
+
+
+def _connect_host(bind_host: str) -> str:
+    """Where a worker on this machine reaches a master bound to `bind_host`."""
+    if bind_host in ("", "*", "0.0.0.0"):
+        return "127.0.0.1"
+    if bind_host == "::":
+        return "::1"
+    return bind_host
 
 
 def model_name_of(spec: CompareSpec) -> str:
@@ -220,6 +275,13 @@ def _check(spec: CompareSpec) -> None:
         )
     if load.window_s <= 0 or load.warmup_s < 0:
         raise LoadTestError("the window must be longer than 0 s and the warm-up at least 0 s")
+    if spec.workers < 0 or spec.expect_workers < 0 or spec.workers_timeout_s <= 0:
+        raise LoadTestError(
+            "workers: --workers and --expect-workers take 0 or more, --workers-timeout more than 0"
+        )
+    port = spec.master_bind_port
+    if port is not None and not 0 <= port <= 65535:
+        raise LoadTestError(f"--master-bind-port {port}: expected a port, 0 to 65535")
     for arm in spec.arms:
         check_loopback(arm.address, spec.allow_remote)
         if arm.metrics_url:
@@ -320,45 +382,56 @@ def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
         stability_pct=load.stability_pct,
         seed=spec.seed,
         max_requests=spec.max_requests,
-        workers=spec.workers,
+        workers=spec.workers + spec.expect_workers,
+        workers_timeout_s=spec.workers_timeout_s,
         allow_remote=spec.allow_remote,
     )
 
 
-def _run_locust(plan: Plan, out_dir: Path, say: Callable[[dict[str, Any]], None]) -> None:
-    """Run the sweep's locust processes to the end, relaying their progress events."""
+def _run_locust(
+    spec: CompareSpec, plan: Plan, out_dir: Path, say: Callable[[dict[str, Any]], None]
+) -> None:
+    """Run the sweep's locust processes to the end, relaying their progress events.
+
+    Raises LoadTestError when the workers do not all join within `workers_timeout_s` (naming
+    who came) or one refuses the plan's targets, LocustRunError when locust fails or stalls.
+    """
     from graphserve.core.processes import free_port
 
     events = out_dir / "events.jsonl"
     events.unlink(missing_ok=True)
     for stale in (out_dir / "raw" / "records.npz", out_dir / "raw" / "phases.json"):
         stale.unlink(missing_ok=True)
-    from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
-
-    env = {
-        # TensorFlow's C++ logs stay quiet in the locust processes unless the user set the level.
-        TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL,
-        **os.environ,
-        PLAN_ENV: str((out_dir / "plan.json").resolve()),
-    }
-    commands = locust_commands(plan, out_dir, free_port() if plan.workers else 0)
+    master_env = {**worker_env(spec.allow_remote), PLAN_ENV: str((out_dir / "plan.json").resolve())}
+    port = spec.master_bind_port
+    if port is None:
+        port = DEFAULT_MASTER_PORT if spec.expect_workers else free_port()
+    commands = locust_commands(plan, out_dir, port, spec.workers, spec.master_bind_host)
     log = (out_dir / "locust.log").open("wb")
     processes = [
-        subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        for command in commands
+        subprocess.Popen(
+            command,
+            env=master_env if index == 0 else worker_env(spec.allow_remote),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for index, command in enumerate(commands)
     ]
-    deadline = time.monotonic() + plan.longest_s() + _MARGIN_S
+    watch = _WorkerWatch(spec, port, say)
+    started = time.monotonic()
     offset = 0
     try:
         while processes[0].poll() is None:
-            if time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            watch.check(waited)
+            if waited > plan.longest_s() + _MARGIN_S + spec.workers_timeout_s:
                 raise LocustRunError(
                     f"locust did not finish within {plan.longest_s() + _MARGIN_S:.0f} s and was "
                     f"stopped; its output is in {out_dir / 'locust.log'}"
                 )
-            offset = _relay(events, offset, say)
+            offset = _relay(events, offset, watch)
             time.sleep(0.2)
-        _relay(events, offset, say)
+        _relay(events, offset, watch)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -369,12 +442,50 @@ def _run_locust(plan: Plan, out_dir: Path, say: Callable[[dict[str, Any]], None]
             except subprocess.TimeoutExpired:
                 process.kill()
         log.close()
+    watch.check(0.0)
     if not (out_dir / "raw" / "phases.json").exists():
         tail = (out_dir / "locust.log").read_text(errors="replace").strip().splitlines()[-8:]
         raise LocustRunError(
             f"locust exited with code {processes[0].returncode} and wrote no results: "
             + (" | ".join(tail) or "(no output)")
         )
+
+
+class _WorkerWatch:
+    """Relays events and keeps count of the workers that joined, to fail clearly when they do
+    not all come in time or one refuses the plan."""
+
+    def __init__(self, spec: CompareSpec, port: int, say: Callable[[dict[str, Any]], None]):
+        self.spec, self.port, self.say = spec, port, say
+        self.expected = spec.workers + spec.expect_workers
+        self.joined: list[str] = []
+        self.refused: str | None = None
+        self.started = False  # the first phase began: every worker was there
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "worker":
+            self.joined.append(f"{event.get('host')} (pid {event.get('pid')})")
+        elif kind == "worker_refused":
+            self.refused = (
+                f"a worker on {event.get('host')} refused the run: {event.get('message')}"
+            )
+        elif kind in ("step", "phase"):
+            self.started = True
+        self.say(event)
+
+    def check(self, waited_s: float) -> None:
+        if self.refused:
+            raise LoadTestError(self.refused)
+        late = self.expected and not self.started and len(self.joined) < self.expected
+        if late and waited_s > self.spec.workers_timeout_s:
+            came = ", ".join(self.joined) or "none"
+            raise LoadTestError(
+                f"waited {self.spec.workers_timeout_s:g} s for {self.expected} load-test workers; "
+                f"{len(self.joined)} joined: {came}. Start the missing ones with `graphserve "
+                f"loadtest worker --master-host <this machine> --master-port {self.port}` (the "
+                f"master listens on {self.spec.master_bind_host}:{self.port})"
+            )
 
 
 def _relay(path: Path, offset: int, say: Callable[[dict[str, Any]], None]) -> int:
@@ -415,6 +526,7 @@ def _settings(
         "batch_size": spec.batch_size,
         "seed": spec.seed,
         "workers": spec.workers,
+        "expect_workers": spec.expect_workers,
         "max_requests": spec.max_requests,
         "baseline": baseline,
         "arm_order": [arm.name for arm in spec.arms],
@@ -476,6 +588,15 @@ def _calibration(report: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
             }
         )
     return {"null_endpoint": arm.address, "arm": CALIBRATION_ARM, "steps": steps}
+
+
+def _workers(spec: CompareSpec, out_dir: Path) -> dict[str, Any] | None:
+    """Who generated the load (loadtest/workers.py); None for a single local process."""
+    from graphserve.loadtest.workers import workers_section
+
+    document = json.loads((out_dir / "raw" / "phases.json").read_text())
+    names = [arm.name for arm in spec.arms]
+    return workers_section(document, names, remote=spec.expect_workers > 0)
 
 
 def _manifest(base: Path | None) -> dict[str, Any] | None:

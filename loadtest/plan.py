@@ -1,9 +1,11 @@
 """The plan of one load-test run: what the orchestrator decides and every locust process follows.
 
 `compare` writes it as JSON (OUT/plan.json) and passes its path in $GRAPHSERVE_PLAN to the locust
-master, the workers or the single local process, so all of them run the same plan without parsing
-extra command-line options. Only the standard library is imported: the locust processes read the
-plan and the pre-encoded request body and never import TensorFlow.
+master or the single local process. Workers, on this machine or another, are started with
+$GRAPHSERVE_PLAN set to PLAN_FROM_MASTER: they read no file, and receive the plan and the request
+body from the master over locust's messaging when they join. Only the standard library is
+imported: the locust processes read the plan and the pre-encoded request body and never import
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PLAN_ENV", "ArmTarget", "Plan"]
+__all__ = ["PLAN_ENV", "PLAN_FROM_MASTER", "ArmTarget", "Plan"]
 
 PLAN_ENV = "GRAPHSERVE_PLAN"
+PLAN_FROM_MASTER = "from-master"  # $GRAPHSERVE_PLAN of a worker: the master sends the plan
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Plan:
     mode "closed": `loads` are concurrent users, each sending back to back.
     mode "open": `loads` are target request rates (req/s for the whole run, split over the
     locust processes); arrivals are "constant" or "poisson" and `max_in_flight` users send them.
+    `workers`: the worker processes the master waits for (local and remote), 0: no master.
     """
 
     arms: tuple[ArmTarget, ...]
@@ -55,6 +59,7 @@ class Plan:
     seed: int = 0
     max_requests: int | None = None
     workers: int = 0
+    workers_timeout_s: float = 60.0  # how long the master waits for its workers to join
     request_timeout_s: float = 30.0
     allow_remote: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -71,14 +76,23 @@ class Plan:
     def dump(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2))
 
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as plain data (what the master sends a worker that joins)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Plan:
+        """The inverse of `to_dict`; keys this version does not know are ignored."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in raw.items() if k in known}
+        values["arms"] = tuple(ArmTarget(**arm) for arm in raw["arms"])
+        values["loads"] = tuple(raw["loads"])
+        return cls(**values)
+
     @classmethod
     def load(cls, path: Path) -> Plan:
         """Read a plan written by `dump`; ValueError names what is missing or wrong."""
         try:
-            raw = json.loads(path.read_text())
-            raw["arms"] = tuple(ArmTarget(**arm) for arm in raw["arms"])
-            raw["loads"] = tuple(raw["loads"])
-            known = {f.name for f in fields(cls)}
-            return cls(**{k: v for k, v in raw.items() if k in known})
+            return cls.from_dict(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"load-test plan {str(path)!r} is unreadable: {exc}") from None

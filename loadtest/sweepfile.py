@@ -16,9 +16,21 @@ belongs to the phase in which it started.
 
 Every request is recorded with its exact latency (perf_counter, not locust's rounded buckets); at
 the end the controller writes OUT/raw/records.npz and OUT/raw/phases.json, which
-`loadtest.analysis` turns into the report. With `--workers N` locust runs distributed: the master
-runs the controller and broadcasts each phase; the workers send their records to the master
-every half second. Progress goes to OUT/events.jsonl, one JSON object per line.
+`loadtest.analysis` turns into the report. Progress goes to OUT/events.jsonl, one JSON object per
+line.
+
+Distributed (`--workers N` on this machine, `--expect-workers N` from anywhere), locust runs a
+master and workers, and everything travels over locust's messaging:
+
+    worker -> master   graphserve_hello    host, pid, CPUs, versions (on joining)
+    master -> worker   graphserve_plan     the plan, the request body and the current phase
+    master -> worker   graphserve_phase    each phase as it starts
+    worker -> master   graphserve_records  its requests, errors and CPU, every half second
+    worker -> master   graphserve_refused  the plan's targets are remote and it may not load them
+
+The master runs the controller. A worker that stops sending heartbeats is lost: its users move to
+the others (locust's rebalancing), an open loop's rate is split again over those left, and the
+run records when it was lost, so the report names the windows it missed.
 
 This file imports neither TensorFlow nor the TF Serving protos: the request is pre-encoded.
 """
@@ -27,6 +39,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import socket
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -42,10 +56,12 @@ import psutil
 from locust import LoadTestShape, User, constant, events, task
 from locust.contrib.fasthttp import FastHttpSession
 from locust.env import Environment
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
+from graphserve import __version__
 from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text, http_failure
-from graphserve.loadtest.plan import PLAN_ENV, Plan
+from graphserve.core.errors import RemoteTargetError
+from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
 from graphserve.loadtest.scrape import scrape
 from graphserve.loadtest.stats import stability, window_summary
 from graphserve.loadtest.targets import check_loopback
@@ -54,24 +70,32 @@ grpc_gevent.init_gevent()  # grpc's I/O must cooperate with gevent; before any c
 
 _FLUSH_S = 0.5
 _JSON = dict(JSON_HEADERS)
+# A worker given this in its environment may load targets off its own machine, when the
+# master's plan allows them too (`graphserve loadtest worker --allow-remote`).
+WORKER_ALLOW_REMOTE_ENV = "GRAPHSERVE_WORKER_ALLOW_REMOTE"
 
 
-def _read_plan() -> Plan:
+def _read_plan() -> Plan | None:
+    """The plan from $GRAPHSERVE_PLAN; None on a worker, which gets it from the master."""
     path = os.environ.get(PLAN_ENV)
     if not path:
         raise SystemExit(
             f"loadtest/sweepfile.py runs a plan written by `graphserve loadtest compare`: set "
             f"{PLAN_ENV} to its plan.json (or use loadtest/locustfile.py for a plain run)"
         )
+    if path == PLAN_FROM_MASTER:
+        return None
     plan = Plan.load(Path(path))
     for arm in plan.arms:
         check_loopback(arm.target, plan.allow_remote)
     return plan
 
 
-PLAN = _read_plan()
-BODY = Path(PLAN.body_file).read_bytes()
-OUT = Path(PLAN.out_dir)
+# On a worker these stay empty until the master's plan arrives (`_on_plan`); nothing reads them
+# before: users idle while no phase names an arm, and phases are entered only with a plan.
+PLAN: Plan = _read_plan()  # type: ignore[assignment]
+BODY = Path(PLAN.body_file).read_bytes() if PLAN is not None else b""
+OUT = Path(PLAN.out_dir) if PLAN is not None else Path()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,18 +141,32 @@ class Local:
         self.errors: Counter[tuple[int, int, str]] = Counter()  # (arm, seq, message)
         self.in_flight: Counter[int] = Counter()  # seq -> requests not yet answered
         self.cpu: dict[int, float] = {}  # seq -> this process's CPU % during that phase
+        self.machine_cpu: dict[int, float] = {}  # seq -> the machine's CPU % during that phase
         self.reserved = 0  # requests users have committed to send
         self.sent = 0
         self.budget = 0  # 0: no bound
         self._cpu_mark = (time.process_time(), time.time())
+        self._machine_mark = _machine_times()
 
     def enter(self, phase: Phase) -> None:
-        cpu, wall = time.process_time(), time.time()
+        cpu, wall, machine = time.process_time(), time.time(), _machine_times()
         spent_wall = wall - self._cpu_mark[1]
         if spent_wall > 0:
             self.cpu[self.phase.seq] = 100.0 * (cpu - self._cpu_mark[0]) / spent_wall
-        self._cpu_mark = (cpu, wall)
+        spent_machine = machine[1] - self._machine_mark[1]
+        if spent_machine > 0:
+            busy = machine[0] - self._machine_mark[0]
+            self.machine_cpu[self.phase.seq] = 100.0 * busy / spent_machine
+        self._cpu_mark, self._machine_mark = (cpu, wall), machine
         self.phase = phase
+        self._arrive(phase)
+
+    def rerate(self, phase: Phase) -> None:
+        """The same phase at a new open-loop rate (a worker was lost), arrivals from now on."""
+        self.phase = phase
+        self._arrive(phase)
+
+    def _arrive(self, phase: Phase) -> None:
         poisson = PLAN.arrivals == "poisson"
         self.arrivals = Arrivals(phase, poisson, PLAN.seed) if PLAN.mode == "open" else None
         self.changed.set()
@@ -155,13 +193,22 @@ class Local:
             "columns": self.columns,
             "errors": [[a, s, m, n] for (a, s, m), n in self.errors.items()],
             "cpu": {str(k): v for k, v in self.cpu.items()},
+            "machine_cpu": {str(k): v for k, v in self.machine_cpu.items()},
             "done_through": self.done_through(),
             "spent": self.spent(),
         }
         self.columns = {k: [] for k in _COLUMNS}
         self.errors = Counter()
-        self.cpu = {}
+        self.cpu, self.machine_cpu = {}, {}
         return batch
+
+
+def _machine_times() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine, summed over its CPUs."""
+    times = psutil.cpu_times()
+    total = sum(times)
+    idle = times.idle + getattr(times, "iowait", 0.0)
+    return total - idle, total
 
 
 _COLUMNS = ("arm", "seq", "start", "latency_ms", "ok", "lag_ms")
@@ -284,8 +331,10 @@ class Collector:
     columns: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in _COLUMNS})
     errors: Counter[tuple[int, int, str]] = field(default_factory=Counter)
     cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    machine_cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     done: dict[str, int] = field(default_factory=dict)  # process -> done_through
     spent: dict[str, bool] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> who and where
 
     def add(self, node: str, batch: dict[str, Any]) -> None:
         for key in _COLUMNS:
@@ -294,8 +343,12 @@ class Collector:
             self.errors[(int(arm), int(seq), str(message))] += int(count)
         for seq, pct in batch["cpu"].items():
             self.cpu[int(seq)][node] = float(pct)
+        for seq, pct in batch.get("machine_cpu", {}).items():
+            self.machine_cpu[int(seq)][node] = float(pct)
         self.done[node] = int(batch["done_through"])
         self.spent[node] = bool(batch["spent"])
+        if node in self.nodes:
+            self.nodes[node]["last_seen"] = time.time()
 
     def window(self, arm: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
         """Latencies (ms) and ok flags of the requests one phase sent to one arm."""
@@ -309,33 +362,107 @@ class Collector:
 
 
 collector = Collector()
+_current: dict[str, Any] = {}  # the phase the master's controller is in (for late joiners)
+_events: Any = None  # OUT/events.jsonl, opened by the master or the local process
+
+
+def emit(event: str, **data: Any) -> None:
+    """One progress event to OUT/events.jsonl (the master or the local process only)."""
+    global _events
+    if _events is None:
+        _events = (OUT / "events.jsonl").open("a", buffering=1)
+    _events.write(json.dumps({"event": event, "time": time.time(), **data}) + "\n")
 
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
     runner = environment.runner
     if isinstance(runner, WorkerRunner):
+        runner.register_message("graphserve_plan", _on_plan)
         runner.register_message("graphserve_phase", _on_phase)
+        runner.send_message("graphserve_hello", _whoami())
         gevent.spawn(_flush_forever, runner)
     elif isinstance(runner, MasterRunner):
+        runner.register_message("graphserve_hello", _on_hello)
+        runner.register_message("graphserve_refused", _on_refused)
         runner.register_message("graphserve_records", _on_records)
-    if not isinstance(runner, MasterRunner) and PLAN.max_requests:
-        processes = max(1, PLAN.workers)
-        local.budget = max(1, PLAN.max_requests // processes)
+    elif PLAN.max_requests:
+        local.budget = PLAN.max_requests
+
+
+def _whoami() -> dict[str, Any]:
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "graphserve": __version__,
+    }
+
+
+# -- on a worker
+
+
+def _on_plan(environment: Environment, msg: Any, **_: Any) -> None:
+    """The master's plan and body: check the targets, set the budget, join the current phase."""
+    global PLAN, BODY
+    plan = Plan.from_dict(msg.data["plan"])
+    allowed = plan.allow_remote and os.environ.get(WORKER_ALLOW_REMOTE_ENV) == "1"
+    try:
+        for arm in plan.arms:
+            check_loopback(arm.target, allowed)
+    except RemoteTargetError as exc:
+        refusal = f"{exc} (a worker loads remote targets only with --allow-remote)"
+        environment.runner.send_message("graphserve_refused", {**_whoami(), "message": refusal})  # type: ignore[union-attr]
+        return
+    PLAN, BODY = plan, bytes(msg.data["body"])
+    if plan.max_requests:
+        local.budget = max(1, plan.max_requests // max(1, plan.workers))
+    if msg.data.get("phase"):
+        local.enter(Phase(**msg.data["phase"]))
 
 
 def _on_phase(environment: Environment, msg: Any, **_: Any) -> None:
-    local.enter(Phase(**msg.data))
-
-
-def _on_records(environment: Environment, msg: Any, **_: Any) -> None:
-    collector.add(str(msg.node_id), msg.data)
+    if PLAN is None:  # joined mid-run: the plan, when it comes, carries the current phase
+        return
+    phase = Phase(**msg.data)
+    if phase.seq == local.phase.seq:
+        local.rerate(phase)
+    else:
+        local.enter(phase)
 
 
 def _flush_forever(runner: WorkerRunner) -> None:
     while True:
         gevent.sleep(_FLUSH_S)
         runner.send_message("graphserve_records", local.drain())
+
+
+# -- on the master
+
+
+def _on_hello(environment: Environment, msg: Any, **_: Any) -> None:
+    node = str(msg.node_id)
+    collector.nodes[node] = {**msg.data, "joined": time.time(), "last_seen": time.time()}
+    reply = {"plan": PLAN.to_dict(), "body": BODY, "phase": dict(_current) or None}
+    environment.runner.send_message("graphserve_plan", reply, client_id=node)  # type: ignore[union-attr]
+    emit(
+        "worker",
+        id=node,
+        host=msg.data.get("host"),
+        pid=msg.data.get("pid"),
+        joined=len(collector.nodes),
+        expected=PLAN.workers,
+    )
+
+
+def _on_refused(environment: Environment, msg: Any, **_: Any) -> None:
+    data = msg.data
+    emit("worker_refused", id=str(msg.node_id), host=data.get("host"), message=data["message"])
+
+
+def _on_records(environment: Environment, msg: Any, **_: Any) -> None:
+    collector.add(str(msg.node_id), msg.data)
 
 
 class Controller:
@@ -350,13 +477,15 @@ class Controller:
         self.seq = 0
         self.phases: list[dict[str, Any]] = []
         self.scrapes: list[dict[str, Any]] = []
-        self.events = (OUT / "events.jsonl").open("a", buffering=1)
+        self.lost: dict[str, float] = {}  # worker -> when the master noticed it was gone
         psutil.cpu_percent()  # the first call only starts psutil's clock
 
     # -- the plan
 
     def run(self) -> None:
         try:
+            if self.distributed and not self._wait_for_workers():
+                return
             for step, load in enumerate(PLAN.loads):
                 if not self._step(step, load):
                     break
@@ -406,6 +535,9 @@ class Controller:
             if self._spent():
                 self.truncated = f"max requests ({PLAN.max_requests}) reached"
                 return False
+            if self.distributed and not self._watch_workers():
+                self.truncated = "every load-test worker was lost"
+                return False
             gevent.sleep(min(0.05, max(0.0, deadline - time.time())))
         self._scrape(arm, "phase_end", step, seq)
         return True
@@ -447,15 +579,31 @@ class Controller:
             self.phases[-1]["ended"] = now
             self.phases[-1]["machine_cpu_pct"] = psutil.cpu_percent()
         self.seq += 1
-        load = PLAN.loads[min(step, len(PLAN.loads) - 1)]
-        processes = max(1, len(self._workers())) if self.distributed else 1
-        rate = load / processes if PLAN.mode == "open" and arm >= 0 else 0.0
-        phase = Phase(self.seq, kind, step, window, arm, rate, now)
-        self.phases.append({**asdict(phase), "ended": None, "users": self.users})
+        workers = self._workers()
+        phase = Phase(self.seq, kind, step, window, arm, self._rate(step, arm, workers), now)
+        running = self.env.runner.user_count if self.env.runner is not None else None
+        self.phases.append(
+            {
+                **asdict(phase),
+                "ended": None,
+                "users": self.users,
+                "running_users": running,  # as the workers last reported them
+                "workers": workers or None,
+            }
+        )
+        _current.clear()
+        _current.update(asdict(phase))
         if self.distributed:
             self.env.runner.send_message("graphserve_phase", asdict(phase))  # type: ignore[union-attr]
         else:
             local.enter(phase)
+
+    def _rate(self, step: int, arm: int, workers: list[str]) -> float:
+        """An open loop's arrivals per second for each process now sending them."""
+        if PLAN.mode != "open" or arm < 0:
+            return 0.0
+        load = PLAN.loads[min(step, len(PLAN.loads) - 1)]
+        return load / max(1, len(workers)) if self.distributed else load
 
     def _settle(self, timeout_s: float = 5.0) -> None:
         """Wait until every request started before now has been answered and recorded."""
@@ -481,10 +629,51 @@ class Controller:
         self._emit("warning", message=f"only {runner and runner.user_count} of {users} users")
 
     def _workers(self) -> list[str]:
+        """The workers alive now: connected, sending heartbeats, and given the plan."""
         runner = self.env.runner
         if not isinstance(runner, MasterRunner):
             return []
-        return [str(client.id) for client in runner.clients.values()]
+        return sorted(
+            str(client.id)
+            for client in runner.clients.values()
+            if client.state != STATE_MISSING and str(client.id) in collector.nodes
+        )
+
+    def _wait_for_workers(self) -> bool:
+        """Until every expected worker has said hello (locust waited for them to connect)."""
+        deadline = time.time() + PLAN.workers_timeout_s
+        while len(collector.nodes) < PLAN.workers:
+            if time.time() > deadline:
+                self.truncated = (
+                    f"{len(collector.nodes)} of {PLAN.workers} workers joined within "
+                    f"{PLAN.workers_timeout_s:g} s"
+                )
+                return False
+            gevent.sleep(0.05)
+        return True
+
+    def _watch_workers(self) -> bool:
+        """Notice the workers lost since the last look; False when none is left.
+
+        A lost worker's users move to the others (locust's rebalancing); an open loop's
+        current phase is sent again at the rate split over the workers left.
+        """
+        alive = self._workers()
+        gone = [w for w in collector.nodes if w not in alive and w not in self.lost]
+        for worker in gone:
+            self.lost[worker] = time.time()
+            node = collector.nodes[worker]
+            phase = self.phases[-1] if self.phases else {}
+            self._emit(
+                "warning",
+                message=f"worker {worker} ({node.get('host')}, pid {node.get('pid')}) was lost "
+                f"in phase {phase.get('seq')} ({phase.get('kind')}); {len(alive)} left",
+            )
+        if gone and alive and PLAN.mode == "open" and _current.get("arm", -1) >= 0:
+            rate = self._rate(_current["step"], _current["arm"], alive)
+            _current["rate"], _current["started"] = rate, time.time()
+            self.env.runner.send_message("graphserve_phase", dict(_current))  # type: ignore[union-attr]
+        return bool(alive)
 
     def _spent(self) -> bool:
         if not PLAN.max_requests:
@@ -510,7 +699,7 @@ class Controller:
             self._scrape(arm, moment, step, -1)
 
     def _emit(self, event: str, **data: Any) -> None:
-        self.events.write(json.dumps({"event": event, "time": time.time(), **data}) + "\n")
+        emit(event, **data)
 
     def _write(self) -> None:
         if not self.distributed:
@@ -532,17 +721,32 @@ class Controller:
             ok=np.asarray(columns["ok"], dtype=bool),
             lag_ms=np.asarray(columns["lag_ms"], dtype=np.float64),
         )
+        if self.distributed:
+            self._generator_machines()
         document = {
             "phases": self.phases,
             "scrapes": self.scrapes,
             "cpu": {str(seq): by_node for seq, by_node in collector.cpu.items()},
+            "machine_cpu": {str(seq): by_node for seq, by_node in collector.machine_cpu.items()},
             "errors": [[a, s, m, n] for (a, s, m), n in collector.errors.items()],
             "truncated": self.truncated,
             "workers": self._workers() if self.distributed else ["local"],
+            "expected_workers": PLAN.workers,
+            "nodes": {
+                worker: {**node, "lost": self.lost.get(worker)}
+                for worker, node in collector.nodes.items()
+            },
         }
         (raw / "phases.json").write_text(json.dumps(document, indent=1))
         self._emit("done", truncated=self.truncated)
-        self.events.close()
+
+    def _generator_machines(self) -> None:
+        """A distributed phase's machine CPU is the busiest worker machine's, where the users
+        ran (the master's own machine is kept as master_machine_cpu_pct)."""
+        for phase in self.phases:
+            phase["master_machine_cpu_pct"] = phase.get("machine_cpu_pct")
+            machines = collector.machine_cpu.get(phase["seq"], {})
+            phase["machine_cpu_pct"] = max(machines.values()) if machines else None
 
 
 class SweepShape(LoadTestShape):
@@ -566,4 +770,3 @@ class SweepShape(LoadTestShape):
 
 def _spawn_rate(users: int) -> float:
     return float(max(users, 1))  # every user of a step starts within a second
-

@@ -220,8 +220,16 @@ def test_a_worker_refuses_remote_targets_without_its_own_allow_remote(
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_run_is_named_and_its_users_move(
-    graph_server: str, tmp_path: Path
+@pytest.mark.parametrize(
+    "load",
+    [
+        ("--users", "4", "--window", "1s", "--min-windows", "6", "--max-windows", "6"),
+        ("--rate", "300", "--max-in-flight", "4", "--window", "2s", "--max-windows", "4"),
+    ],
+    ids=["closed", "open"],
+)
+def test_a_worker_killed_mid_run_is_named_and_the_load_holds(
+    graph_server: str, tmp_path: Path, load: tuple[str, ...]
 ) -> None:
     port = _free_port()
     remote = _worker(port)
@@ -236,6 +244,8 @@ def test_a_worker_killed_mid_run_is_named_and_its_users_move(
             phases = [json.loads(line) for line in lines if '"event": "phase"' in line]
             windows = [phase for phase in phases if phase["kind"] == "window"]
             if len(windows) >= 2:
+                # Mid-window: the master notices 3-4 s later (heartbeats), mid-window again.
+                time.sleep(1.0)
                 child = psutil.Process(remote.pid).children()[0]  # the locust worker process
                 killed["pid"], killed["at"] = child.pid, time.time()
                 os.kill(child.pid, signal.SIGKILL)  # as a machine that dies: no goodbye
@@ -245,9 +255,8 @@ def test_a_worker_killed_mid_run_is_named_and_its_users_move(
     killer = threading.Thread(target=kill_after_the_second_window, daemon=True)
     killer.start()
     try:
-        result = _compare(graph_server, port, tmp_path, "--users", "4", "--workers", "1",
-                          "--expect-workers", "1", "--min-windows", "6", "--max-windows", "6",
-                          *_SHORT)  # fmt: skip
+        result = _compare(graph_server, port, tmp_path, "--warmup", "0.5s", "--workers", "1",
+                          "--expect-workers", "1", *load)  # fmt: skip
     finally:
         killer.join(timeout=5)
         codes = _stop([remote])
@@ -268,6 +277,22 @@ def test_a_worker_killed_mid_run_is_named_and_its_users_move(
     after = [p for p in windows if p["workers"] == [kept["id"]]]
     assert after, "the loss was never noticed"
     assert all(p["running_users"] == 4 for p in after[1:])  # locust moved the lost users
+    if "--rate" in load:  # and the one left sends the whole rate from the next phase on
+        arms = report["steps"][0]["arms"]
+        rates = {
+            (name, w["index"]): w["throughput_rps"] for name in arms for w in arms[name]["windows"]
+        }
+        names = list(arms)
+        for phase in after[1:]:
+            assert rates[(names[phase["arm"]], phase["window"])] > 0.85 * 300, rates
+        # In the phase the loss was noticed in, the worker left took the whole rate at once.
+        noticed = document["nodes"][lost["id"]]["lost"]
+        during = next(p for p in windows if p["started"] <= noticed < p["ended"])
+        if during["ended"] - noticed > 0.3:
+            with np.load(tmp_path / "raw" / "records.npz") as records:
+                late = (records["seq"] == during["seq"]) & (records["start"] > noticed + 0.1)
+                rate = int(late.sum()) / (during["ended"] - noticed - 0.1)
+            assert rate > 0.85 * 300, rate
     with np.load(tmp_path / "raw" / "records.npz") as records:
         seqs = records["seq"]
         for phase in after:

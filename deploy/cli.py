@@ -268,6 +268,34 @@ def k8s(
     monitoring: Monitoring = False,
     per_process_gpu_memory_fraction: GpuFraction = None,
     config_poll_seconds: ConfigPoll = 60,
+    loadtest: Annotated[
+        bool,
+        typer.Option("--loadtest", help="Also write its load test: master Job, workers, plan."),
+    ] = False,
+    loadtest_image: Annotated[
+        str | None, typer.Option(help="Image with graphserve for the load test's pods.")
+    ] = None,
+    loadtest_workers: Annotated[
+        int, typer.Option(min=1, help="Load-test worker pods (one locust process each).")
+    ] = 2,
+    loadtest_users: Annotated[
+        str, typer.Option(help="Closed-loop users per step, e.g. 1,4,16,64.")
+    ] = "1,4,16,64",
+    loadtest_protocol: Annotated[str, typer.Option(help="grpc or rest.")] = "grpc",
+    loadtest_worker_cpu: Annotated[str, typer.Option(help="CPU per worker pod.")] = "1",
+    loadtest_payload: Annotated[
+        Path | None,
+        typer.Option(help="Inputs .npz [default: random, seed 0, from the signature]."),
+    ] = None,
+    loadtest_report_pvc: Annotated[
+        str | None,
+        typer.Option(
+            help="PersistentVolumeClaim for the report [default: kubectl cp from the pod]."
+        ),
+    ] = None,
+    loadtest_linger: Annotated[
+        str, typer.Option(help="How long the master pod keeps the report for kubectl cp.")
+    ] = "1h",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Also print the manifests (nothing is applied).")
     ] = False,
@@ -275,10 +303,13 @@ def k8s(
     output: Output = OutputFormat.text,
 ) -> None:
     """Write Kubernetes manifests for TF Serving replicas on GPU nodes; apply them with
-    `kubectl apply -f OUT/`."""
+    `kubectl apply -f OUT/`. With --loadtest, also the load test of this deployment: a master
+    Job running `graphserve loadtest compare` against the Service, N worker pods, the plan and
+    payload in a ConfigMap."""
     from graphserve.core.errors import DeployError
     from graphserve.deploy.api import write_k8s
     from graphserve.deploy.k8s import K8sOptions
+    from graphserve.deploy.loadtest_k8s import LoadTestOptions
     from graphserve.deploy.plan import TFServingSpec, plan_serving
 
     spec = TFServingSpec(
@@ -307,6 +338,18 @@ def k8s(
         target_cpu=target_cpu,
         cpu_request=cpu_request,
         memory_request=memory_request,
+        loadtest=LoadTestOptions(
+            image=loadtest_image or "",
+            workers=loadtest_workers,
+            users=loadtest_users,
+            protocol=loadtest_protocol,
+            worker_cpu=loadtest_worker_cpu,
+            payload=loadtest_payload,
+            report_pvc=loadtest_report_pvc,
+            linger=loadtest_linger,
+        )
+        if loadtest
+        else None,
     )
     try:
         options.validate()

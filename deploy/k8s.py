@@ -4,6 +4,7 @@ OUT/configmap.yaml    models.config (+ batching.config, monitoring.config), moun
 OUT/deployment.yaml   the TF Serving pods: `nvidia.com/gpu` limits, models at /models (read-only)
 OUT/service.yaml      ClusterIP: 8500 grpc, 8501 http
 OUT/hpa.yaml          autoscaling/v2 on CPU utilisation (with --hpa)
+OUT/loadtest-*.yaml   with --loadtest, the load test of this deployment (deploy/loadtest_k8s.py)
 
 Applying is yours: `kubectl apply -f OUT/`. The probes:
 - readiness: HTTP GET /v1/models/NAME/metadata on 8501. TF Serving answers it 200 only while a
@@ -32,11 +33,12 @@ from graphserve.deploy.config import (
     PROMETHEUS_PATH,
 )
 from graphserve.deploy.files import dump_yaml, write_atomic
+from graphserve.deploy.loadtest_k8s import LOADTEST_FILES, LoadTestOptions, loadtest_manifests
 from graphserve.deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, ServingPlan
 
 __all__ = ["MANIFEST_FILES", "K8sOptions", "manifests", "write_manifests"]
 
-MANIFEST_FILES = ("configmap.yaml", "deployment.yaml", "service.yaml", "hpa.yaml")
+MANIFEST_FILES = ("configmap.yaml", "deployment.yaml", "service.yaml", "hpa.yaml", *LOADTEST_FILES)
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 
@@ -56,6 +58,7 @@ class K8sOptions:
     target_cpu: int = 70  # average CPU utilisation, percent of the request
     cpu_request: str = "1"
     memory_request: str = "2Gi"
+    loadtest: LoadTestOptions | None = None  # also write the load test of this deployment
 
     def validate(self) -> None:
         """Raises DeployUsageError for names, counts or quantities Kubernetes would refuse."""
@@ -81,15 +84,23 @@ class K8sOptions:
         ):
             if not _QUANTITY.match(value):
                 raise DeployUsageError(f"{flag} {value!r}: expected a quantity such as 500m, 2Gi")
+        if self.loadtest is not None:
+            self.loadtest.validate()
+            for flag, value in (
+                ("--loadtest-worker-cpu", self.loadtest.worker_cpu),
+                ("--loadtest-worker-memory", self.loadtest.worker_memory),
+            ):
+                if not _QUANTITY.match(value):
+                    raise DeployUsageError(f"{flag} {value!r}: expected a quantity such as 1, 2Gi")
 
 
-def _metadata(options: K8sOptions, name: str) -> dict[str, Any]:
+def _metadata(options: K8sOptions, name: str, component: str = "tfserving") -> dict[str, Any]:
     return {
         "name": name,
         "namespace": options.namespace,
         "labels": {
             "app.kubernetes.io/name": options.name,
-            "app.kubernetes.io/component": "tfserving",
+            "app.kubernetes.io/component": component,
             "app.kubernetes.io/managed-by": "graphserve",
         },
     }
@@ -234,14 +245,22 @@ def manifests(plan: ServingPlan, options: K8sOptions) -> dict[str, dict[str, Any
     objects["service.yaml"] = _service(options)
     if options.hpa:
         objects["hpa.yaml"] = _hpa(options)
+    if options.loadtest is not None:
+        objects |= loadtest_manifests(
+            plan,
+            options.loadtest,
+            options.name,
+            options.namespace,
+            lambda name: _metadata(options, name, "loadtest"),
+        )
     return objects
 
 
 def write_manifests(plan: ServingPlan, options: K8sOptions) -> list[Path]:
     """Write the manifests into options.out_dir, one object per file; returns their paths.
 
-    A configmap.yaml or hpa.yaml an earlier run wrote and this one does not is removed, so
-    `kubectl apply -f OUT/` applies exactly this set.
+    A configmap.yaml, hpa.yaml or loadtest-*.yaml an earlier run wrote and this one does not is
+    removed, so `kubectl apply -f OUT/` applies exactly this set.
     """
     objects = manifests(plan, options)
     written = []

@@ -10,6 +10,7 @@ marked `docker` bring TF Serving up for real where an engine runs.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -584,6 +585,53 @@ def test_every_k8s_manifest_is_valid_for_the_kubernetes_schemas(
                 except kubernetes_validate.ValidationError as exc:
                     pytest.fail(f"{path.name} ({document['kind']}) for Kubernetes {version}: {exc}")
     assert {"Deployment", "Service", "ConfigMap"} <= set(kinds)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param([], id="defaults"),
+        pytest.param(["--gpus", "2", "--monitoring", "--batching"], id="gpus-monitoring-batching"),
+        pytest.param(["--gpus", "all", "--host", "0.0.0.0", "--grpc-port", "9500"], id="all-gpus"),
+        pytest.param(["--gpus", "0", "--name", "cpu-only"], id="no-gpu"),
+    ],
+)
+def test_every_compose_file_is_valid_for_the_compose_specification(
+    base: Path, tmp_path: Path, options: list[str]
+) -> None:
+    """The compose specification, as the compose_spec parser reads it (strict: an unknown key,
+    a wrong type or a malformed duration is an error), for every compose.yaml we write; and a
+    broken copy is refused, so the check can fail."""
+    from compose_spec import PyCompose
+
+    project = tmp_path / "project"
+    batching = tmp_path / "batching.txt"
+    batching.write_text(BATCHING)
+    extra = [a for a in options if a != "--batching"]
+    if "--batching" in options:
+        extra += ["--batching-parameters-file", str(batching)]
+    ok(deploy("tfserving", "--model-base-path", base, "--image", COMPATIBLE_IMAGE,
+              "--project-dir", project, "--dry-run", *extra))  # fmt: skip
+    text = (project / "compose.yaml").read_text()
+    compose = PyCompose.from_yaml(text)
+    compose.validate()
+    assert compose.service_names() == ["tfserving"]
+    broken = text.replace("    restart: unless-stopped", "    restart: unless-stopped\n    gpu: 1")
+    assert broken != text
+    with pytest.raises(ValueError, match="gpu"):
+        PyCompose.from_yaml(broken)
+
+
+def test_the_embedded_servers_compose_file_is_valid_for_the_compose_specification() -> None:
+    from compose_spec import PyOptions
+
+    path = Path(__file__).parent.parent / "docker" / "compose.embedded.yaml"
+    # Compose interpolates first: with no variable set, ${NAME:-default} is the default.
+    text = re.sub(r"\$\{[A-Za-z_]+:-([^}]*)\}", r"\1", path.read_text())
+    assert "${" not in text
+    compose = PyOptions(apply_merge=True).from_yaml(text)  # it shares settings with <<
+    compose.validate()
+    assert compose.service_names() == ["graph", "eager", "compare"]
 
 
 @pytest.mark.parametrize(

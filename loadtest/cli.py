@@ -472,13 +472,14 @@ def report_command(
     out: Annotated[Path, typer.Argument(help="a load-test output directory with report.json")],
 ) -> None:
     """Render report.md, report.html and the plots again from OUT/report.json."""
+    from graphserve.core.errors import LoadTestError
     from graphserve.loadtest.report import write_report
+    from graphserve.loadtest.results import load_report
 
-    path = out / "report.json"
     try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        stderr.print(f"[red]error:[/red] cannot read {path}: {exc}")
+        report = load_report(out / "report.json")  # this version or the one before
+    except LoadTestError as exc:
+        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
-    write_report(document, out)
+    write_report(report.model_dump(mode="json", by_alias=True), out)
     stderr.print(f"report: {out / 'report.html'} (and report.md)")

@@ -135,12 +135,13 @@ def compare(
 
     from graphserve.loadtest.analysis import analyze, read_raw
     from graphserve.loadtest.report import write_report
+    from graphserve.loadtest.results import REPORT_SCHEMA
     from graphserve.loadtest.slo import evaluate
 
     raw = read_raw(out_dir)
     baseline = spec.baseline or spec.arms[-1].name
     report: dict[str, Any] = {
-        "schema": "graphserve.loadtest/2",
+        "schema": REPORT_SCHEMA,
         "title": _title(spec, baseline),
         "headline": [],  # one sentence per step, written with the report (loadtest/report.py)
         "settings": _settings(spec, baseline, inputs, payload_source),

@@ -38,6 +38,7 @@ from graphserve.loadtest.labels import (
     settings,
     steps,
 )
+from graphserve.loadtest.results import check_report
 from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
@@ -107,7 +108,8 @@ def write_report(
     `out_dir/raw/records.npz`; without either that plot is skipped. Locust's
     CSVs in `out_dir` (`locust*.csv`) are listed. Sets `report["files"]` and `report["headline"]`
     in place and returns the files.
-    Raises OSError when a file cannot be written and ValueError when raw/records.npz is malformed.
+    Raises OSError when a file cannot be written, ValueError when raw/records.npz is malformed,
+    and LoadTestError (after writing) when the report does not have loadtest.results' shape.
     """
     from graphserve.loadtest import plots  # matplotlib: only when plots are drawn
     from graphserve.loadtest.analysis import load_records
@@ -140,6 +142,7 @@ def write_report(
     markdown = render_markdown(report, {name: name for name in images})
     (out_dir / "report.md").write_text(markdown, encoding="utf-8")
     (out_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")
+    check_report(json.loads(text))  # after writing: a report that does not fit is still kept
     return files
 
 

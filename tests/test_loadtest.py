@@ -420,7 +420,7 @@ def test_sweep_report_against_real_servers(metered_servers, tmp_path: Path) -> N
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["schema"] == "graphserve.loadtest/2"
+    assert report["schema"] == "graphserve.loadtest/3"
     assert report["settings"]["arm_order"] == ["graph", "eager"]
     assert report["settings"]["baseline"] == "eager"
     assert [step["load"] for step in report["steps"]] == [1, 2]

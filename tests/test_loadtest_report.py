@@ -34,6 +34,7 @@ from graphserve.loadtest.report import (
     render_table,
     write_report,
 )
+from graphserve.loadtest.results import REPORT_SCHEMA
 
 T0 = 1_763_632_800.0  # 2025-11-20T10:00:00Z
 WINDOW_S = 5.0
@@ -51,6 +52,7 @@ def _window(index: int, start: float, p50: float) -> dict[str, Any]:
         "p99_ms": p50 * 2,
         "mean_ms": p50 * 1.1,
         "generator_cpu_pct": 41.0,
+        "machine_cpu_pct": 63.0,
     }
 
 
@@ -82,16 +84,20 @@ def _arm(p50: float, rps: float, step_start: float, offset: int, **extra: Any) -
         "windows": windows,
         "stable": True,
         "stability": {"last_windows": 3, "spread_pct": {"throughput": 2.1, "p50": 3.0}},
-        "generator": {"cpu_pct": 45.0, "bound": False, "reason": None},
+        "generator": {"cpu_pct": 45.0, "machine_cpu_pct": 63.0, "bound": False, "reason": None},
         "server": {
             "requests": 5210,
+            "client_requests": 5210,
             "request_mean_ms": p50 * 0.8,
             "runtime_mean_ms": p50 * 0.5,
+            "statistic": "mean",
+            "client_mean_ms": p50 * 1.1,
             "breakdown_ms": {
                 "model": p50 * 0.5,
                 "server": p50 * 0.3,
                 "client_and_network": p50 * 0.3,
             },
+            "clamped_ms": {},
         },
         "open_loop": None,
     }
@@ -140,7 +146,7 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
             }
         )
     return {
-        "schema": "graphserve.loadtest/2",
+        "schema": REPORT_SCHEMA,
         "title": "mlp: graph vs eager, gRPC, closed loop",
         "settings": {
             "protocol": "grpc",
@@ -167,6 +173,7 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
                 "file": "payload.npz",
                 "inputs": {"x": {"dtype": "float32", "shape": [1, 784]}},
             },
+            "locust": {"stop_timeout_s": 5, "sweepfile": "sweepfile.py"},
         },
         "environment": {
             "timestamp": "2026-11-20T10:00:00+00:00",
@@ -187,8 +194,12 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
             "eager": {"address": "127.0.0.1:9500", "protocol": "grpc", "runner": "eager"},
         },
         "steps": steps,
+        "truncated": None,
+        "elapsed_s": 95.2,
+        "manifest": None,
         "calibration": {
             "null_endpoint": "127.0.0.1:1234",
+            "arm": "null",
             "steps": [{"load": load, "throughput_rps": 5000.0, "p50_ms": 0.3} for load in loads],
         },
         "cold_start": {
@@ -469,7 +480,7 @@ def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:
             failures=4410,
             throughput_rps=None,
             server=None,
-            stable=None,
+            stable=False,  # what stability() says of windows without a p50
             ci95_ms={k: None for k in eager["ci95_ms"]},
             latency_ms={k: None for k in eager["latency_ms"]},
         )
@@ -484,7 +495,7 @@ def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:
 
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     row = next(line for line in markdown.splitlines() if line.startswith("| eager (baseline) |"))
-    assert "| 4,410 | 4,410 | – | – | – | – | – | – | – | – |" in row
+    assert "| 4,410 | 4,410 | – | – | – | – | – | – | – | no |" in row
     assert "| graph/eager | – | – |" in markdown
     assert "eager at 4 users: no successful measured request" in markdown
     assert "–" in (tmp_path / "report.html").read_text(encoding="utf-8")

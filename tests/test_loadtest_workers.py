@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import psutil
 import pytest
@@ -151,6 +152,8 @@ def test_remote_workers_join_and_carry_the_whole_load(graph_server: str, tmp_pat
     assert result.exit_code == 0, result.output
     assert codes == [0, 0]  # the workers end with the run, by themselves
     report = json.loads((tmp_path / "report.json").read_text())
+    schema = Path(__file__).parent.parent / "docs" / "report.schema.json"
+    jsonschema.validate(report, json.loads(schema.read_text()))  # the published shape
     section = report["workers"]
     assert section["expected"] == 2 and section["mode"] == "remote"
     assert report["settings"]["expect_workers"] == 2 and report["settings"]["workers"] == 0

@@ -38,7 +38,7 @@ from graphserve.loadtest.labels import (
     settings,
     steps,
 )
-from graphserve.loadtest.results import check_report
+from graphserve.loadtest.results import Workers, check_report
 from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
@@ -302,8 +302,8 @@ def _document(report: Report) -> list[_Block]:
                 )
             )
             blocks.append(_ratio_table(step["ratios"]))
-    blocks += _cold_start(report) + _calibration(report) + _slo(report)
-    warnings = _warnings(report)
+    blocks += _cold_start(report) + _calibration(report) + _workers(report) + _slo(report)
+    warnings = _warnings(report) + _lost_workers(report)
     if warnings:
         blocks.append(_Warnings(tuple(warnings)))
     return blocks
@@ -450,6 +450,65 @@ def _calibration(report: Report) -> list[_Block]:
         _Paragraph(note),
         _Table(("load", "req/s", "p50 (ms)"), rows, (False, True, True)),
     ]
+
+
+def _workers(report: Report) -> list[_Block]:
+    """The locust workers that generated the load: where, how busy, and whether one was lost."""
+    section = _worker_section(report)
+    if section is None:
+        return []
+    rows = tuple(
+        (
+            node.host or NONE,
+            str(node.pid) if node.pid is not None else NONE,
+            fmt_plain(node.cpus),
+            _fmt_pct(node.cpu_pct.mean),
+            _fmt_pct(node.cpu_pct.max),
+            _fmt_pct(node.machine_cpu_pct.mean),
+            _fmt_pct(node.machine_cpu_pct.max),
+            "lost" if node.lost_s is not None else "whole run",
+        )
+        for node in section.nodes
+    )
+    where = "joined from elsewhere" if section.mode == "remote" else "started by the comparison"
+    note = (
+        f"{len(section.nodes)} of {section.expected} locust workers ({where}). CPU is the "
+        "worker process's share of one core and its machine's share of all its CPUs, mean and "
+        "max over the windows it ran."
+    )
+    headers = ("host", "pid", "CPUs", "CPU mean", "CPU max", "machine mean", "machine max", "ran")
+    numeric = (False, True, True, True, True, True, True, False)
+    rows_classes = tuple("warn" if node.lost_s is not None else "" for node in section.nodes)
+    return [
+        _Heading(2, "Load generator"),
+        _Paragraph(note),
+        _Table(headers, rows, numeric, rows_classes),
+    ]
+
+
+def _lost_workers(report: Report) -> list[str]:
+    section = _worker_section(report)
+    if section is None:
+        return []
+    warnings = []
+    for node in section.nodes:
+        if node.lost_s is None:
+            continue
+        at = node.lost_at
+        where = f" in {at.arm}'s {at.kind} {at.window + 1} of step {at.step + 1}" if at else ""
+        missed = ", ".join(
+            f"{w.arm} {w.window + 1} (step {w.step + 1})" for w in node.missed_windows
+        )
+        warnings.append(
+            f"worker {node.host} (pid {node.pid}) was lost {node.lost_s:.1f} s into the run{where};"
+            f" its users moved to the other workers. Windows it missed: {missed or NONE}"
+        )
+    return warnings
+
+
+def _worker_section(report: Report) -> Workers | None:
+    raw = report.get("workers")
+    return Workers.model_validate(raw) if raw else None
 
 
 def _slo(report: Report) -> list[_Block]:

@@ -156,6 +156,10 @@ def test_remote_workers_join_and_carry_the_whole_load(graph_server: str, tmp_pat
     jsonschema.validate(report, json.loads(schema.read_text()))  # the published shape
     section = report["workers"]
     assert section["expected"] == 2 and section["mode"] == "remote"
+    markdown = (tmp_path / "report.md").read_text()
+    assert "## Load generator" in markdown and "2 of 2 locust workers (joined from" in markdown
+    for node in section["nodes"]:
+        assert f"| {node['host']} | {node['pid']} | {node['cpus']} |" in markdown
     assert report["settings"]["expect_workers"] == 2 and report["settings"]["workers"] == 0
     nodes = section["nodes"]
     assert len(nodes) == 2 and len({n["pid"] for n in nodes}) == 2
@@ -273,6 +277,10 @@ def test_a_worker_killed_mid_run_is_named_and_the_load_holds(
     missed = lost["missed_windows"]
     assert missed and missed[0] == {k: lost["lost_at"][k] for k in ("step", "arm", "window")}
     assert kept["lost_s"] is None and kept["missed_windows"] == []
+    markdown = " ".join((tmp_path / "report.md").read_text().split())
+    assert f"(pid {killed['pid']}) was lost" in markdown
+    first = missed[0]
+    assert f"Windows it missed: {first['arm']} {first['window'] + 1} (step 1)" in markdown
     document = json.loads((tmp_path / "raw" / "phases.json").read_text())
     windows = [p for p in document["phases"] if p["kind"] == "window"]
     # After the master noticed, the phases list one worker, and the one left carries all four

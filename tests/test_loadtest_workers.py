@@ -52,7 +52,11 @@ def _worker(port: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def _stop(workers: list[subprocess.Popen[bytes]]) -> list[int]:
+def _stop(workers: list[subprocess.Popen[bytes]], terminate: bool = False) -> list[int]:
+    """The workers' exit codes: they end with the run by themselves, or are ended here."""
+    if terminate:
+        for worker in workers:
+            worker.terminate()
     codes = []
     for worker in workers:
         try:
@@ -188,9 +192,7 @@ def test_missing_workers_fail_naming_who_came(graph_server: str, tmp_path: Path)
         result = _compare(graph_server, port, tmp_path, "--users", "2", "--expect-workers", "2",
                           "--workers-timeout", "4s", *_SHORT)  # fmt: skip
     finally:
-        for worker in workers:
-            worker.terminate()
-        _stop(workers)
+        _stop(workers, terminate=True)
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
     assert "waited 4 s for 2 load-test workers; 1 joined:" in text
@@ -218,9 +220,7 @@ def test_a_worker_refuses_remote_targets_without_its_own_allow_remote(
              "--master-bind-port", str(port), "--out", str(tmp_path / "out"), *_SHORT],
         )  # fmt: skip
     finally:
-        for worker in workers:
-            worker.terminate()
-        _stop(workers)
+        _stop(workers, terminate=True)
     assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
     assert "refused the run" in text and "192.0.2.1:8500" in text and "--allow-remote" in text

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from bench.inprocess import METHODS
+from graphserve.loadtest.results import Environment
 
 __all__ = ["goal_lines", "render_markdown"]
 
@@ -47,12 +48,12 @@ def goal_lines(results: dict[str, Any]) -> list[str]:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    env = results["environment"]
+    env = Environment.model_validate(results["environment"])
     lines = [
         "# graphserve benchmark results",
         "",
-        f"{env['timestamp']} on `{env['hostname']}`: {env['cpus']} CPUs, {env['platform']}, "
-        f"Python {env['python']}, TensorFlow {env['versions'].get('tensorflow')}; "
+        f"{env.timestamp} on `{env.hostname}`: {env.cpus} CPUs, {env.platform}, "
+        f"Python {env.python}, TensorFlow {env.versions.get('tensorflow')}; "
         f"the run took {results['seconds']:.0f} s. Times are milliseconds; p50/p99 are "
         "nearest-rank percentiles of every timed call.",
         "",

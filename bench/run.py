@@ -123,7 +123,7 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     started = time.perf_counter()
     run = _Run(spec, say)
     run.results.update(
-        environment=environment(),
+        environment=environment().to_json(),
         in_process={},
         codec={},
         json={},

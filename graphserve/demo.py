@@ -85,5 +85,5 @@ def demo(
         stderr.print(f"[red]demo failed:[/] {escape(str(exc))}")
         raise typer.Exit(EXIT_FAILED) from None
     if quiet:
-        typer.echo(json.dumps({"export": result.to_json(), "report": report}, indent=2))
+        typer.echo(json.dumps({"export": result.to_json(), "report": report.to_json()}, indent=2))
     finish(report, out, quiet, print_json=False)

@@ -13,6 +13,7 @@ from graphserve.core.errors import (
     SloError,
 )
 from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+from graphserve.loadtest.results import Report, load_report
 from graphserve.loadtest.targets import check_loopback
 
 __all__ = [
@@ -23,8 +24,10 @@ __all__ = [
     "LocustRunError",
     "PayloadError",
     "RemoteTargetError",
+    "Report",
     "ServerStartError",
     "SloError",
     "check_loopback",
     "compare",
+    "load_report",
 ]

@@ -2,7 +2,8 @@
 
 Input: OUT/raw/records.npz (one row per request) and OUT/raw/phases.json (phases with their
 times, the servers' metrics scraped around them, the load generator's CPU), both written by
-loadtest/sweepfile.py. Output: the "steps" list of report.json (see loadtest/report.py).
+loadtest/sweepfile.py. Output: the run's steps, typed (loadtest/results.py: Step, ArmStep,
+Window, Ratio, ...).
 
 Latency statistics use the successful requests that started inside measurement windows; warm-up
 requests are counted but never timed. In open loop a request's latency runs from its scheduled
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,20 @@ import numpy.typing as npt
 
 from graphserve.core.errors import LocustRunError
 from graphserve.loadtest.plan import Plan
+from graphserve.loadtest.results import (
+    ArmStep,
+    Breakdown,
+    GeneratorLoad,
+    OpenLoop,
+    PercentileCIs,
+    Percentiles,
+    Ratio,
+    RatioValue,
+    ServerBreakdown,
+    Stability,
+    Step,
+    Window,
+)
 from graphserve.loadtest.scrape import Snapshot
 from graphserve.loadtest.stats import (
     percentile_cis,
@@ -111,26 +126,28 @@ def read_raw(out_dir: Path) -> RawRun:
     )
 
 
-def analyze(run: RawRun, plan: Plan, baseline: str) -> list[dict[str, Any]]:
+def analyze(run: RawRun, plan: Plan, baseline: str) -> list[Step]:
     """The report's steps, one per load the sweep reached."""
     names = [arm.name for arm in plan.arms]
-    steps: list[dict[str, Any]] = []
+    steps: list[Step] = []
     reached = sorted({p["step"] for p in run.phases if p["kind"] != "idle"})
     for step in reached:
-        arms = {name: _arm_step(run, plan, step, index) for index, name in enumerate(names)}
-        _calibrate(arms)
+        measured = {name: _arm_step(run, plan, step, index) for index, name in enumerate(names)}
+        arms = _calibrate({name: arm for name, (arm, _) in measured.items()})
+        latencies = {name: good_ms for name, (_, good_ms) in measured.items()}
         steps.append(
-            {
-                "index": step,
-                "load": plan.loads[step],
-                "arms": {name: _public(a) for name, a in arms.items()},
-                "ratios": _ratios(arms, baseline, seed=plan.seed + step),
-            }
+            Step(
+                index=step,
+                load=plan.loads[step],
+                arms=arms,
+                ratios=_ratios(arms, latencies, baseline, seed=plan.seed + step),
+            )
         )
     return steps
 
 
-def _arm_step(run: RawRun, plan: Plan, step: int, arm: int) -> dict[str, Any]:
+def _arm_step(run: RawRun, plan: Plan, step: int, arm: int) -> tuple[ArmStep, np.ndarray]:
+    """One arm at one step, and the sorted latencies of its measured successful requests."""
     r = run.records
     mine = (r["step"] == step) & (r["arm"] == arm)
     measured = mine & (r["window"] >= 0)
@@ -139,54 +156,55 @@ def _arm_step(run: RawRun, plan: Plan, step: int, arm: int) -> dict[str, Any]:
     windows = [
         p for p in run.phases if p["step"] == step and p["arm"] == arm and p["kind"] == "window"
     ]
-    summaries = [_window(run, plan, p, timed) for p in windows]
+    summaries = [_window(run, p, timed) for p in windows]
     duration = sum(p["ended"] - p["started"] for p in windows if p["ended"] is not None)
     stable, spread = stability(summaries, last=plan.min_windows, tolerance_pct=plan.stability_pct)
     seqs = {p["seq"] for p in run.phases if p["step"] == step and p["arm"] == arm}
     errors = Counter({m: n for a, s, m, n in run.errors if a == arm and s in seqs})
-    latency = summarize(good_ms)
-    return {
-        "requests": int(mine.sum()),
-        "warmup_requests": int((mine & (r["window"] < 0)).sum()),
-        "measured_requests": int(measured.sum()),
-        "failures": int((measured & ~r["ok"]).sum()),
-        "errors": dict(errors.most_common()),
-        "duration_s": duration,
-        "throughput_rps": good_ms.size / duration if duration > 0 else None,
-        "latency_ms": latency,
-        "ci95_ms": percentile_cis(good_ms, seed=plan.seed + step),
-        "windows": summaries,
-        "stable": stable,
-        "stability": {"last_windows": plan.min_windows, "spread_pct": spread},
-        "generator": generator_load(summaries),
-        "server": _server(run, step, arm, windows, int(mine.sum()), latency["mean"]),
-        "open_loop": _open_loop(plan, step, r, measured, duration),
-        "_ms": good_ms,
-    }
+    latency = Percentiles.model_validate(summarize(good_ms))
+    arm_step = ArmStep(
+        requests=int(mine.sum()),
+        warmup_requests=int((mine & (r["window"] < 0)).sum()),
+        measured_requests=int(measured.sum()),
+        failures=int((measured & ~r["ok"]).sum()),
+        errors=dict(errors.most_common()),
+        duration_s=duration,
+        throughput_rps=good_ms.size / duration if duration > 0 else None,
+        latency_ms=latency,
+        ci95_ms=PercentileCIs.model_validate(percentile_cis(good_ms, seed=plan.seed + step)),
+        windows=summaries,
+        stable=stable,
+        stability=Stability(last_windows=plan.min_windows, spread_pct=spread),
+        generator=generator_load(summaries),
+        server=_server(run, step, arm, windows, int(mine.sum()), latency.mean),
+        open_loop=_open_loop(plan, step, r, measured, duration),
+    )
+    return arm_step, good_ms
 
 
-def _window(run: RawRun, plan: Plan, phase: Mapping[str, Any], timed: np.ndarray) -> dict[str, Any]:
+def _window(run: RawRun, phase: Mapping[str, Any], timed: np.ndarray) -> Window:
     r = run.records
     chosen = r["seq"] == phase["seq"]
     cpu = run.cpu.get(phase["seq"], {})
-    summary = window_summary(
+    return window_summary(
         timed[chosen],
         r["ok"][chosen],
         phase["started"],
         phase["ended"] if phase["ended"] is not None else phase["started"] + 1e-6,
-        max(cpu.values()) if cpu else None,
+        index=phase["window"],
+        cpu_pct=max(cpu.values()) if cpu else None,
+        machine_cpu_pct=phase.get("machine_cpu_pct"),
     )
-    return {"index": phase["window"], **summary, "machine_cpu_pct": phase.get("machine_cpu_pct")}
 
 
-def generator_load(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def generator_load(windows: Sequence[Window]) -> GeneratorLoad:
     """Whether the load generator may have been the limit in `windows` (their
     `generator_cpu_pct`, the busiest locust process, and `machine_cpu_pct`, every CPU of the
     machine): bound when either reached its limit in some window; none measured is not bound.
     A generator beside a server that keeps every CPU busy is starved as surely as one that
     keeps its own core busy."""
-    cpu = _highest(windows, "generator_cpu_pct")
-    machine = _highest(windows, "machine_cpu_pct")
+    cpu = _highest(w.generator_cpu_pct for w in windows)
+    machine = _highest(w.machine_cpu_pct for w in windows)
     reasons = []
     if cpu is not None and cpu >= GENERATOR_CPU_LIMIT_PCT:
         reasons.append(
@@ -196,36 +214,36 @@ def generator_load(windows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         reasons.append(
             f"the machine's CPUs were {machine:.0f}% busy (limit {MACHINE_CPU_LIMIT_PCT:.0f}%)"
         )
-    return {
-        "cpu_pct": cpu,
-        "machine_cpu_pct": machine,
-        "bound": bool(reasons),
-        "reason": "; ".join(reasons) or None,
-    }
+    return GeneratorLoad(
+        cpu_pct=cpu, machine_cpu_pct=machine, bound=bool(reasons), reason="; ".join(reasons) or None
+    )
 
 
-def _highest(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    values = [w[key] for w in windows if w.get(key) is not None]
-    return max(values) if values else None
+def _highest(values: Iterable[float | None]) -> float | None:
+    measured = [v for v in values if v is not None]
+    return max(measured) if measured else None
 
 
-def _calibrate(arms: dict[str, dict[str, Any]]) -> None:
-    """Mark arms whose throughput is the null endpoint's: they measured the stack, not a model."""
+def _calibrate(arms: dict[str, ArmStep]) -> dict[str, ArmStep]:
+    """Arms whose throughput is the null endpoint's marked generator-bound: they measured the
+    stack, not a model."""
     null = arms.get(CALIBRATION_ARM)
-    ceiling = null["throughput_rps"] if null else None
+    ceiling = null.throughput_rps if null else None
     if not ceiling:
-        return
+        return arms
+    marked = dict(arms)
     for name, arm in arms.items():
-        rps = arm["throughput_rps"]
+        rps = arm.throughput_rps
         if name == CALIBRATION_ARM or rps is None or rps < _NULL_SHARE * ceiling:
             continue
-        generator = arm["generator"]
-        generator["bound"] = True
         reason = (
             f"{rps:.0f} req/s is within {100 * (1 - _NULL_SHARE):.0f}% of the null endpoint's "
             f"{ceiling:.0f} req/s"
         )
-        generator["reason"] = "; ".join(filter(None, [generator["reason"], reason]))
+        reasons = "; ".join(filter(None, [arm.generator.reason, reason]))
+        generator = arm.generator.model_copy(update={"bound": True, "reason": reasons})
+        marked[name] = arm.model_copy(update={"generator": generator})
+    return marked
 
 
 def _server(
@@ -235,7 +253,7 @@ def _server(
     windows: Sequence[Mapping[str, Any]],
     client_requests: int,
     client_mean_ms: float | None,
-) -> dict[str, Any] | None:
+) -> ServerBreakdown | None:
     """Server-side time over the measurement windows; the server's request count for the step."""
 
     def snapshot(moment: str, seq: int | None = None) -> Snapshot | None:
@@ -255,18 +273,18 @@ def _server(
             total = total.plus(after.minus(before))
     request_ms = _mean_ms(total.request_sum_s, total.request_count)
     runtime_ms = _mean_ms(total.runtime_sum_s, total.runtime_count)
-    return {
-        "requests": int(end.minus(start).requests) if end is not None else None,
-        "client_requests": client_requests,
-        "request_mean_ms": request_ms,
-        "runtime_mean_ms": runtime_ms,
-        **breakdown(client_mean_ms, request_ms, runtime_ms),
-    }
+    return ServerBreakdown(
+        requests=int(end.minus(start).requests) if end is not None else None,
+        client_requests=client_requests,
+        request_mean_ms=request_ms,
+        runtime_mean_ms=runtime_ms,
+        **breakdown(client_mean_ms, request_ms, runtime_ms).model_dump(),
+    )
 
 
 def breakdown(
     client_mean_ms: float | None, request_mean_ms: float | None, runtime_mean_ms: float | None
-) -> dict[str, Any]:
+) -> Breakdown:
     """Split the client's mean latency into model, rest of the server, client and network.
 
     Every part is a difference of means (BREAKDOWN_STATISTIC): Prometheus histograms give a
@@ -274,7 +292,7 @@ def breakdown(
     three parts sum to the client's mean latency. A part is never negative: the server counts
     the requests that ended between its scrapes, the client those that started in a window
     and succeeded, so the two means can disagree by more than the part; such a part shows as 0
-    and its raw difference is kept under "clamped_ms".
+    and its raw difference is kept in `clamped_ms`.
     """
     raw = {
         "model": runtime_mean_ms,
@@ -282,48 +300,50 @@ def breakdown(
         "client_and_network": _minus(client_mean_ms, request_mean_ms),
     }
     clamped = {name: value for name, value in raw.items() if value is not None and value < 0}
-    return {
-        "statistic": BREAKDOWN_STATISTIC,
-        "client_mean_ms": client_mean_ms,
-        "breakdown_ms": {name: 0.0 if name in clamped else v for name, v in raw.items()},
-        "clamped_ms": clamped,
-    }
+    return Breakdown(
+        statistic=BREAKDOWN_STATISTIC,
+        client_mean_ms=client_mean_ms,
+        breakdown_ms={name: 0.0 if name in clamped else v for name, v in raw.items()},
+        clamped_ms=clamped,
+    )
 
 
 def _open_loop(
     plan: Plan, step: int, r: Mapping[str, np.ndarray], measured: np.ndarray, duration: float
-) -> dict[str, Any] | None:
+) -> OpenLoop | None:
     if plan.mode != "open":
         return None
     sent = int(measured.sum())
     late = int((measured & (r["lag_ms"] > _LATE_MS)).sum())
-    return {
-        "target_rps": plan.loads[step],
-        "achieved_rps": sent / duration if duration > 0 else None,
-        "late_pct": 100.0 * late / sent if sent else None,
-    }
+    return OpenLoop(
+        target_rps=plan.loads[step],
+        achieved_rps=sent / duration if duration > 0 else None,
+        late_pct=100.0 * late / sent if sent else None,
+    )
 
 
 def _ratios(
-    arms: Mapping[str, Mapping[str, Any]], baseline: str, seed: int
-) -> dict[str, dict[str, Any]]:
+    arms: Mapping[str, ArmStep],
+    latencies: Mapping[str, np.ndarray],
+    baseline: str,
+    seed: int,
+) -> dict[str, Ratio]:
     base = arms.get(baseline)
     if base is None:
         return {}
-    ratios: dict[str, dict[str, Any]] = {}
+    ratios: dict[str, Ratio] = {}
     for name, arm in arms.items():
         if name in (baseline, CALIBRATION_ARM):
             continue
-        entry = ratio_summary(arm["_ms"], base["_ms"], seed=seed)
-        rps, base_rps = arm["throughput_rps"], base["throughput_rps"]
-        value = rps / base_rps if rps is not None and base_rps else None
-        entry["throughput"] = {"value": value, "ci95": None}
-        ratios[f"{name}/{baseline}"] = entry
+        rps, base_rps = arm.throughput_rps, base.throughput_rps
+        throughput = rps / base_rps if rps is not None and base_rps else None
+        ratios[f"{name}/{baseline}"] = Ratio.model_validate(
+            {
+                **ratio_summary(latencies[name], latencies[baseline], seed=seed),
+                "throughput": RatioValue(value=throughput, ci95=None),
+            }
+        )
     return ratios
-
-
-def _public(arm: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in arm.items() if not key.startswith("_")}
 
 
 def _mean_ms(total_s: float, count: float) -> float | None:

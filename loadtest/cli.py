@@ -21,6 +21,7 @@ from graphserve.core.console import quiet_tensorflow, stderr
 
 if TYPE_CHECKING:
     from graphserve.loadtest.compare import CompareSpec
+    from graphserve.loadtest.results import Report
 
 __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 
@@ -295,7 +296,7 @@ def _run(
     source: str | None,
     cold_start: bool,
     quiet: bool,
-) -> dict[str, Any]:
+) -> Report:
     from graphserve.loadtest.compare import compare as run_compare
     from graphserve.loadtest.compare import with_metrics_probe
     from graphserve.loadtest.managed import run_managed
@@ -313,7 +314,7 @@ def _run(
     return run_compare(replace(spec, arms=extra), out_dir, printer)
 
 
-def finish(report: dict[str, Any], out_dir: Path, quiet: bool, print_json: bool = True) -> None:
+def finish(report: Report, out_dir: Path, quiet: bool, print_json: bool = True) -> None:
     """Print the report (table, or JSON on stdout when quiet and `print_json`), then exit 1 when
     an arm got no successful request, 3 when a gate was missed."""
     from graphserve.loadtest.report import render_table
@@ -321,17 +322,17 @@ def finish(report: dict[str, Any], out_dir: Path, quiet: bool, print_json: bool 
 
     if quiet:
         if print_json:
-            typer.echo(json.dumps(report, indent=2))
+            typer.echo(json.dumps(report.to_json(), indent=2))
     else:
         Console().print(render_table(report))
         stderr.print(f"report: {out_dir / 'report.html'} (and report.md, report.json)")
     empty = [
         name
-        for step in report["steps"]
-        for name, arm in step["arms"].items()
-        if arm["latency_ms"]["p50"] is None
+        for step in report.steps
+        for name, arm in step.arms.items()
+        if arm.latency_ms.p50 is None
     ]
-    if empty or not report["steps"]:
+    if empty or not report.steps:
         names = ", ".join(sorted(set(empty))) or "every arm"
         stderr.print(
             f"[red]error:[/red] no successful request on {names}; see the errors in "
@@ -339,9 +340,9 @@ def finish(report: dict[str, Any], out_dir: Path, quiet: bool, print_json: bool 
             highlight=False,
         )
         raise typer.Exit(code=1)
-    slo = report["slo"]
-    if not slo["passed"]:
-        for line in describe(slo, mode=report["settings"]["mode"]):
+    slo = report.slo
+    if slo is not None and not slo.passed:
+        for line in describe(slo, mode=report.settings.mode):
             stderr.print(f"[red]SLO missed:[/red] {line}", highlight=False)
         raise typer.Exit(code=EXIT_SLO)
 
@@ -481,5 +482,5 @@ def report_command(
     except LoadTestError as exc:
         stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
-    write_report(report.model_dump(mode="json", by_alias=True), out)
+    write_report(report, out)
     stderr.print(f"report: {out / 'report.html'} (and report.md)")

@@ -17,13 +17,10 @@ in time, ColdStartError when a Predict fails; both carry the end of the server's
 
 from __future__ import annotations
 
-import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import grpc
 import numpy as np
@@ -31,15 +28,15 @@ import numpy as np
 from graphserve.core.client import GrpcClient, predict_outputs
 from graphserve.core.errors import ColdStartError, LoadTestError, ServerStartError
 from graphserve.core.processes import ServerProcess
-from graphserve.core.results import JsonResult
 from graphserve.core.versions import version_dirs
 from graphserve.loadtest.payloads import grpc_request_bytes
+from graphserve.loadtest.results import ColdStartRun
 from graphserve.loadtest.stats import percentile
 from graphserve.model.warmup import WARMUP_FILE
 
 __all__ = [
-    "ColdStart",
     "ColdStartError",
+    "ColdStartRun",
     "cold_start_suite",
     "measure_cold_start",
     "without_warmup_copy",
@@ -47,33 +44,6 @@ __all__ = [
 
 _POLL_S = 0.01
 _RPC_TIMEOUT_S = 60.0  # a cold first request may compile kernels; far above any steady one
-
-
-@dataclass(frozen=True)
-class ColdStart(JsonResult):
-    """One cold start of one server."""
-
-    json_keys: ClassVar = (  # the ratio beside the times it is made of
-        "server",
-        "warmup_records",
-        "ready_s",
-        "first_request_ms",
-        "steady_p50_ms",
-        "first_over_steady",
-        ...,
-    )
-
-    server: str  # graph | eager | null
-    warmup_records: bool  # the server replayed the SavedModel's warm-up records at load
-    ready_s: float
-    first_request_ms: float
-    steady_p50_ms: float
-    steady_requests: int
-
-    @property
-    def first_over_steady(self) -> float:
-        """How many times slower the first request is than the steady median."""
-        return self.first_request_ms / self.steady_p50_ms if self.steady_p50_ms > 0 else math.inf
 
 
 def measure_cold_start(
@@ -87,7 +57,7 @@ def measure_cold_start(
     steady_requests: int = 200,
     log_path: Path,
     timeout_s: float = 180.0,
-) -> ColdStart:
+) -> ColdStartRun:
     """Start `graphserve serve *serve_args` (ports are added), time ready and the first Predict
     of `payload` against `steady_requests` more, stop it; `server` and `warmup_records` only
     label the result. Raises ServerStartError or ColdStartError with the server's log tail."""
@@ -116,7 +86,7 @@ def measure_cold_start(
             raise ColdStartError(f"Predict to `{command}` failed: {reason}\n{process.log_tail()}")
     finally:
         process.stop()
-    return ColdStart(
+    return ColdStartRun.measured(
         server=server,
         warmup_records=warmup_records,
         ready_s=process.ready_s,
@@ -181,7 +151,7 @@ def cold_start_suite(
     runs: int = 1,
     steady_requests: int = 200,
     log: Callable[[str], object] | None = None,
-) -> list[ColdStart]:
+) -> list[ColdStartRun]:
     """Cold starts of the graph server with the warm-up records, without them (a copy under
     `work_dir`) and, when `source` is given, of the eager server on it: `runs` rounds, each
     measuring every server once, every run reported. Server logs go to `work_dir`.
@@ -225,6 +195,6 @@ def cold_start_suite(
                 log(
                     f"{label}: ready {result.ready_s:.2f} s, first request "
                     f"{result.first_request_ms:.2f} ms, steady p50 {result.steady_p50_ms:.3f} ms "
-                    f"({result.first_over_steady:.1f}x)"
+                    f"({result.first_over_steady or float('inf'):.1f}x)"
                 )
     return results

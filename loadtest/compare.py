@@ -33,6 +33,21 @@ from graphserve.core.client import rest_path
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
 from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
+from graphserve.loadtest.results import (
+    REPORT_SCHEMA,
+    ArmInfo,
+    Calibration,
+    CalibrationStep,
+    ColdStartRun,
+    ColdStarts,
+    Environment,
+    Payload,
+    PayloadInput,
+    Report,
+    Settings,
+    Step,
+    Workers,
+)
 from graphserve.loadtest.targets import check_loopback, http_base_url
 
 __all__ = [
@@ -41,6 +56,7 @@ __all__ = [
     "CompareSpec",
     "LoadSpec",
     "compare",
+    "environment",
     "locust_commands",
     "model_name_of",
     "payload_specs",
@@ -107,17 +123,17 @@ class CompareSpec:
     baseline: str | None = None  # default: the last arm
     slo: tuple[str, ...] = ()
     max_failures: int | None = None
-    cold_start: list[dict[str, Any]] | None = None
+    cold_start: list[ColdStartRun] | None = None
 
 
 def compare(
     spec: CompareSpec, out_dir: Path, progress: Callable[[dict[str, Any]], None] | None = None
-) -> dict[str, Any]:
+) -> Report:
     """Run the sweep, write OUT/report.{json,md,html}, plots and raw data; return the report.
 
     Raises RemoteTargetError for a non-loopback target without `allow_remote`, SloError for an
     unreadable gate, PayloadError when no payload can be built, LocustRunError when locust fails
-    or leaves no results. A missed SLO is not raised: it is in report["slo"]["passed"].
+    or leaves no results. A missed SLO is not raised: it is in report.slo.passed.
     """
     from graphserve.loadtest.slo import parse_gate
 
@@ -135,27 +151,28 @@ def compare(
 
     from graphserve.loadtest.analysis import analyze, read_raw
     from graphserve.loadtest.report import write_report
-    from graphserve.loadtest.results import REPORT_SCHEMA
     from graphserve.loadtest.slo import evaluate
 
     raw = read_raw(out_dir)
     baseline = spec.baseline or spec.arms[-1].name
-    report: dict[str, Any] = {
-        "schema": REPORT_SCHEMA,
-        "title": _title(spec, baseline),
-        "headline": [],  # one sentence per step, written with the report (loadtest/report.py)
-        "settings": _settings(spec, baseline, inputs, payload_source),
-        "environment": environment(),
-        "arms": {arm.name: _arm_info(arm, spec) for arm in spec.arms},
-        "steps": analyze(raw, plan, baseline),
-        "truncated": raw.truncated or None,
-        "workers": _workers(spec, out_dir),
-        "elapsed_s": round(time.time() - started, 1),
-        "cold_start": {"runs": spec.cold_start} if spec.cold_start else None,
-        "manifest": _manifest(spec.model_base_path),
-    }
-    report["calibration"] = _calibration(report, plan)
-    report["slo"] = evaluate(gates, report, spec.max_failures)
+    steps = analyze(raw, plan, baseline)
+    report = Report(
+        schema=REPORT_SCHEMA,
+        title=_title(spec, baseline),
+        headline=[],  # one sentence per step, written with the report (loadtest/report.py)
+        settings=_settings(spec, baseline, inputs, payload_source),
+        environment=environment(),
+        arms={arm.name: _arm_info(arm, spec) for arm in spec.arms},
+        steps=steps,
+        truncated=raw.truncated or None,
+        workers=_workers(spec, out_dir),
+        elapsed_s=round(time.time() - started, 1),
+        cold_start=ColdStarts(runs=spec.cold_start) if spec.cold_start else None,
+        manifest=_manifest(spec.model_base_path),
+        calibration=_calibration(steps, plan),
+        slo=None,
+    )
+    report.slo = evaluate(gates, report, spec.max_failures)
     write_report(report, out_dir, raw.records)
     return report
 
@@ -515,35 +532,33 @@ def _title(spec: CompareSpec, baseline: str) -> str:
 
 def _settings(
     spec: CompareSpec, baseline: str, inputs: dict[str, Any], payload_source: str
-) -> dict[str, Any]:
-    load = asdict(spec.load)
-    return {
-        "protocol": spec.protocol,
-        "rest_format": spec.rest_format,
-        **{k: v for k, v in load.items() if k != "loads"},
-        "loads": list(spec.load.loads),
-        "model_name": model_name_of(spec),
-        "signature_name": spec.signature_name,
-        "batch_size": spec.batch_size,
-        "seed": spec.seed,
-        "workers": spec.workers,
-        "expect_workers": spec.expect_workers,
-        "max_requests": spec.max_requests,
-        "baseline": baseline,
-        "arm_order": [arm.name for arm in spec.arms],
-        "payload": {
-            "source": payload_source,
-            "file": "payload.npz" if inputs else "request.bin",
-            "inputs": {
-                name: {"dtype": str(array.dtype), "shape": list(array.shape)}
+) -> Settings:
+    return Settings(
+        protocol=spec.protocol,
+        rest_format=spec.rest_format,
+        **asdict(spec.load),
+        model_name=model_name_of(spec),
+        signature_name=spec.signature_name,
+        batch_size=spec.batch_size,
+        seed=spec.seed,
+        workers=spec.workers,
+        expect_workers=spec.expect_workers,
+        max_requests=spec.max_requests,
+        baseline=baseline,
+        arm_order=[arm.name for arm in spec.arms],
+        payload=Payload(
+            source=payload_source,
+            file="payload.npz" if inputs else "request.bin",
+            inputs={
+                name: PayloadInput(dtype=str(array.dtype), shape=list(array.shape))
                 for name, array in inputs.items()
             },
-        },
-        "locust": {"stop_timeout_s": _STOP_TIMEOUT_S, "sweepfile": SWEEPFILE.name},
-    }
+        ),
+        locust={"stop_timeout_s": _STOP_TIMEOUT_S, "sweepfile": SWEEPFILE.name},
+    )
 
 
-def environment() -> dict[str, Any]:
+def environment() -> Environment:
     """Where a measurement ran: time, host, platform, CPUs and the versions that matter."""
     versions = {"python": sys.version.split()[0]}
     for dist in _VERSIONED:
@@ -551,47 +566,45 @@ def environment() -> dict[str, Any]:
             versions[dist] = importlib_metadata.version(dist)
         except importlib_metadata.PackageNotFoundError:
             versions[dist] = "not installed"
-    return {
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-        "python": versions["python"],
-        "versions": versions,
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
-    }
+    return Environment(
+        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+        hostname=socket.gethostname(),
+        platform=platform.platform(),
+        cpus=os.cpu_count(),
+        python=versions["python"],
+        versions=versions,
+        command=[Path(sys.argv[0]).name, *sys.argv[1:]],
+    )
 
 
-def _arm_info(arm: Arm, spec: CompareSpec) -> dict[str, Any]:
-    return {
-        "address": arm.address,
-        "protocol": spec.protocol,
-        "metrics_url": arm.metrics_url,
-        **arm.details,
-    }
+def _arm_info(arm: Arm, spec: CompareSpec) -> ArmInfo:
+    return ArmInfo(
+        address=arm.address, protocol=spec.protocol, metrics_url=arm.metrics_url, **arm.details
+    )
 
 
-def _calibration(report: dict[str, Any], plan: Plan) -> dict[str, Any] | None:
+def _calibration(steps: Sequence[Step], plan: Plan) -> Calibration | None:
     """The null endpoint's numbers per step: the ceiling of this generator and server stack."""
     from graphserve.loadtest.analysis import CALIBRATION_ARM
 
     arm = next((a for a in plan.arms if a.name == CALIBRATION_ARM), None)
     if arm is None:
         return None
-    steps = []
-    for step in report["steps"]:
-        null = step["arms"][CALIBRATION_ARM]
-        steps.append(
-            {
-                "load": step["load"],
-                "throughput_rps": null["throughput_rps"],
-                "p50_ms": null["latency_ms"]["p50"],
-            }
-        )
-    return {"null_endpoint": arm.address, "arm": CALIBRATION_ARM, "steps": steps}
+    return Calibration(
+        null_endpoint=arm.address,
+        arm=CALIBRATION_ARM,
+        steps=[
+            CalibrationStep(
+                load=step.load,
+                throughput_rps=step.arms[CALIBRATION_ARM].throughput_rps,
+                p50_ms=step.arms[CALIBRATION_ARM].latency_ms.p50,
+            )
+            for step in steps
+        ],
+    )
 
 
-def _workers(spec: CompareSpec, out_dir: Path) -> dict[str, Any] | None:
+def _workers(spec: CompareSpec, out_dir: Path) -> Workers | None:
     """Who generated the load (loadtest/workers.py); None for a single local process."""
     from graphserve.loadtest.workers import workers_section
 

@@ -1,24 +1,14 @@
-"""How the report names things, shared by the text renderers (loadtest.report) and the plots
-(loadtest.plots): the arms in display order, loads as "4 users" or "200 req/s", plain numbers."""
+"""How the report names things, shared by the text renderers (loadtest.report), the plots
+(loadtest.plots) and the SLO gates' messages: loads as "4 users" or "200 req/s", plain numbers."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-__all__ = ["NONE", "arm_order", "fmt_plain", "is_number", "load_label", "settings", "steps"]
+__all__ = ["NONE", "fmt_plain", "is_number", "load_label"]
 
 NONE = "–"  # noqa: RUF001 (an en dash: a missing value)
-Report = Mapping[str, Any]
-
-
-def arm_order(report: Report) -> list[str]:
-    """Arm names in display order: settings.arm_order, then any other arm the steps mention."""
-    names = list(settings(report).get("arm_order") or [])
-    for source in [report.get("arms") or {}, *((s.get("arms") or {}) for s in steps(report))]:
-        names += [n for n in source if n not in names]
-    return names
 
 
 def load_label(load: float | None, mode: str | None) -> str:
@@ -28,14 +18,6 @@ def load_label(load: float | None, mode: str | None) -> str:
     if mode == "open":
         return f"{fmt_plain(load)} req/s"
     return f"{fmt_plain(load)} user" + ("" if load == 1 else "s")
-
-
-def settings(report: Report) -> Mapping[str, Any]:
-    return report.get("settings") or {}
-
-
-def steps(report: Report) -> list[Mapping[str, Any]]:
-    return list(report.get("steps") or [])
 
 
 def fmt_plain(value: Any) -> str:

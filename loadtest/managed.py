@@ -21,6 +21,7 @@ from graphserve.core.errors import LoadTestError, ServerStartError
 from graphserve.core.processes import SERVER_KINDS, serve_args
 from graphserve.loadtest.analysis import CALIBRATION_ARM
 from graphserve.loadtest.compare import Arm, CompareSpec, compare, model_name_of
+from graphserve.loadtest.results import ColdStartRun, Report
 
 __all__ = ["SERVER_KINDS", "managed_servers", "run_managed"]
 
@@ -95,7 +96,7 @@ def run_managed(
     cold_start: bool = False,
     say: Callable[[str], None] = lambda _message: None,
     progress: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Report:
     """Start `kinds` on spec.model_base_path, add `extra_arms` (e.g. a TF Serving address),
     optionally measure cold starts first, run the comparison, stop the servers."""
     base = spec.model_base_path
@@ -103,7 +104,7 @@ def run_managed(
         raise LoadTestError("a self-managed comparison needs --model-base-path BASE/NAME")
     # The servers serve the model under the name the load test asks for.
     spec = replace(spec, model_name=model_name_of(spec))
-    cold: list[dict[str, Any]] | None = None
+    cold: list[ColdStartRun] | None = None
     if cold_start:
         cold = _cold_start(spec, out_dir, source, say)
     with managed_servers(
@@ -135,7 +136,7 @@ def _order(arms: Sequence[Arm]) -> tuple[Arm, ...]:
 
 def _cold_start(
     spec: CompareSpec, out_dir: Path, source: str | None, say: Callable[[str], None]
-) -> list[dict[str, Any]]:
+) -> list[ColdStartRun]:
     from graphserve.loadtest.coldstart import cold_start_suite
     from graphserve.loadtest.compare import payload_specs
     from graphserve.loadtest.payloads import build_payload
@@ -152,4 +153,4 @@ def _cold_start(
         work_dir=out_dir / "cold-start",
         log=say,
     )
-    return [run.to_json() for run in runs]
+    return runs

@@ -10,7 +10,7 @@ Each arm keeps its colour in every figure (its place in the arm order).
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from graphserve.loadtest.labels import arm_order, load_label
+from graphserve.loadtest.labels import load_label
+from graphserve.loadtest.results import ArmStep, Report, Step, Window
 
 __all__ = [
     "latency_cdf",
@@ -37,7 +38,7 @@ _LOG_SPAN = 10.0  # a log axis once values span more than this factor
 _CEILING_SPAN = 3.0  # draw the calibration ceiling only within this factor of the arms
 
 
-def latency_cdf(records: Records, report: Mapping[str, Any]) -> bytes | None:
+def latency_cdf(records: Records, report: Report) -> bytes | None:
     """One CDF line per arm of the measured (window >= 0) successful requests, log-x in ms
     (open loop: latency_ms + lag_ms, as in the report).
 
@@ -46,20 +47,16 @@ def latency_cdf(records: Records, report: Mapping[str, Any]) -> bytes | None:
     names = [str(n) for n in records["arms"]]
     measured = (records["window"] >= 0) & records["ok"].astype(bool)
     latency = records["latency_ms"].astype(np.float64)
-    mode = _mode(report)
+    mode = report.settings.mode
     if mode == "open" and "lag_ms" in records:
         # As the report's percentiles: open-loop latency counts from the scheduled send, so a
         # late generator cannot hide queueing (coordinated omission).
         latency = latency + records["lag_ms"]
-    panels = [
-        (int(s.get("index", i)), load_label(s.get("load"), mode))
-        for i, s in enumerate(report.get("steps") or [])
-    ]
+    panels = [(s.index, load_label(s.load, mode)) for s in report.steps]
     if not panels:
         panels = [(int(i), f"step {int(i) + 1}") for i in np.unique(records["step"])]
-    order = [n for n in arm_order(report) if n in names] + [
-        n for n in names if n not in arm_order(report)
-    ]
+    known = report.arm_order()
+    order = [n for n in known if n in names] + [n for n in names if n not in known]
     colours = _colours(report, extra=order)
 
     ncols = 2 if len(panels) == 4 else min(len(panels), 3)
@@ -106,16 +103,16 @@ def latency_cdf(records: Records, report: Mapping[str, Any]) -> bytes | None:
     return _png(fig) if drawn else None
 
 
-def percentiles_vs_load(report: Mapping[str, Any]) -> bytes:
+def percentiles_vs_load(report: Report) -> bytes:
     """p50 (solid, circles) and p99 (dashed, squares) of every arm against the load."""
     fig, ax = _figure()
     steps = _steps_by_load(report)
-    loads = [float(s["load"]) for s in steps]
+    loads = [s.load for s in steps]
     colours = _colours(report)
     values: list[float] = []
-    for name in arm_order(report):
+    for name in report.arm_order():
         for key, style, marker in (("p50", "-", "o"), ("p99", "--", "s")):
-            ys = [_arm_value(s, name, "latency_ms", key) for s in steps]
+            ys = [_arm_value(s, name, _latency(key)) for s in steps]
             ax.plot(
                 loads,
                 ys,
@@ -134,7 +131,7 @@ def percentiles_vs_load(report: Mapping[str, Any]) -> bytes:
     return _png(fig)
 
 
-def throughput_vs_load(report: Mapping[str, Any]) -> bytes:
+def throughput_vs_load(report: Report) -> bytes:
     """Successful req/s of every arm against the load; the open-loop target and the calibration
     (null endpoint) throughput as grey reference lines when present.
 
@@ -143,20 +140,19 @@ def throughput_vs_load(report: Mapping[str, Any]) -> bytes:
     """
     fig, ax = _figure()
     steps = _steps_by_load(report)
-    loads = [float(s["load"]) for s in steps]
+    loads = [s.load for s in steps]
     colours = _colours(report)
     highest = 0.0
-    for name in arm_order(report):
-        ys = [_arm_value(s, name, "throughput_rps") for s in steps]
+    for name in report.arm_order():
+        ys = [_arm_value(s, name, lambda arm: arm.throughput_rps) for s in steps]
         ax.plot(loads, ys, marker="o", color=colours[name], label=name)
         highest = max([highest, *(y for y in ys if np.isfinite(y))])
-    if _mode(report) == "open" and loads:
+    if report.settings.mode == "open" and loads:
         # The "_" marker keeps a single-step target visible as a tick at its level.
         ax.plot(loads, loads, linestyle=":", marker="_", markersize=16, color="0.5", label="target")
-    calibration = [
-        c for c in (report.get("calibration") or {}).get("steps") or [] if c.get("load") is not None
-    ]
-    ceiling = max((_number(c.get("throughput_rps")) for c in calibration), default=float("nan"))
+    calibration = report.calibration.steps if report.calibration else []
+    calibration = sorted(calibration, key=lambda c: c.load)
+    ceiling = max((_number(c.throughput_rps) for c in calibration), default=float("nan"))
     if np.isfinite(ceiling) and highest > 0 and ceiling > _CEILING_SPAN * highest:
         ax.text(
             0.99,
@@ -169,10 +165,9 @@ def throughput_vs_load(report: Mapping[str, Any]) -> bytes:
             color="0.35",
         )
     elif calibration:
-        calibration.sort(key=lambda c: float(c["load"]))
         ax.plot(
-            [float(c["load"]) for c in calibration],
-            [_number(c.get("throughput_rps")) for c in calibration],
+            [c.load for c in calibration],
+            [_number(c.throughput_rps) for c in calibration],
             linestyle="--",
             marker="x",
             color="0.4",
@@ -186,7 +181,7 @@ def throughput_vs_load(report: Mapping[str, Any]) -> bytes:
     return _png(fig)
 
 
-def windows_over_time(report: Mapping[str, Any]) -> bytes:
+def windows_over_time(report: Report) -> bytes:
     """The p50 of every measurement window against time since the first window, per arm.
 
     Each window is a bar over its time span, so alternating arms interleave; steps are shaded in
@@ -194,9 +189,9 @@ def windows_over_time(report: Mapping[str, Any]) -> bytes:
     """
     fig, ax = _figure(width=10.0)
     colours = _colours(report)
-    mode = _mode(report)
-    steps = list(report.get("steps") or [])
-    spans = [(float(w["start"]), float(w["end"])) for s in steps for _, w in _windows(s)]
+    mode = report.settings.mode
+    steps = report.steps
+    spans = [(w.start, w.end) for s in steps for _, w in _windows(s)]
     if not spans:
         ax.text(
             0.5, 0.5, "no measurement windows", ha="center", va="center", transform=ax.transAxes
@@ -209,26 +204,25 @@ def windows_over_time(report: Mapping[str, Any]) -> bytes:
         windows = list(_windows(step))
         if not windows:
             continue
-        first = min(float(w["start"]) for _, w in windows) - t0
-        last = max(float(w["end"]) for _, w in windows) - t0
+        first = min(w.start for _, w in windows) - t0
+        last = max(w.end for _, w in windows) - t0
         if i % 2:
             ax.axvspan(first, last, color="0.93", zorder=0)
         ax.text(
             first,
             1.0,
-            f" {load_label(step.get('load'), mode)}",
+            f" {load_label(step.load, mode)}",
             fontsize=8,
             color="0.35",
             transform=ax.get_xaxis_transform(),
             va="bottom",
             ha="left",
         )
-        for name in arm_order(report):
-            mine = [w for arm, w in windows if arm == name]
-            mine.sort(key=lambda w: float(w["start"]))
-            starts = np.array([float(w["start"]) - t0 for w in mine])
-            ends = np.array([float(w["end"]) - t0 for w in mine])
-            p50 = np.array([_number(w.get("p50_ms")) for w in mine])
+        for name in report.arm_order():
+            mine = sorted((w for arm, w in windows if arm == name), key=lambda w: w.start)
+            starts = np.array([w.start - t0 for w in mine])
+            ends = np.array([w.end - t0 for w in mine])
+            p50 = np.array([_number(w.p50_ms) for w in mine])
             label = name if name not in labelled else "_nolegend_"
             labelled.add(name)
             ax.hlines(p50, starts, ends, color=colours[name], linewidth=3, label=label)
@@ -261,18 +255,14 @@ def _png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _colours(report: Mapping[str, Any], extra: Sequence[str] = ()) -> dict[str, str]:
-    names = arm_order(report) + [n for n in extra if n not in arm_order(report)]
+def _colours(report: Report, extra: Sequence[str] = ()) -> dict[str, str]:
+    known = report.arm_order()
+    names = known + [n for n in extra if n not in known]
     return {name: f"C{i % 10}" for i, name in enumerate(names)}
 
 
-def _mode(report: Mapping[str, Any]) -> str | None:
-    return (report.get("settings") or {}).get("mode")
-
-
-def _steps_by_load(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    steps = [s for s in report.get("steps") or [] if s.get("load") is not None]
-    return sorted(steps, key=lambda s: float(s["load"]))
+def _steps_by_load(report: Report) -> list[Step]:
+    return sorted(report.steps, key=lambda s: s.load)
 
 
 def _number(value: Any) -> float:
@@ -280,21 +270,22 @@ def _number(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _arm_value(step: Mapping[str, Any], arm: str, field: str, key: str | None = None) -> float:
-    value = ((step.get("arms") or {}).get(arm) or {}).get(field)
-    if key is not None:
-        value = (value or {}).get(key)
-    return _number(value)
+def _arm_value(step: Step, arm: str, value: Callable[[ArmStep], float | None]) -> float:
+    """One number of an arm at a step; NaN (a gap) when the step has no such arm."""
+    return _number(value(step.arms[arm])) if arm in step.arms else float("nan")
 
 
-def _windows(step: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    """(arm, window) of a step, for the windows that have a start and an end."""
-    return [
-        (name, w)
-        for name, arm in (step.get("arms") or {}).items()
-        for w in (arm or {}).get("windows") or []
-        if w.get("start") is not None and w.get("end") is not None
-    ]
+def _latency(key: str) -> Callable[[ArmStep], float | None]:
+    def value(arm: ArmStep) -> float | None:
+        latency: float | None = arm.latency_ms.of(key)
+        return latency
+
+    return value
+
+
+def _windows(step: Step) -> list[tuple[str, Window]]:
+    """(arm, window) of every measurement window of a step."""
+    return [(name, w) for name, arm in step.arms.items() for w in arm.windows]
 
 
 def _cdf_points(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
@@ -310,8 +301,8 @@ def _cdf_points(values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[Any], npt.
     return values[index], fraction[index]
 
 
-def _load_axis(ax: Axes, report: Mapping[str, Any], loads: Sequence[float]) -> None:
-    ax.set_xlabel("target req/s" if _mode(report) == "open" else "concurrent users")
+def _load_axis(ax: Axes, report: Report, loads: Sequence[float]) -> None:
+    ax.set_xlabel("target req/s" if report.settings.mode == "open" else "concurrent users")
     ax.grid(True, alpha=0.3)
     if not loads:
         return

@@ -1,17 +1,16 @@
 # The report prints the multiplication sign for ratios and the en dash for ranges and gaps.
 # ruff: noqa: RUF001, RUF002
-"""The load-test report ("graphserve.loadtest/2"): markdown, self-contained HTML, a terminal table.
+"""The load-test report: report.json, markdown, self-contained HTML, a terminal table.
 
     files = write_report(report, Path("out"))   # report.json, report.md, report.html, *.png
 
-`report` is the plain dict that `report.json` holds: title, headline (one sentence per load step,
-see `headline`), settings, environment, arms, steps (per-arm results, windows and ratios against
-the baseline), calibration, cold_start, slo, files. Markdown, HTML and the terminal table open with
-the headline. Markdown
-and HTML are rendered from one document model (headings, paragraphs, tables, warnings) built by
-`_document`, so both say the same thing. A missing number (an arm with no successful request, an
-arm without a metrics endpoint) shows as "–": rendering never fails on a None, and a key the
-producer left out reads as None.
+`report` is the typed run (loadtest.results.Report): title, headline (one sentence per load
+step, see `headline`), settings, environment, arms, steps (per-arm results, windows and ratios
+against the baseline), calibration, cold_start, workers, slo, files. Markdown, HTML and the
+terminal table open with the headline. Markdown and HTML are rendered from one document model
+(headings, paragraphs, tables, warnings) built by `_document`, so both say the same thing. A
+number that was not measured (an arm with no successful request, an arm without a metrics
+endpoint) is None in the model and shows as "–".
 
 matplotlib loads only in `write_report` (through `loadtest.plots`): the renderers need none of it.
 """
@@ -29,21 +28,22 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-from graphserve.loadtest.labels import (
-    NONE,
-    arm_order,
-    fmt_plain,
-    is_number,
-    load_label,
-    settings,
-    steps,
+from graphserve.loadtest.labels import NONE, fmt_plain, is_number, load_label
+from graphserve.loadtest.results import (
+    ArmStep,
+    GeneratorLoad,
+    Ratio,
+    RatioValue,
+    Report,
+    ReportFiles,
+    ServerBreakdown,
+    Step,
+    check_report,
 )
-from graphserve.loadtest.results import Workers, check_report
 from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
     "IMAGE_TITLES",
-    "arm_order",
     "headline",
     "load_label",
     "render_html",
@@ -51,8 +51,6 @@ __all__ = [
     "render_table",
     "write_report",
 ]
-
-Report = Mapping[str, Any]
 
 _PERCENTILE_KEYS = tuple(name for name, _ in PERCENTILES)  # "p50" ... "p99.9"
 # Plot file name -> alt text and caption, in display order.
@@ -100,16 +98,15 @@ _Block = _Heading | _Paragraph | _Table | _Warnings
 
 
 def write_report(
-    report: dict[str, Any], out_dir: Path, records: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+    report: Report, out_dir: Path, records: Mapping[str, Any] | None = None
+) -> ReportFiles:
     """Write report.json, report.md, report.html and the PNG plots into `out_dir`.
 
     The latency CDF needs the raw records: `records` when the caller has them already, else
-    `out_dir/raw/records.npz`; without either that plot is skipped. Locust's
-    CSVs in `out_dir` (`locust*.csv`) are listed. Sets `report["files"]` and `report["headline"]`
-    in place and returns the files.
+    `out_dir/raw/records.npz`; without either that plot is skipped. Locust's CSVs in `out_dir`
+    (`locust*.csv`) are listed. Sets `report.files` and `report.headline` and returns the files.
     Raises OSError when a file cannot be written, ValueError when raw/records.npz is malformed,
-    and LoadTestError (after writing) when the report does not have loadtest.results' shape.
+    and LoadTestError (after writing) when report.json does not read back as the same shape.
     """
     from graphserve.loadtest import plots  # matplotlib: only when plots are drawn
     from graphserve.loadtest.analysis import load_records
@@ -127,23 +124,22 @@ def write_report(
     for name, png in images.items():
         (out_dir / name).write_bytes(png)
 
-    files: dict[str, Any] = {
-        "json": "report.json",
-        "markdown": "report.md",
-        "html": "report.html",
-        "plots": list(images),
-        "locust_csv": sorted(p.name for p in out_dir.glob("locust*.csv")),
-        "raw": "raw/records.npz" if records is not None else None,
-    }
-    report["files"] = files
-    report["headline"] = headline(report)
-    text = json.dumps(report, indent=2, ensure_ascii=False, default=_json_default)
+    report.files = ReportFiles(
+        json="report.json",
+        markdown="report.md",
+        html="report.html",
+        plots=list(images),
+        locust_csv=sorted(p.name for p in out_dir.glob("locust*.csv")),
+        raw="raw/records.npz" if records is not None else None,
+    )
+    report.headline = headline(report)
+    text = json.dumps(report.to_json(), indent=2, ensure_ascii=False)
     (out_dir / "report.json").write_text(text + "\n", encoding="utf-8")
     markdown = render_markdown(report, {name: name for name in images})
     (out_dir / "report.md").write_text(markdown, encoding="utf-8")
     (out_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")
     check_report(json.loads(text))  # after writing: a report that does not fit is still kept
-    return files
+    return report.files
 
 
 def render_markdown(report: Report, images: Mapping[str, str] | None = None) -> str:
@@ -162,7 +158,7 @@ def render_html(report: Report, images: Mapping[str, bytes]) -> str:
 
     No script, no external URL: the file can be mailed or attached to a ticket as it is.
     """
-    title = html.escape(str(report.get("title") or "graphserve load test"))
+    title = html.escape(report.title or "graphserve load test")
     body = [_html_block(b) for b in _document(report)]
     if images:
         body.append("<h2>Plots</h2>")
@@ -173,7 +169,7 @@ def render_html(report: Report, images: Mapping[str, bytes]) -> str:
                 f'<figure><img src="data:image/png;base64,{data}" alt="{alt}">'
                 f"<figcaption>{alt}</figcaption></figure>"
             )
-    files = _file_names(report)
+    files = report.files.names() if report.files else []
     if files:
         body.append(f'<p class="files">Files: {html.escape(", ".join(files))}</p>')
     return (
@@ -191,40 +187,37 @@ def render_table(report: Report) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    mode = settings(report).get("mode")
-    baseline = settings(report).get("baseline")
-    parts: list[RenderableType] = [Text(str(report.get("title") or ""), style="bold")]
+    mode, baseline = report.settings.mode, report.settings.baseline
+    parts: list[RenderableType] = [Text(report.title, style="bold")]
     parts += [Text(sentence, style="bold") for sentence in headline(report)]
-    for step in steps(report):
-        table = Table(title=load_label(step.get("load"), mode), title_justify="left")
+    for step in report.steps:
+        table = Table(title=load_label(step.load, mode), title_justify="left")
         table.add_column("arm")
         for header in ("req/s", "p50 ms", "p99 ms", "p99.9 ms", "failures"):
             table.add_column(header, justify="right")
         table.add_column("flags")
-        for name, arm in _step_arms(report, step):
-            latency = arm.get("latency_ms") or {}
+        for name, arm in report.step_arms(step):
             concerns = _flags(arm)
             flags = [*(["baseline"] if name == baseline else []), *concerns]
             table.add_row(
                 name,
-                _fmt_rps(arm.get("throughput_rps")),
-                _fmt_ms(latency.get("p50")),
-                _fmt_ms(latency.get("p99")),
-                _fmt_ms(latency.get("p99.9")),
-                _fmt_count(arm.get("failures")),
+                _fmt_rps(arm.throughput_rps),
+                _fmt_ms(arm.latency_ms.p50),
+                _fmt_ms(arm.latency_ms.p99),
+                _fmt_ms(arm.latency_ms.p99_9),
+                _fmt_count(arm.failures),
                 ", ".join(flags),
                 style="yellow" if concerns else None,
             )
         parts.append(table)
-        for name, ratio in (step.get("ratios") or {}).items():
-            metrics = [("p50", "p50"), ("p99", "p99"), ("throughput", "throughput")]
-            cells = [f"{label} {_fmt_ratio(ratio.get(key))}" for key, label in metrics]
+        for name, ratio in step.ratios.items():
+            cells = [f"{key} {_fmt_ratio(ratio.of(key))}" for key in ("p50", "p99", "throughput")]
             parts.append(Text(f"{name}: " + ", ".join(cells)))
-    slo = report.get("slo")
+    slo = report.slo
     if slo:
-        failed = [g for g in slo.get("gates") or [] if not g.get("passed")]
-        verdict = "passed" if slo.get("passed") else f"FAILED ({len(failed)} gate(s))"
-        parts.append(Text(f"SLO: {verdict}", style="green" if slo.get("passed") else "bold red"))
+        failed = [g for g in slo.gates if not g.passed]
+        verdict = "passed" if slo.passed else f"FAILED ({len(failed)} gate(s))"
+        parts.append(Text(f"SLO: {verdict}", style="green" if slo.passed else "bold red"))
     return Group(*parts)
 
 
@@ -236,49 +229,42 @@ def headline(report: Report) -> list[str]:
     Steps without ratios (a single arm) get no sentence; a ratio that cannot be computed says
     which arm had no successful request; a step with warnings says so.
     """
-    mode = settings(report).get("mode")
+    mode = report.settings.mode
     sentences = []
-    for step in steps(report):
-        ratios = step.get("ratios") or {}
-        if not ratios:
+    for step in report.steps:
+        if not step.ratios:
             continue
-        load = load_label(step.get("load"), mode)
-        if len(ratios) == 1:
-            ((name, ratio),) = ratios.items()
+        load = load_label(step.load, mode)
+        if len(step.ratios) == 1:
+            ((name, ratio),) = step.ratios.items()
             sentence = _headline_clause(name, ratio, step, f" at {load}")
         else:
-            clauses = [_headline_clause(n, r, step, "") for n, r in ratios.items()]
+            clauses = [_headline_clause(n, r, step, "") for n, r in step.ratios.items()]
             sentence = f"At {load}, " + "; ".join(clauses)
-        if any(_concerns(arm) for _, arm in _step_arms(report, step)):
+        if any(_concerns(arm) for _, arm in report.step_arms(step)):
             sentence += " (read with the warnings below)"
         sentences.append(sentence + ".")
     return sentences
 
 
-def _headline_clause(name: str, ratio: Mapping[str, Any], step: Mapping[str, Any], at: str) -> str:
+def _headline_clause(name: str, ratio: Ratio, step: Step, at: str) -> str:
     """'graph answers in 0.084× the time of eager{at} (p50 ratio, ...), with 11.3× ...'."""
     arm, _, base = name.partition("/")
-    p50 = ratio.get("p50") or {}
-    if not is_number(p50.get("value")):
-        arms = step.get("arms") or {}
-        empty = [n for n in (arm, base) if _p50(arms.get(n)) is None]
+    p50 = ratio.p50.value
+    if not is_number(p50):
+        empty = [n for n in (arm, base) if n in step.arms and step.arms[n].latency_ms.p50 is None]
         why = f"{' and '.join(empty) or 'an arm'} had no successful request"
         return f"{arm} and {base} cannot be compared{at}: {why}"
-    ci = p50.get("ci95")
+    ci = ratio.p50.ci95
     detail = "p50 ratio"
-    if ci and all(is_number(bound) for bound in ci):
+    if ci is not None:
         detail += f", 95% CI {_fmt_interval(ci, _fmt_sig)}"
         if ci[0] <= 1 <= ci[1]:
             detail += ": no clear difference"
-    clause = f"{arm} answers in {_fmt_times(p50['value'])} the time of {base}{at} ({detail})"
-    throughput = (ratio.get("throughput") or {}).get("value")
-    if is_number(throughput):
-        clause += f", with {_fmt_times(throughput)} the throughput"
+    clause = f"{arm} answers in {_fmt_times(p50)} the time of {base}{at} ({detail})"
+    if is_number(ratio.throughput.value):
+        clause += f", with {_fmt_times(ratio.throughput.value)} the throughput"
     return clause
-
-
-def _p50(arm: Mapping[str, Any] | None) -> Any:
-    return ((arm or {}).get("latency_ms") or {}).get("p50")
 
 
 # --- building the document -------------------------------------------------------------------
@@ -286,22 +272,21 @@ def _p50(arm: Mapping[str, Any] | None) -> Any:
 
 def _document(report: Report) -> list[_Block]:
     blocks: list[_Block] = [
-        _Heading(1, str(report.get("title") or "graphserve load test")),
+        _Heading(1, report.title or "graphserve load test"),
         *(_Paragraph(sentence, "lead") for sentence in headline(report)),
         _Paragraph(_how_it_was_run(report)),
     ]
-    mode = settings(report).get("mode")
-    for step in steps(report):
-        blocks.append(_Heading(2, load_label(step.get("load"), mode)))
+    for step in report.steps:
+        blocks.append(_Heading(2, load_label(step.load, report.settings.mode)))
         blocks.append(_step_table(report, step))
-        if step.get("ratios"):
+        if step.ratios:
             blocks.append(
                 _Paragraph(
                     "Ratios, arm / baseline (below 1× is faster for latencies, "
                     "above 1× is more throughput):"
                 )
             )
-            blocks.append(_ratio_table(step["ratios"]))
+            blocks.append(_ratio_table(step.ratios))
     blocks += _cold_start(report) + _calibration(report) + _workers(report) + _slo(report)
     warnings = _warnings(report) + _lost_workers(report)
     if warnings:
@@ -310,38 +295,36 @@ def _document(report: Report) -> list[_Block]:
 
 
 def _how_it_was_run(report: Report) -> str:
-    s, env = settings(report), report.get("environment") or {}
-    protocol = s.get("protocol")
-    transport = {"grpc": "gRPC", "rest": f"REST ({s.get('rest_format') or 'row'} format)"}
-    loads = ", ".join(fmt_plain(x) for x in s.get("loads") or []) or NONE
-    if s.get("mode") == "open":
+    s, env = report.settings, report.environment
+    transport = {"grpc": "gRPC", "rest": f"REST ({s.rest_format} format)"}
+    loads = ", ".join(fmt_plain(x) for x in s.loads) or NONE
+    if s.mode == "open":
         loop = (
-            f"open loop at {loads} req/s ({s.get('arrivals') or 'constant'} arrivals, "
-            f"at most {fmt_plain(s.get('max_in_flight'))} requests in flight)"
+            f"open loop at {loads} req/s ({s.arrivals} arrivals, "
+            f"at most {fmt_plain(s.max_in_flight)} requests in flight)"
         )
     else:
         loop = f"closed loop with {loads} concurrent users"
-    payload = s.get("payload") or {}
     inputs = "; ".join(
-        f"{k} {v.get('dtype')} {v.get('shape')}" for k, v in (payload.get("inputs") or {}).items()
+        f"{k} {v.dtype} {v.shape}" for k, v in s.payload.inputs.items()
     )
-    versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items())
+    versions = ", ".join(f"{k} {v}" for k, v in env.versions.items())
+    workers = s.workers + s.expect_workers
     sentences = [
-        f"{transport.get(str(protocol), str(protocol or NONE))}, {loop}, one step per load.",
-        f"Arms {', '.join(arm_order(report)) or NONE}; ratios are arm / "
-        f"{s.get('baseline') or NONE}.",
-        f"Each step: {fmt_plain(s.get('warmup_s'))} s warm-up, then "
-        f"{fmt_plain(s.get('window_s'))} s windows ({fmt_plain(s.get('min_windows'))}–"
-        f"{fmt_plain(s.get('max_windows'))} per arm) until the last windows agree within "
-        f"{fmt_plain(s.get('stability_pct'))} %.",
-        f"Model {s.get('model_name') or NONE} ({s.get('signature_name') or NONE}), batch size "
-        f"{fmt_plain(s.get('batch_size'))}, payload {payload.get('file') or NONE} from "
-        f"{payload.get('source') or NONE}" + (f" ({inputs})" if inputs else "") + ".",
-        f"Locust workers: {fmt_plain(s.get('workers'))}, seed {fmt_plain(s.get('seed'))}"
-        + (f", at most {s['max_requests']} requests" if s.get("max_requests") else "")
+        f"{transport.get(s.protocol, s.protocol)}, {loop}, one step per load.",
+        f"Arms {', '.join(report.arm_order()) or NONE}; ratios are arm / {s.baseline}.",
+        f"Each step: {fmt_plain(s.warmup_s)} s warm-up, then "
+        f"{fmt_plain(s.window_s)} s windows ({fmt_plain(s.min_windows)}–"
+        f"{fmt_plain(s.max_windows)} per arm) until the last windows agree within "
+        f"{fmt_plain(s.stability_pct)} %.",
+        f"Model {s.model_name} ({s.signature_name}), batch size {fmt_plain(s.batch_size)}, "
+        f"payload {s.payload.file} from {s.payload.source}"
+        + (f" ({inputs})" if inputs else "")
         + ".",
-        f"Run {env.get('timestamp') or NONE} on {env.get('hostname') or NONE} "
-        f"({fmt_plain(env.get('cpus'))} CPUs, {env.get('platform') or NONE}"
+        f"Locust workers: {fmt_plain(workers)}, seed {fmt_plain(s.seed)}"
+        + (f", at most {s.max_requests} requests" if s.max_requests else "")
+        + ".",
+        f"Run {env.timestamp} on {env.hostname} ({fmt_plain(env.cpus)} CPUs, {env.platform}"
         + (f"; {versions}" if versions else "")
         + ").",
         "Latencies in ms; req/s counts successful measured requests.",
@@ -349,11 +332,11 @@ def _how_it_was_run(report: Report) -> str:
     return " ".join(sentences)
 
 
-def _step_table(report: Report, step: Mapping[str, Any]) -> _Table:
-    arms = _step_arms(report, step)
-    baseline = settings(report).get("baseline")
-    with_server = any(arm.get("server") for _, arm in arms)
-    with_late = any(arm.get("open_loop") for _, arm in arms)
+def _step_table(report: Report, step: Step) -> _Table:
+    arms = report.step_arms(step)
+    baseline = report.settings.baseline
+    servers = [arm.server for _, arm in arms if arm.server is not None]
+    with_late = any(arm.open_loop for _, arm in arms)
     headers = [
         "arm",
         "requests",
@@ -366,44 +349,42 @@ def _step_table(report: Report, step: Mapping[str, Any]) -> _Table:
         "generator",
     ]
     headers += ["late"] if with_late else []
-    if with_server:
-        statistic = next((a["server"].get("statistic") for _, a in arms if a.get("server")), None)
-        headers.append(f"{statistic or 'mean'}: model / server / client+network")
+    if servers:
+        headers.append(f"{servers[0].statistic}: model / server / client+network")
     rows, classes = [], []
     for name, arm in arms:
-        latency = arm.get("latency_ms") or {}
+        latency = arm.latency_ms
         # An interval around a missing p50 would read as a measurement.
-        p50_ci = (arm.get("ci95_ms") or {}).get("p50") if latency.get("p50") is not None else None
+        p50_ci = arm.ci95_ms.p50 if latency.p50 is not None else None
         row = [
             f"{name} (baseline)" if name == baseline else name,
-            _fmt_count(arm.get("measured_requests")),
-            _fmt_count(arm.get("failures")),
-            _fmt_rps(arm.get("throughput_rps")),
-            _fmt_ms(latency.get("p50"))
-            + (f" [{_fmt_interval(p50_ci, _fmt_ms)}]" if p50_ci else ""),
-            *(_fmt_ms(latency.get(p)) for p in _PERCENTILE_KEYS[1:]),
-            _fmt_ms(latency.get("mean")),
-            _fmt_yes_no(arm.get("stable")),
-            _generator(arm.get("generator")),
+            _fmt_count(arm.measured_requests),
+            _fmt_count(arm.failures),
+            _fmt_rps(arm.throughput_rps),
+            _fmt_ms(latency.p50) + (f" [{_fmt_interval(p50_ci, _fmt_ms)}]" if p50_ci else ""),
+            *(_fmt_ms(latency.of(p)) for p in _PERCENTILE_KEYS[1:]),
+            _fmt_ms(latency.mean),
+            _fmt_yes_no(arm.stable),
+            _generator(arm.generator),
         ]
         if with_late:
-            row.append(_fmt_pct((arm.get("open_loop") or {}).get("late_pct")))
-        if with_server:
-            row.append(_breakdown(arm.get("server")))
+            row.append(_fmt_pct(arm.open_loop.late_pct if arm.open_loop else None))
+        if servers:
+            row.append(_breakdown(arm.server))
         rows.append(tuple(row))
         classes.append("warn" if _flags(arm) else "")
     numeric = tuple(h not in ("arm", "stable", "generator") for h in headers)
     return _Table(tuple(headers), tuple(rows), numeric, tuple(classes))
 
 
-def _ratio_table(ratios: Mapping[str, Mapping[str, Any]]) -> _Table:
+def _ratio_table(ratios: Mapping[str, Ratio]) -> _Table:
     keys = ("throughput", *_PERCENTILE_KEYS, "mean")
-    rows = tuple((name, *(_fmt_ratio(r.get(k)) for k in keys)) for name, r in ratios.items())
+    rows = tuple((name, *(_fmt_ratio(r.of(k)) for k in keys)) for name, r in ratios.items())
     return _Table(("arm / baseline", *keys), rows, (False, *(True for _ in keys)))
 
 
 def _cold_start(report: Report) -> list[_Block]:
-    runs = (report.get("cold_start") or {}).get("runs") or []
+    runs = report.cold_start.runs if report.cold_start else []
     if not runs:
         return []
     headers = (
@@ -416,12 +397,12 @@ def _cold_start(report: Report) -> list[_Block]:
     )
     rows = tuple(
         (
-            str(r.get("server") or NONE),
-            _fmt_yes_no(r.get("warmup_records")),
-            _fmt_ms(r.get("ready_s")),
-            _fmt_ms(r.get("first_request_ms")),
-            _fmt_ms(r.get("steady_p50_ms")),
-            _fmt_times(r.get("first_over_steady")),
+            r.server,
+            _fmt_yes_no(r.warmup_records),
+            _fmt_ms(r.ready_s),
+            _fmt_ms(r.first_request_ms),
+            _fmt_ms(r.steady_p50_ms),
+            _fmt_times(r.first_over_steady),
         )
         for r in runs
     )
@@ -429,21 +410,20 @@ def _cold_start(report: Report) -> list[_Block]:
 
 
 def _calibration(report: Report) -> list[_Block]:
-    calibration = report.get("calibration") or {}
-    if not calibration:
+    calibration = report.calibration
+    if calibration is None:
         return []
-    mode = settings(report).get("mode")
     rows = tuple(
         (
-            load_label(c.get("load"), mode),
-            _fmt_rps(c.get("throughput_rps")),
-            _fmt_ms(c.get("p50_ms")),
+            load_label(c.load, report.settings.mode),
+            _fmt_rps(c.throughput_rps),
+            _fmt_ms(c.p50_ms),
         )
-        for c in calibration.get("steps") or []
+        for c in calibration.steps
     )
     note = (
-        f"The load generator against the null endpoint {calibration.get('null_endpoint') or NONE}"
-        ", which answers at once: the most this machine can drive and measure."
+        f"The load generator against the null endpoint {calibration.null_endpoint}, which "
+        "answers at once: the most this machine can drive and measure."
     )
     return [
         _Heading(2, "Calibration"),
@@ -454,7 +434,7 @@ def _calibration(report: Report) -> list[_Block]:
 
 def _workers(report: Report) -> list[_Block]:
     """The locust workers that generated the load: where, how busy, and whether one was lost."""
-    section = _worker_section(report)
+    section = report.workers
     if section is None:
         return []
     rows = tuple(
@@ -487,11 +467,8 @@ def _workers(report: Report) -> list[_Block]:
 
 
 def _lost_workers(report: Report) -> list[str]:
-    section = _worker_section(report)
-    if section is None:
-        return []
     warnings = []
-    for node in section.nodes:
+    for node in report.workers.nodes if report.workers else []:
         if node.lost_s is None:
             continue
         at = node.lost_at
@@ -506,46 +483,38 @@ def _lost_workers(report: Report) -> list[str]:
     return warnings
 
 
-def _worker_section(report: Report) -> Workers | None:
-    raw = report.get("workers")
-    return Workers.model_validate(raw) if raw else None
-
-
 def _slo(report: Report) -> list[_Block]:
-    slo = report.get("slo")
-    if not slo:
+    slo = report.slo
+    if slo is None:
         return []
-    mode = settings(report).get("mode")
     rows, classes = [], []
-    for gate in slo.get("gates") or []:
-        load = gate.get("load")
+    for gate in slo.gates:
         rows.append(
             (
-                str(gate.get("expression") or NONE),
-                str(gate.get("arm") or "all"),
-                load_label(load, mode) if load is not None else "all",
-                _fmt_ms(gate.get("value")),
-                _fmt_ms(gate.get("threshold")),
-                _fmt_check(gate.get("passed")),
+                gate.expression,
+                gate.arm or "all",
+                load_label(gate.load, report.settings.mode) if gate.load is not None else "all",
+                _fmt_ms(gate.value),
+                _fmt_ms(gate.threshold),
+                _fmt_check(gate.passed),
             )
         )
-        classes.append("" if gate.get("passed") else "fail")
-    failures, allowed = slo.get("failures"), slo.get("max_failures")
-    failures_ok = failures is not None and (allowed is None or failures <= allowed)
+        classes.append("" if gate.passed else "fail")
+    allowed = slo.max_failures
+    failures_ok = allowed is None or slo.failures <= allowed
     rows.append(
         (
             "failures ≤ max",
             "all",
             "all",
-            _fmt_count(failures),
+            _fmt_count(slo.failures),
             _fmt_count(allowed),
             _fmt_check(failures_ok),
         )
     )
     classes.append("" if failures_ok else "fail")
-    passed = bool(slo.get("passed"))
     verdict = _Paragraph(
-        f"SLO {'passed ✓' if passed else 'failed ✗'}", "pass" if passed else "fail"
+        f"SLO {'passed ✓' if slo.passed else 'failed ✗'}", "pass" if slo.passed else "fail"
     )
     headers = ("gate", "arm", "load", "value", "threshold", "result")
     table = _Table(headers, tuple(rows), (False, False, False, True, True, False), tuple(classes))
@@ -554,12 +523,11 @@ def _slo(report: Report) -> list[_Block]:
 
 def _warnings(report: Report) -> list[str]:
     """What a reader must know before trusting a number, collected from the data."""
-    mode = settings(report).get("mode")
     return [
-        f"{name} at {load_label(step.get('load'), mode)}: {sentence}"
-        for step in steps(report)
-        for name, arm in _step_arms(report, step)
-        for sentence in [*(s for _, s in _concerns(arm)), *_breakdown_notes(arm.get("server"))]
+        f"{name} at {load_label(step.load, report.settings.mode)}: {sentence}"
+        for step in report.steps
+        for name, arm in report.step_arms(step)
+        for sentence in [*(s for _, s in _concerns(arm)), *_breakdown_notes(arm.server)]
     ]
 
 
@@ -570,87 +538,78 @@ _PART_NAMES = {
 }
 
 
-def _breakdown_notes(server: Mapping[str, Any] | None) -> list[str]:
+def _breakdown_notes(server: ServerBreakdown | None) -> list[str]:
     """Why a part of the breakdown shows as 0: its difference of means came out negative."""
-    if not server:
+    if server is None:
         return []
-    statistic = server.get("statistic") or "mean"
     return [
         f"the {_PART_NAMES.get(part, part)} part of the server-side breakdown came out at "
-        f"{_fmt_ms(raw)} ms and shows as 0: the {statistic}s it is the difference of cover "
-        "different requests (the server times those that end between its scrapes, the client "
-        "those that start in a window and succeed)"
-        for part, raw in (server.get("clamped_ms") or {}).items()
+        f"{_fmt_ms(raw)} ms and shows as 0: the {server.statistic}s it is the difference of "
+        "cover different requests (the server times those that end between its scrapes, the "
+        "client those that start in a window and succeed)"
+        for part, raw in server.clamped_ms.items()
     ]
 
 
-def _flags(arm: Mapping[str, Any]) -> list[str]:
+def _flags(arm: ArmStep) -> list[str]:
     """Short flags for the terminal table; non-empty marks a row to read with care."""
     return [flag for flag, _ in _concerns(arm)]
 
 
-def _concerns(arm: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _concerns(arm: ArmStep) -> list[tuple[str, str]]:
     """(short flag, sentence) for everything that makes one arm's step less trustworthy."""
     out = []
-    if arm.get("stable") is False:
-        spread = (arm.get("stability") or {}).get("spread_pct") or {}
+    if not arm.stable:
+        spread = arm.stability.spread_pct or {}
         detail = ", ".join(f"{k} {_fmt_pct(v)}" for k, v in spread.items())
         out.append(("unstable", "not stable" + (f" (spread: {detail})" if detail else "")))
-    generator = arm.get("generator") or {}
-    if generator.get("bound"):
-        reason = generator.get("reason") or f"CPU {_fmt_pct(generator.get('cpu_pct'))}"
+    if arm.generator.bound:
+        reason = arm.generator.reason or f"CPU {_fmt_pct(arm.generator.cpu_pct)}"
         out.append(("generator-bound", f"the load generator was the bottleneck ({reason})"))
-    open_loop = arm.get("open_loop") or {}
-    late = open_loop.get("late_pct")
-    if is_number(late) and late > _LATE_PCT_WARNING:
-        achieved, target = open_loop.get("achieved_rps"), open_loop.get("target_rps")
+    open_loop = arm.open_loop
+    late = open_loop.late_pct if open_loop else None
+    if open_loop and is_number(late) and late > _LATE_PCT_WARNING:
         out.append(
             (
                 f"late {_fmt_pct(late)}",
-                f"{_fmt_pct(late)} of requests sent late "
-                f"(achieved {_fmt_rps(achieved)} of {_fmt_rps(target)} req/s)",
+                f"{_fmt_pct(late)} of requests sent late (achieved "
+                f"{_fmt_rps(open_loop.achieved_rps)} of {_fmt_rps(open_loop.target_rps)} req/s)",
             )
         )
-    if arm.get("failures"):
-        errors = sorted((arm.get("errors") or {}).items(), key=lambda e: -e[1])[:3]
+    if arm.failures:
+        errors = sorted(arm.errors.items(), key=lambda e: -e[1])[:3]
         detail = "; ".join(f"{message} ×{count}" for message, count in errors)
         out.append(
-            (
-                "failures",
-                f"{arm['failures']} failed requests" + (f" ({detail})" if detail else ""),
-            )
+            ("failures", f"{arm.failures} failed requests" + (f" ({detail})" if detail else ""))
         )
-    if (arm.get("latency_ms") or {}).get("p50") is None:
+    if arm.latency_ms.p50 is None:
         out.append(("no successes", "no successful measured request"))
-    counted, sent = (arm.get("server") or {}).get("requests"), arm.get("requests")
-    if counted is not None and counted != sent:
+    counted = arm.server.requests if arm.server else None
+    if counted is not None and counted != arm.requests:
         out.append(
             (
                 "server count differs",
                 f"the server counted {_fmt_count(counted)} requests, "
-                f"the client sent {_fmt_count(sent)}",
+                f"the client sent {_fmt_count(arm.requests)}",
             )
         )
     return out
 
 
-def _generator(generator: Mapping[str, Any] | None) -> str:
-    if not generator:
-        return NONE
-    if generator.get("bound"):
-        return f"bound: {generator.get('reason') or 'no reason given'}"
+def _generator(generator: GeneratorLoad) -> str:
+    if generator.bound:
+        return f"bound: {generator.reason or 'no reason given'}"
     return "ok"
 
 
-def _breakdown(server: Mapping[str, Any] | None) -> str:
+def _breakdown(server: ServerBreakdown | None) -> str:
     """'0.322 / 0.093 / 0.596'; a part clamped at 0 shows its raw value: '0 (raw −13.6)'."""
-    parts = (server or {}).get("breakdown_ms") or {}
-    if not parts:
+    if server is None or not server.breakdown_ms:
         return NONE
-    clamped = (server or {}).get("clamped_ms") or {}
     keys = ("model", "server", "client_and_network")
     return " / ".join(
-        _fmt_ms(parts.get(k)) + (f" (raw {_fmt_ms(clamped[k])})" if k in clamped else "")
+        _fmt_ms(server.breakdown_ms.get(k))
+        + (f" (raw {_fmt_ms(server.clamped_ms[k])})" if k in server.clamped_ms else "")
         for k in keys
     )
 
@@ -675,7 +634,7 @@ def _markdown_block(block: _Block) -> str:
 
 
 def _markdown_files(report: Report) -> list[str]:
-    names = _file_names(report)
+    names = report.files.names() if report.files else []
     return [f"Files: {', '.join(f'[{n}]({n})' for n in names)}"] if names else []
 
 
@@ -746,26 +705,8 @@ p.files { color: #57606a; font-size: 13px; }
 # --- reading the report ----------------------------------------------------------------------
 
 
-def _step_arms(report: Report, step: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    arms = step.get("arms") or {}
-    return [(name, arms[name]) for name in arm_order(report) if name in arms]
-
-
-def _file_names(report: Report) -> list[str]:
-    files = report.get("files") or {}
-    names = [files.get("json"), files.get("raw"), *(files.get("locust_csv") or [])]
-    return [str(n) for n in names if n]
-
-
 def _image_title(name: str) -> str:
     return IMAGE_TITLES.get(name, Path(name).stem.replace("_", " "))
-
-
-def _json_default(value: Any) -> Any:
-    # numpy scalars and arrays (np.int64 is not an int) from the statistics code.
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    raise TypeError(f"report value of type {type(value).__name__} is not JSON serialisable")
 
 
 # --- number formatting -----------------------------------------------------------------------
@@ -813,13 +754,12 @@ def _fmt_sig(value: Any) -> str:
     return f"{value:.3g}" if is_number(value) else NONE
 
 
-def _fmt_ratio(ratio: Mapping[str, Any] | None) -> str:
+def _fmt_ratio(ratio: RatioValue) -> str:
     """'0.45× [0.44–0.46]', or '2.1×' without a confidence interval."""
-    if not ratio or not is_number(ratio.get("value")):
+    if not is_number(ratio.value):
         return NONE
-    ci = ratio.get("ci95")
-    interval = f" [{_fmt_interval(ci, _fmt_sig)}]" if ci else ""
-    return _fmt_times(ratio["value"]) + interval
+    interval = f" [{_fmt_interval(ratio.ci95, _fmt_sig)}]" if ratio.ci95 else ""
+    return _fmt_times(ratio.value) + interval
 
 
 def _fmt_yes_no(value: Any) -> str:

@@ -1,14 +1,21 @@
-"""The load-test report's shape, typed: one set of pydantic models for report.json.
+"""The load-test run, typed: one set of pydantic models, produced by the analysis (loadtest/
+analysis.py, workers.py, slo.py, compare.py) and read by everything after it (report, plots, SLO
+gates, the CLI, `graphserve demo`, the bench's environment).
 
     Report ─ settings: Settings        steps: [Step] ─ arms: {name: ArmStep} ─ windows: [Window]
-           ─ slo: SloResult ─ gates    │               ratios: {"a/b": Ratio}
-           ─ calibration, workers      └ ArmStep ─ latency_ms, ci95_ms, generator, server, open_loop
+      (the run) environment, arms      │               ratios: {"a/b": Ratio} ─ p50 ... : RatioValue
+           ─ slo: SloResult ─ gates    └ ArmStep ─ latency_ms: Percentiles, ci95_ms, generator:
+           ─ calibration, workers,       GeneratorLoad, server: ServerBreakdown, open_loop
+             cold_start, files
 
-`write_report` validates every report.json against these models before writing it, so a report
-on disk always has this shape; docs/report.schema.json is their JSON schema (a test keeps the
-committed file equal to `report_json_schema()`). `load_report` reads a report.json: this version
-and the previous one ("graphserve.loadtest/2", the same keys, untyped) load; any other fails
-naming the version it found and those it reads.
+A report.json is `Report.model_dump(mode="json", by_alias=True)`; `write_report` checks what it
+wrote against these models, so a report on disk always has this shape, and docs/report.schema.json
+is their JSON schema (a test keeps the committed file equal to `report_json_schema()`).
+`load_report` reads a report.json: this version and the previous one ("graphserve.loadtest/2",
+the same keys, untyped) load; any other fails naming the version it found and those it reads.
+
+A number that was not measured is None, never absent: readers need no `.get`. Percentile keys
+are written as the report names them ("p99.9"); `of("p99.9")` reads one by that name.
 
 Only the standard library, pydantic and graphserve.core are imported.
 """
@@ -26,17 +33,34 @@ from graphserve.core.errors import LoadTestError
 __all__ = [
     "READABLE_SCHEMAS",
     "REPORT_SCHEMA",
+    "ArmInfo",
     "ArmStep",
+    "Breakdown",
     "Calibration",
+    "CalibrationStep",
+    "ColdStartRun",
+    "ColdStarts",
+    "Environment",
+    "GateCheck",
     "GeneratorLoad",
+    "OpenLoop",
+    "Payload",
+    "PayloadInput",
+    "PercentileCIs",
+    "Percentiles",
     "Ratio",
+    "RatioValue",
     "Report",
+    "ReportFiles",
     "ServerBreakdown",
+    "Settings",
     "SloResult",
+    "Stability",
     "Step",
     "Window",
     "WorkerNode",
     "Workers",
+    "check_report",
     "load_report",
     "report_json_schema",
 ]
@@ -53,8 +77,19 @@ class _Model(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document, keys as the report names them ("p99.9", "schema")."""
+        return self.model_dump(mode="json", by_alias=True)
 
-class Percentiles(_Model):
+
+class _ByName(_Model):
+    """Fields read by the report's own names too: `of("p99.9")` is the field p99_9."""
+
+    def of(self, name: str) -> Any:
+        return getattr(self, name.replace(".", "_"))
+
+
+class Percentiles(_ByName):
     p50: Ms
     p90: Ms
     p95: Ms
@@ -65,7 +100,7 @@ class Percentiles(_Model):
     max: Ms
 
 
-class PercentileCIs(_Model):
+class PercentileCIs(_ByName):
     p50: Interval
     p90: Interval
     p95: Interval
@@ -103,17 +138,23 @@ class GeneratorLoad(_Model):
     reason: str | None
 
 
-class ServerBreakdown(_Model):
-    """Server-side time from the arm's Prometheus metrics; parts are differences of means."""
+class Breakdown(_Model):
+    """The client's mean latency split into model, rest of the server and client + network:
+    differences of means (`statistic`), a negative part shown as 0 and kept in `clamped_ms`."""
+
+    statistic: str
+    client_mean_ms: Ms
+    breakdown_ms: dict[str, float | None]
+    clamped_ms: dict[str, float]
+
+
+class ServerBreakdown(Breakdown):
+    """Server-side time from the arm's Prometheus metrics, and its request count for the step."""
 
     requests: int | None
     client_requests: int
     request_mean_ms: Ms
     runtime_mean_ms: Ms
-    statistic: str
-    client_mean_ms: Ms
-    breakdown_ms: dict[str, float | None]
-    clamped_ms: dict[str, float]
 
 
 class OpenLoop(_Model):
@@ -147,7 +188,7 @@ class RatioValue(_Model):
     ci95: Interval
 
 
-class Ratio(_Model):
+class Ratio(_ByName):
     """One arm over the baseline: latency statistics (with bootstrap CIs) and throughput."""
 
     p50: RatioValue
@@ -166,7 +207,9 @@ class Step(_Model):
     ratios: dict[str, Ratio]
 
 
-class Gate(_Model):
+class GateCheck(_Model):
+    """One `--slo` gate checked at one step (loadtest.slo.evaluate)."""
+
     expression: str
     arm: str | None
     step: int
@@ -177,7 +220,7 @@ class Gate(_Model):
 
 
 class SloResult(_Model):
-    gates: list[Gate]
+    gates: list[GateCheck]
     max_failures: int | None
     failures: int
     passed: bool
@@ -233,14 +276,25 @@ class Workers(_Model):
     nodes: list[WorkerNode]
 
 
-class Settings(BaseModel):
-    """How the run was asked for. Typed where every run has the key; more may follow."""
+class PayloadInput(_Model):
+    dtype: str
+    shape: list[int]
 
-    model_config = ConfigDict(extra="allow")
+
+class Payload(_Model):
+    """What every request carried: where it came from, the file it is in, its inputs."""
+
+    source: str
+    file: str  # payload.npz, or request.bin for a REST body given as it is
+    inputs: dict[str, PayloadInput]
+
+
+class Settings(_Model):
+    """How the run was asked for."""
 
     protocol: str
     rest_format: str
-    mode: str
+    mode: str  # "closed": loads are users; "open": loads are req/s
     arrivals: str
     max_in_flight: int
     warmup_s: float
@@ -258,28 +312,112 @@ class Settings(BaseModel):
     max_requests: int | None
     baseline: str
     arm_order: list[str]
-    payload: dict[str, Any]
+    payload: Payload
     locust: dict[str, Any]
 
 
+class Environment(_Model):
+    """Where a measurement ran (loadtest.compare.environment; the bench records it too)."""
+
+    timestamp: str
+    hostname: str
+    platform: str
+    cpus: int | None
+    python: str
+    versions: dict[str, str]
+    command: list[str]
+
+
+class ArmInfo(BaseModel):
+    """An arm's server: its address, protocol and metrics, and what started it (free-form)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    address: str
+    protocol: str
+    metrics_url: str | None
+
+
+class ColdStartRun(_Model):
+    """One cold start of one server (loadtest.coldstart): time to ready, the first request
+    against the steady p50 of `steady_requests` more."""
+
+    server: str  # graph | eager | null
+    warmup_records: bool  # the server replayed the SavedModel's warm-up records at load
+    ready_s: float
+    first_request_ms: float
+    steady_p50_ms: float
+    first_over_steady: float | None  # how many times slower the first request is
+    steady_requests: int
+
+    @classmethod
+    def measured(
+        cls,
+        server: str,
+        warmup_records: bool,
+        ready_s: float,
+        first_request_ms: float,
+        steady_p50_ms: float,
+        steady_requests: int,
+    ) -> ColdStartRun:
+        ratio = first_request_ms / steady_p50_ms if steady_p50_ms > 0 else None
+        return cls(
+            server=server,
+            warmup_records=warmup_records,
+            ready_s=ready_s,
+            first_request_ms=first_request_ms,
+            steady_p50_ms=steady_p50_ms,
+            first_over_steady=ratio,
+            steady_requests=steady_requests,
+        )
+
+
+class ColdStarts(_Model):
+    runs: list[ColdStartRun]
+
+
+class ReportFiles(_Model):
+    json_file: str = Field(alias="json")
+    markdown: str
+    html: str
+    plots: list[str]
+    locust_csv: list[str]
+    raw: str | None
+
+    def names(self) -> list[str]:
+        """The files a reader may want beside the page: the JSON, raw records, locust's CSVs."""
+        return [n for n in (self.json_file, self.raw, *self.locust_csv) if n]
+
+
 class Report(_Model):
-    """report.json."""
+    """report.json: one load-test run."""
 
     schema_version: str = Field(alias="schema")
     title: str
     headline: list[str]
     settings: Settings
-    environment: dict[str, Any]  # time, host, platform, CPUs, versions, command
-    arms: dict[str, dict[str, Any]]  # address, protocol, metrics_url and the server's details
+    environment: Environment
+    arms: dict[str, ArmInfo]
     steps: list[Step]
     truncated: str | None
     workers: Workers | None = None
     elapsed_s: float | None
-    cold_start: dict[str, Any] | None
-    manifest: dict[str, Any] | None
+    cold_start: ColdStarts | None
+    manifest: dict[str, Any] | None  # the exported model's manifest, as the exporter wrote it
     calibration: Calibration | None
     slo: SloResult | None
-    files: dict[str, Any] | None = None
+    files: ReportFiles | None = None
+
+    def arm_order(self) -> list[str]:
+        """Arm names in display order: settings.arm_order, then any other arm the run has."""
+        names = list(self.settings.arm_order)
+        for source in [list(self.arms), *(list(step.arms) for step in self.steps)]:
+            names += [n for n in source if n not in names]
+        return names
+
+    def step_arms(self, step: Step) -> list[tuple[str, ArmStep]]:
+        """A step's arms in display order."""
+        return [(name, step.arms[name]) for name in self.arm_order() if name in step.arms]
 
 
 def report_json_schema() -> dict[str, Any]:

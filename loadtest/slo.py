@@ -1,7 +1,7 @@
 """SLO gates for CI: `--slo 'p99<50ms'`, `--slo 'ratio.p50<0.6'`, `--max-failures 0`.
 
 A gate is read once (`parse_gate`), checked against every step of a report (`evaluate`, which
-builds the report's "slo" section) and missed gates are told to people (`describe`).
+gives the report's SloResult) and missed gates are told to people (`describe`).
 
 Grammar, whitespace allowed around the parts:
 
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from graphserve.core.errors import SloError
+from graphserve.loadtest.labels import load_label
+from graphserve.loadtest.results import GateCheck, Report, SloResult, Step
 from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = ["Gate", "describe", "evaluate", "parse_gate"]
@@ -139,30 +140,26 @@ def _resolve_arm(gate: Gate, arm_order: Sequence[str], baseline: str | None) -> 
     return others[0]
 
 
-def _value(step: Mapping[str, Any], gate: Gate, arm: str, baseline: str | None) -> float | None:
+def _value(step: Step, gate: Gate, arm: str, baseline: str | None) -> float | None:
     # Missing data anywhere on the path is None, and None fails the gate.
     if gate.ratio:
-        ratios = step.get("ratios") or {}
-        entry = (ratios.get(f"{arm}/{baseline}") or {}).get(gate.metric) or {}
-        return entry.get("value")
-    arm_step = (step.get("arms") or {}).get(arm) or {}
+        ratio = step.ratios.get(f"{arm}/{baseline}")
+        return ratio.of(gate.metric).value if ratio is not None else None
+    arm_step = step.arms.get(arm)
+    if arm_step is None:
+        return None
     if gate.metric == "throughput":
-        return arm_step.get("throughput_rps")
-    return (arm_step.get("latency_ms") or {}).get(gate.metric)
+        return arm_step.throughput_rps
+    value: float | None = arm_step.latency_ms.of(gate.metric)
+    return value
 
 
-def _failures(steps: Sequence[Mapping[str, Any]]) -> int:
-    return sum(
-        sum((arm_step.get("errors") or {}).values())
-        for step in steps
-        for arm_step in (step.get("arms") or {}).values()
-    )
+def _failures(steps: Sequence[Step]) -> int:
+    return sum(sum(arm.errors.values()) for step in steps for arm in step.arms.values())
 
 
-def evaluate(
-    gates: Sequence[Gate], report: Mapping[str, Any], max_failures: int | None
-) -> dict[str, Any]:
-    """The report's "slo" section: every gate checked at every step, and the failure bound.
+def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) -> SloResult:
+    """The report's SLO result: every gate checked at every step, and the failure bound.
 
     One row per gate and step. A value that is missing (None: no successful request, no ratio)
     fails its gate, and gates given for a report without steps fail, since a gate that cannot
@@ -170,61 +167,51 @@ def evaluate(
     `max_failures` None leaves them ungated. Raises SloError when a gate names an arm the report
     does not have, or asks a ratio that the report cannot have (no baseline, of the baseline).
     """
-    settings = report["settings"]
-    arm_order: Sequence[str] = settings["arm_order"]
-    baseline: str | None = settings.get("baseline")
-    steps: Sequence[Mapping[str, Any]] = report.get("steps") or []
+    arm_order = report.settings.arm_order
+    baseline = report.settings.baseline
     arms = [_resolve_arm(gate, arm_order, baseline) for gate in gates]
-    rows: list[dict[str, Any]] = []
-    for position, step in enumerate(steps):
+    rows: list[GateCheck] = []
+    for step in report.steps:
         for gate, arm in zip(gates, arms, strict=True):
             value = _value(step, gate, arm, baseline)
             rows.append(
-                {
-                    "expression": gate.expression,
-                    "arm": arm,
-                    "step": step.get("index", position),
-                    "load": step.get("load"),
-                    "value": value,
-                    "threshold": gate.threshold,
-                    "passed": value is not None and _OPS[gate.op](value, gate.threshold),
-                }
+                GateCheck(
+                    expression=gate.expression,
+                    arm=arm,
+                    step=step.index,
+                    load=step.load,
+                    value=value,
+                    threshold=gate.threshold,
+                    passed=value is not None and _OPS[gate.op](value, gate.threshold),
+                )
             )
-    failures = _failures(steps)
-    gates_passed = all(row["passed"] for row in rows) and (bool(rows) or not gates)
+    failures = _failures(report.steps)
+    gates_passed = all(row.passed for row in rows) and (bool(rows) or not gates)
     failures_passed = max_failures is None or failures <= max_failures
-    return {
-        "gates": rows,
-        "max_failures": max_failures,
-        "failures": failures,
-        "passed": gates_passed and failures_passed,
-    }
+    return SloResult(
+        gates=rows,
+        max_failures=max_failures,
+        failures=failures,
+        passed=gates_passed and failures_passed,
+    )
 
 
 def _number(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
 
 
-def _load(load: Any, mode: str) -> str:
-    if load is None:
-        return "an unknown load"
-    if mode == "open":
-        return f"{_number(load)} req/s"
-    return f"{_number(load)} user{'' if load == 1 else 's'}"
-
-
-def describe(result: Mapping[str, Any], *, mode: str) -> list[str]:
+def describe(result: SloResult, *, mode: str) -> list[str]:
     """One line per missed gate and one for too many failures, for people; [] when all passed.
 
-    `mode` is the report's settings["mode"]: "closed" says loads in users, "open" in req/s.
+    `mode` is the report's settings.mode: "closed" says loads in users, "open" in req/s.
     For example: "p99<50ms missed on graph at 16 users: 61.2 ms".
     """
     lines = []
-    for row in result["gates"]:
-        if row["passed"]:
+    for row in result.gates:
+        if row.passed:
             continue
-        gate = parse_gate(row["expression"])
-        value = row["value"]
+        gate = parse_gate(row.expression)
+        value = row.value
         if value is None:
             shown = "no value (no successful request)"
         elif gate.ratio:
@@ -233,15 +220,13 @@ def describe(result: Mapping[str, Any], *, mode: str) -> list[str]:
             shown = f"{_number(value)} req/s"
         else:
             shown = f"{_number(value)} ms"
+        at = load_label(row.load, mode) if row.load is not None else "an unknown load"
+        lines.append(f"{row.expression} missed on {row.arm} at {at}: {shown}")
+    if result.max_failures is not None and result.failures > result.max_failures:
         lines.append(
-            f"{row['expression']} missed on {row['arm']} at {_load(row['load'], mode)}: {shown}"
+            f"{result.failures} failed requests, more than --max-failures {result.max_failures}"
         )
-    max_failures = result.get("max_failures")
-    if max_failures is not None and result["failures"] > max_failures:
-        lines.append(
-            f"{result['failures']} failed requests, more than --max-failures {max_failures}"
-        )
-    if not lines and not result["passed"]:
+    if not lines and not result.passed:
         # Only gates given for a report without steps fail without a row to show.
         lines.append("the gates were not checked: the report has no steps")
     return lines

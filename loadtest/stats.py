@@ -9,15 +9,15 @@ a million. Pure numpy: no TensorFlow, no locust.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import TypedDict
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from graphserve.loadtest.results import RatioValue, Window
+
 __all__ = [
     "PERCENTILES",
-    "Ratio",
     "mean_draws",
     "percentile",
     "percentile_cis",
@@ -38,13 +38,6 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 
 # Below this many requests the normal approximation of the mean's spread is not trusted.
 _MIN_NORMAL_MEAN_N = 200
-
-
-class Ratio(TypedDict):
-    """One arm/baseline ratio: the point value and its bootstrap interval, None without data."""
-
-    value: float | None
-    ci95: list[float] | None
 
 
 def _as_ms(latencies_ms: ArrayLike) -> np.ndarray:
@@ -165,8 +158,8 @@ def ratio_summary(
     confidence: float = 0.95,
     draws: int = 2000,
     seed: int = 0,
-) -> dict[str, Ratio]:
-    """arm/base for each of PERCENTILES and "mean": {"value": ratio, "ci95": [low, high]}.
+) -> dict[str, RatioValue]:
+    """arm/base for each of PERCENTILES and "mean": RatioValue(value=ratio, ci95=(low, high)).
 
     The interval comes from independent bootstrap draws of each side, one ratio per pair of
     draws, then the central `confidence` of those ratios. The key stays "ci95" whatever the
@@ -178,9 +171,9 @@ def ratio_summary(
     arm, base = np.sort(_as_ms(arm_ms)), np.sort(_as_ms(base_ms))
     keys = [name for name, _ in PERCENTILES] + ["mean"]
     if arm.size == 0 or base.size == 0:
-        return {key: Ratio(value=None, ci95=None) for key in keys}
+        return {key: RatioValue(value=None, ci95=None) for key in keys}
     rng = np.random.default_rng(seed)
-    result: dict[str, Ratio] = {}
+    result: dict[str, RatioValue] = {}
     for name, q in PERCENTILES:
         arm_draws = _order_statistic_draws(arm, q, draws, rng)
         base_draws = _order_statistic_draws(base, q, draws, rng)
@@ -201,12 +194,12 @@ def _ratio(
     arm_draws: np.ndarray,
     base_draws: np.ndarray,
     confidence: float,
-) -> Ratio:
+) -> RatioValue:
     if base_point == 0:
-        return Ratio(value=None, ci95=None)
+        return RatioValue(value=None, ci95=None)
     with np.errstate(divide="ignore", invalid="ignore"):
         interval = _interval(arm_draws / base_draws, confidence)
-    return Ratio(value=arm_point / base_point, ci95=list(interval) if interval else None)
+    return RatioValue(value=arm_point / base_point, ci95=interval)
 
 
 def _spread_pct(values: Sequence[float | None]) -> float | None:
@@ -220,11 +213,11 @@ def _spread_pct(values: Sequence[float | None]) -> float | None:
 
 
 def stability(
-    windows: Sequence[Mapping[str, float | None]], *, last: int, tolerance_pct: float
+    windows: Sequence[Window], *, last: int, tolerance_pct: float
 ) -> tuple[bool, dict[str, float | None]]:
     """perf_analyzer's criterion: are the last `last` windows within `tolerance_pct` of each other?
 
-    For throughput ("throughput_rps") and p50 ("p50_ms") of those windows, the spread is
+    For throughput (`throughput_rps`) and p50 (`p50_ms`) of those windows, the spread is
     (max - min) / mean * 100. Stable when there are at least `last` windows and both spreads are
     at most `tolerance_pct`. Returns (stable, {"throughput": spread, "p50": spread}), a spread
     None when it cannot be computed (too few windows, a None value, a mean of 0).
@@ -234,8 +227,8 @@ def stability(
         raise ValueError(f"stability needs at least 1 window, got last={last}")
     recent = windows[-last:] if len(windows) >= last else []
     spreads = {
-        "throughput": _spread_pct([w.get("throughput_rps") for w in recent]),
-        "p50": _spread_pct([w.get("p50_ms") for w in recent]),
+        "throughput": _spread_pct([w.throughput_rps for w in recent]),
+        "p50": _spread_pct([w.p50_ms for w in recent]),
     }
     stable = all(s is not None and s <= tolerance_pct for s in spreads.values())
     return stable, spreads
@@ -246,13 +239,18 @@ def window_summary(
     ok: ArrayLike,
     start: float,
     end: float,
+    *,
+    index: int = 0,
     cpu_pct: float | None = None,
-) -> dict[str, float | None]:
-    """One measurement window: counts, throughput and latencies of the requests started in it.
+    machine_cpu_pct: float | None = None,
+) -> Window:
+    """Measurement window `index`: counts, throughput and latencies of the requests started in it.
 
     Throughput counts successful requests over end - start (Unix seconds). Latency statistics use
     successful requests only: a failed request's time says nothing about the model. They are None
-    when no request succeeded. Raises ValueError when end <= start or the arrays differ in length.
+    when no request succeeded. `cpu_pct` and `machine_cpu_pct` are the generator's and its
+    machine's CPU over the window, as measured. Raises ValueError when end <= start or the arrays
+    differ in length.
     """
     if end <= start:
         raise ValueError(f"window ends ({end}) at or before it starts ({start})")
@@ -262,14 +260,16 @@ def window_summary(
         raise ValueError(f"{latencies.size} latencies but {succeeded.size} ok flags")
     good = np.sort(latencies[succeeded])
     has_data = good.size > 0
-    return {
-        "requests": latencies.size,
-        "failures": int(latencies.size - good.size),
-        "throughput_rps": good.size / (end - start),
-        "p50_ms": percentile(good, 0.50) if has_data else None,
-        "p99_ms": percentile(good, 0.99) if has_data else None,
-        "mean_ms": float(good.mean()) if has_data else None,
-        "start": start,
-        "end": end,
-        "generator_cpu_pct": cpu_pct,
-    }
+    return Window(
+        index=index,
+        requests=latencies.size,
+        failures=int(latencies.size - good.size),
+        throughput_rps=good.size / (end - start),
+        p50_ms=percentile(good, 0.50) if has_data else None,
+        p99_ms=percentile(good, 0.99) if has_data else None,
+        mean_ms=float(good.mean()) if has_data else None,
+        start=start,
+        end=end,
+        generator_cpu_pct=cpu_pct,
+        machine_cpu_pct=machine_cpu_pct,
+    )

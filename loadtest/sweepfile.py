@@ -62,6 +62,7 @@ from graphserve import __version__
 from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text, http_failure
 from graphserve.core.errors import RemoteTargetError
 from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
+from graphserve.loadtest.results import Window
 from graphserve.loadtest.scrape import scrape
 from graphserve.loadtest.stats import stability, window_summary
 from graphserve.loadtest.targets import check_loopback
@@ -557,14 +558,14 @@ class Controller:
                 step=step,
                 arm=PLAN.arms[arm].name,
                 window=len(seqs) - 1,
-                requests=last["requests"],
-                rps=last["throughput_rps"],
-                p50_ms=last["p50_ms"],
+                requests=last.requests,
+                rps=last.throughput_rps,
+                p50_ms=last.p50_ms,
                 stable=stable,
             )
         return all_stable
 
-    def _window_summary(self, arm: int, seq: int) -> dict[str, Any]:
+    def _window_summary(self, arm: int, seq: int) -> Window:
         if not self.distributed:
             collector.add("local", local.drain())
         latency, ok = collector.window(arm, seq)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import base64
-import copy
 import io
 import json
 from html.parser import HTMLParser
@@ -34,7 +33,7 @@ from graphserve.loadtest.report import (
     render_table,
     write_report,
 )
-from graphserve.loadtest.results import REPORT_SCHEMA
+from graphserve.loadtest.results import REPORT_SCHEMA, OpenLoop, RatioValue, Report
 
 T0 = 1_763_632_800.0  # 2025-11-20T10:00:00Z
 WINDOW_S = 5.0
@@ -109,8 +108,13 @@ def _ratio(value: float, ci: list[float] | None = None) -> dict[str, Any]:
     return {"value": value, "ci95": ci}
 
 
-def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
+def make_report(loads: tuple[int, ...] = (4, 16)) -> Report:
     """A two-arm closed-loop report; at the last load eager is generator-bound and unstable."""
+    return Report.model_validate(make_report_document(loads))
+
+
+def make_report_document(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
+    """make_report's report.json, as a JSON document."""
     steps = []
     for index, load in enumerate(loads):
         start = T0 + index * 40.0
@@ -121,7 +125,12 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
                 "stable": False,
                 "failures": 3,
                 "errors": {"UNAVAILABLE: <connection refused> | retry": 3},
-                "generator": {"cpu_pct": 98.0, "bound": True, "reason": "generator CPU 98 %"},
+                "generator": {
+                    "cpu_pct": 98.0,
+                    "machine_cpu_pct": 99.0,
+                    "bound": True,
+                    "reason": "generator CPU 98 %",
+                },
                 "stability": {"last_windows": 3, "spread_pct": {"throughput": 14.0, "p50": 21.0}},
             }
         steps.append(
@@ -148,6 +157,7 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
     return {
         "schema": REPORT_SCHEMA,
         "title": "mlp: graph vs eager, gRPC, closed loop",
+        "headline": [],
         "settings": {
             "protocol": "grpc",
             "rest_format": "row",
@@ -191,7 +201,12 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
                 "runner": "graph",
                 "metrics_url": "http://127.0.0.1:8501/monitoring/prometheus/metrics",
             },
-            "eager": {"address": "127.0.0.1:9500", "protocol": "grpc", "runner": "eager"},
+            "eager": {
+                "address": "127.0.0.1:9500",
+                "protocol": "grpc",
+                "runner": "eager",
+                "metrics_url": None,
+            },
         },
         "steps": steps,
         "truncated": None,
@@ -211,6 +226,7 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
                     "first_request_ms": 3.0,
                     "steady_p50_ms": 0.9,
                     "first_over_steady": 3.3,
+                    "steady_requests": 200,
                 }
             ]
         },
@@ -242,20 +258,21 @@ def make_report(loads: tuple[int, ...] = (4, 16)) -> dict[str, Any]:
     }
 
 
-def write_records(out_dir: Path, report: dict[str, Any], per_window: int = 200) -> Path:
+def write_records(out_dir: Path, report: Report, per_window: int = 200) -> Path:
     """raw/records.npz as the run writes it: warm-up (window -1) and windowed requests."""
     rng = np.random.default_rng(0)
-    names = report["settings"]["arm_order"]
+    names = report.settings.arm_order
     columns: dict[str, list[Any]] = {
         k: [] for k in ("arm", "step", "window", "start", "latency_ms", "ok")
     }
-    for step in report["steps"]:
+    for step in report.steps:
         for a, name in enumerate(names):
-            p50 = step["arms"][name]["latency_ms"]["p50"]
+            p50 = step.arms[name].latency_ms.p50
+            assert p50 is not None
             for window in range(-1, 3):
                 latency = rng.lognormal(np.log(p50), 0.3, per_window)
                 columns["arm"] += [a] * per_window
-                columns["step"] += [step["index"]] * per_window
+                columns["step"] += [step.index] * per_window
                 columns["window"] += [window] * per_window
                 columns["start"] += list(T0 + rng.uniform(0, 30, per_window))
                 columns["latency_ms"] += list(latency)
@@ -311,7 +328,7 @@ def test_write_report_writes_every_file(tmp_path: Path) -> None:
 
     files = write_report(report, tmp_path)
 
-    assert files == {
+    assert files.to_json() == {
         "json": "report.json",
         "markdown": "report.md",
         "html": "report.html",
@@ -319,12 +336,13 @@ def test_write_report_writes_every_file(tmp_path: Path) -> None:
         "locust_csv": ["locust_failures.csv", "locust_stats.csv"],
         "raw": "raw/records.npz",
     }
-    assert report["files"] is files
-    for name in files["plots"]:
+    assert report.files is files
+    for name in files.plots:
         assert_png((tmp_path / name).read_bytes())
     saved = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
-    assert saved == report
-    assert saved["files"]["plots"] == files["plots"]
+    assert saved == report.to_json()
+    assert Report.model_validate(saved) == report
+    assert saved["files"]["plots"] == files.plots
     markdown = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "![latency CDF](latency_cdf.png)" in markdown
     assert "![p50 per measurement window over time](windows.png)" in markdown
@@ -338,8 +356,8 @@ def test_write_report_writes_every_file(tmp_path: Path) -> None:
 def test_write_report_without_records_skips_the_cdf(tmp_path: Path) -> None:
     report = make_report()
     files = write_report(report, tmp_path)
-    assert files["plots"] == ["percentiles.png", "throughput.png", "windows.png"]
-    assert files["raw"] is None and files["locust_csv"] == []
+    assert files.plots == ["percentiles.png", "throughput.png", "windows.png"]
+    assert files.raw is None and files.locust_csv == []
     assert not (tmp_path / "latency_cdf.png").exists()
     assert "latency_cdf" not in (tmp_path / "report.md").read_text(encoding="utf-8")
 
@@ -382,10 +400,11 @@ def test_markdown_content() -> None:
 
 def test_markdown_warns_about_late_requests_and_server_counts() -> None:
     report = make_report(loads=(200,))
-    report["settings"]["mode"] = "open"
-    arm = report["steps"][0]["arms"]["graph"]
-    arm["open_loop"] = {"target_rps": 200, "achieved_rps": 150.0, "late_pct": 12.5}
-    arm["server"]["requests"] = 5000
+    report.settings.mode = "open"
+    arm = report.steps[0].arms["graph"]
+    arm.open_loop = OpenLoop(target_rps=200, achieved_rps=150.0, late_pct=12.5)
+    assert arm.server is not None
+    arm.server.requests = 5000
     markdown = render_markdown(report)
     assert "open loop at 200 req/s (constant arrivals, at most 64 requests in flight)" in markdown
     assert "## 200 req/s" in markdown
@@ -461,7 +480,7 @@ def test_cdf_downsamples_large_runs_and_is_none_without_successes(tmp_path: Path
     assert_png(plots.latency_cdf(records, report) or b"")
     failed = dict(records, ok=np.zeros_like(records["ok"]))
     assert plots.latency_cdf(failed, report) is None
-    report["settings"]["mode"] = "open"  # latency counted from the scheduled send (+ lag_ms)
+    report.settings.mode = "open"  # latency counted from the scheduled send (+ lag_ms)
     assert_png(plots.latency_cdf(dict(records, lag_ms=records["latency_ms"]), report) or b"")
 
 
@@ -473,8 +492,8 @@ def test_load_records_rejects_missing_fields(tmp_path: Path) -> None:
 
 
 def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:
-    report = make_report()
-    for step in report["steps"]:
+    document = make_report_document()
+    for step in document["steps"]:
         eager = step["arms"]["eager"]
         eager.update(
             failures=4410,
@@ -489,7 +508,8 @@ def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:
         step["ratios"]["graph/eager"] = {
             k: {"value": None, "ci95": None} for k in step["ratios"]["graph/eager"]
         }
-    original = copy.deepcopy(report)
+    report = Report.model_validate(document)
+    original = report.model_copy(deep=True)
 
     files = write_report(report, tmp_path)
 
@@ -499,12 +519,12 @@ def test_arm_without_successes_renders_dashes(tmp_path: Path) -> None:
     assert "| graph/eager | – | – |" in markdown
     assert "eager at 4 users: no successful measured request" in markdown
     assert "–" in (tmp_path / "report.html").read_text(encoding="utf-8")
-    assert "percentiles.png" in files["plots"]
+    assert "percentiles.png" in files.plots
     console = Console(record=True, width=160)
     console.print(render_table(report))
     assert "no successes" in console.export_text()
-    del report["files"], report["headline"]
-    assert report == original  # rendering reads, never changes, the data
+    # rendering reads, never changes, the data: only the files and the headline are set
+    assert report.model_copy(update={"files": None, "headline": []}) == original
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,14 +564,14 @@ def test_headline_opens_markdown_html_and_terminal(tmp_path: Path) -> None:
 
 def test_headline_with_several_arms_no_clear_difference_and_no_successes() -> None:
     report = make_report(loads=(1, 4))
-    first, second = report["steps"]
-    first["ratios"]["tfserving/eager"] = {
-        "p50": _ratio(0.98, [0.95, 1.02]),
-        "throughput": _ratio(None),  # type: ignore[arg-type]
-    }
-    second["arms"]["eager"]["latency_ms"]["p50"] = None
-    second["ratios"]["graph/eager"]["p50"] = _ratio(None)  # type: ignore[arg-type]
-    report["settings"]["mode"] = "open"
+    first, second = report.steps
+    tfserving = first.ratios["graph/eager"].model_copy(deep=True)
+    tfserving.p50 = RatioValue(value=0.98, ci95=(0.95, 1.02))
+    tfserving.throughput = RatioValue(value=None, ci95=None)
+    first.ratios["tfserving/eager"] = tfserving
+    second.arms["eager"].latency_ms.p50 = None
+    second.ratios["graph/eager"].p50 = RatioValue(value=None, ci95=None)
+    report.settings.mode = "open"
     assert headline(report) == [
         "At 1 req/s, graph answers in 0.45× the time of eager (p50 ratio, 95% CI 0.44–0.46), "
         "with 2.1× the throughput; tfserving answers in 0.98× the time of eager (p50 ratio, "
@@ -559,7 +579,7 @@ def test_headline_with_several_arms_no_clear_difference_and_no_successes() -> No
         "graph and eager cannot be compared at 4 req/s: eager had no successful request "
         "(read with the warnings below).",
     ]
-    assert headline(make_report(loads=(1,)) | {"steps": []}) == []
+    assert headline(make_report(loads=(1,)).model_copy(update={"steps": []})) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -633,15 +653,16 @@ def test_breakdown_parts_are_means_that_add_up_to_the_client_mean() -> None:
     run, plan = _sweep(eager_server_mean_ms=46.0)
     (step,) = analyze(run, plan, baseline="eager")
     for name, (model, server, rest) in {"graph": (0.5, 0.3, 0.2), "eager": (45, 1, 4)}.items():
-        arm = step["arms"][name]
-        breakdown = arm["server"]
-        assert breakdown["statistic"] == BREAKDOWN_STATISTIC == "mean"
-        assert breakdown["client_mean_ms"] == pytest.approx(arm["latency_ms"]["mean"])
-        parts = breakdown["breakdown_ms"]
+        arm = step.arms[name]
+        breakdown = arm.server
+        assert breakdown is not None
+        assert breakdown.statistic == BREAKDOWN_STATISTIC == "mean"
+        assert breakdown.client_mean_ms == pytest.approx(arm.latency_ms.mean)
+        parts = breakdown.breakdown_ms
         assert parts == pytest.approx({"model": model, "server": server,
                                        "client_and_network": rest})  # fmt: skip
-        assert sum(parts.values()) == pytest.approx(arm["latency_ms"]["mean"])
-        assert breakdown["clamped_ms"] == {}
+        assert sum(v or 0.0 for v in parts.values()) == pytest.approx(arm.latency_ms.mean)
+        assert breakdown.clamped_ms == {}
 
 
 def test_breakdown_is_never_negative() -> None:
@@ -649,22 +670,24 @@ def test_breakdown_is_never_negative() -> None:
     # mean latency (50 ms), and client + network read -13.6 ms.
     run, plan = _sweep(eager_server_mean_ms=63.6)
     (step,) = analyze(run, plan, baseline="eager")
-    eager = step["arms"]["eager"]["server"]
-    assert eager["breakdown_ms"] == pytest.approx(
+    eager = step.arms["eager"].server
+    assert eager is not None
+    assert eager.breakdown_ms == pytest.approx(
         {"model": 45.0, "server": 18.6, "client_and_network": 0.0}
     )
-    assert eager["clamped_ms"] == {"client_and_network": pytest.approx(-13.6)}
-    assert all(v >= 0 for s in step["arms"].values() for v in s["server"]["breakdown_ms"].values())
+    assert eager.clamped_ms == {"client_and_network": pytest.approx(-13.6)}
+    servers = [arm.server for arm in step.arms.values() if arm.server is not None]
+    assert all((v or 0.0) >= 0 for server in servers for v in server.breakdown_ms.values())
     # A model time above the request time (batched runtimes) is clamped the same way.
-    assert breakdown(10.0, 2.0, 3.0)["breakdown_ms"] == {
+    assert breakdown(10.0, 2.0, 3.0).breakdown_ms == {
         "model": 3.0, "server": 0.0, "client_and_network": 8.0,
     }  # fmt: skip
-    assert breakdown(None, None, None)["breakdown_ms"] == dict.fromkeys(
+    assert breakdown(None, None, None).breakdown_ms == dict.fromkeys(
         ("model", "server", "client_and_network")
     )
 
     report = make_report(loads=(4,))
-    report["steps"] = [step]
+    report.steps = [step]
     markdown = render_markdown(report)
     assert "| mean: model / server / client+network |" in markdown
     row = next(line for line in markdown.splitlines() if line.startswith("| eager (baseline) |"))

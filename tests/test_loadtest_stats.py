@@ -9,6 +9,7 @@ import pytest
 
 from graphserve.core.errors import SloError
 from graphserve.loadtest.analysis import generator_load
+from graphserve.loadtest.results import RatioValue, Report, SloResult, Window
 from graphserve.loadtest.slo import Gate, describe, evaluate, parse_gate
 from graphserve.loadtest.stats import (
     PERCENTILES,
@@ -21,6 +22,7 @@ from graphserve.loadtest.stats import (
     summarize,
     window_summary,
 )
+from tests.test_loadtest_report import make_report_document
 
 KEYS = [name for name, _ in PERCENTILES]
 
@@ -172,29 +174,28 @@ def test_ratio_of_identical_samples_is_one() -> None:
     ratios = ratio_summary(values, values)
     assert list(ratios) == [*KEYS, "mean"]
     for key, ratio in ratios.items():
-        assert ratio["value"] == 1.0, key
-        assert ratio["ci95"] is not None
-        assert ratio["ci95"][0] <= 1.0 <= ratio["ci95"][1], key
+        assert ratio.value == 1.0, key
+        assert ratio.ci95 is not None
+        assert ratio.ci95[0] <= 1.0 <= ratio.ci95[1], key
 
 
 def test_ratio_of_half_the_latency_is_a_half() -> None:
     values = lognormal(3000)
     for key, ratio in ratio_summary(values, 2 * values).items():
-        assert ratio["value"] == pytest.approx(0.5), key
-        assert ratio["ci95"] is not None
-        assert ratio["ci95"][0] <= 0.5 <= ratio["ci95"][1], key
+        assert ratio.value == pytest.approx(0.5), key
+        assert ratio.ci95 is not None
+        assert ratio.ci95[0] <= 0.5 <= ratio.ci95[1], key
     # With 3000 requests the central ratios are known to a few percent.
     for key in ("p50", "mean"):
-        low, high = ratio_summary(values, 2 * values)[key]["ci95"] or (0.0, 1.0)
+        low, high = ratio_summary(values, 2 * values)[key].ci95 or (0.0, 1.0)
         assert high - low < 0.1, key
 
 
 def test_ratio_without_data_or_of_a_zero_base_is_none() -> None:
+    nothing = RatioValue(value=None, ci95=None)
     empty = ratio_summary([], [1.0, 2.0])
-    assert (
-        empty == ratio_summary([1.0, 2.0], []) == {k: {"value": None, "ci95": None} for k in empty}
-    )
-    assert ratio_summary([1.0, 2.0], [0.0, 0.0])["p50"] == {"value": None, "ci95": None}
+    assert empty == ratio_summary([1.0, 2.0], []) == dict.fromkeys(empty, nothing)
+    assert ratio_summary([1.0, 2.0], [0.0, 0.0])["p50"] == nothing
 
 
 def test_ratio_is_seeded() -> None:
@@ -206,8 +207,20 @@ def test_ratio_is_seeded() -> None:
 # Stability and windows
 
 
-def windows(*pairs: tuple[float | None, float | None]) -> list[dict[str, float | None]]:
-    return [{"throughput_rps": rps, "p50_ms": p50} for rps, p50 in pairs]
+def window(
+    rps: float | None = 100.0,
+    p50: float | None = 1.0,
+    cpu: float | None = None,
+    machine: float | None = None,
+) -> Window:
+    return Window(
+        index=0, requests=100, failures=0, throughput_rps=rps, p50_ms=p50, p99_ms=p50,
+        mean_ms=p50, start=0.0, end=1.0, generator_cpu_pct=cpu, machine_cpu_pct=machine,
+    )  # fmt: skip
+
+
+def windows(*pairs: tuple[float | None, float | None]) -> list[Window]:
+    return [window(rps, p50) for rps, p50 in pairs]
 
 
 def test_stable_when_the_last_windows_agree() -> None:
@@ -238,7 +251,7 @@ def test_unstable_when_a_spread_is_too_wide() -> None:
     ids=["too-few-windows", "a-window-without-latency", "no-throughput"],
 )
 def test_stability_not_computable(
-    history: list[dict[str, float | None]], spread: dict[str, float | None]
+    history: list[Window], spread: dict[str, float | None]
 ) -> None:
     assert stability(history, last=3, tolerance_pct=10.0) == (False, spread)
 
@@ -246,8 +259,9 @@ def test_stability_not_computable(
 def test_window_summary() -> None:
     latencies = [1.0, 2.0, 3.0, 4.0, 100.0]
     ok = [True, True, True, True, False]
-    window = window_summary(latencies, ok, start=10.0, end=12.0, cpu_pct=40.0)
-    assert window == {
+    summary = window_summary(latencies, ok, start=10.0, end=12.0, index=2, cpu_pct=40.0)
+    assert summary.model_dump() == {
+        "index": 2,
         "requests": 5,
         "failures": 1,
         "throughput_rps": 2.0,
@@ -257,14 +271,15 @@ def test_window_summary() -> None:
         "start": 10.0,
         "end": 12.0,
         "generator_cpu_pct": 40.0,
+        "machine_cpu_pct": None,
     }
 
 
 def test_window_summary_without_successes() -> None:
-    window = window_summary([5.0, 6.0], [False, False], start=0.0, end=1.0)
-    assert (window["requests"], window["failures"], window["throughput_rps"]) == (2, 2, 0.0)
-    assert window["p50_ms"] is window["p99_ms"] is window["mean_ms"] is None
-    assert window["generator_cpu_pct"] is None
+    summary = window_summary([5.0, 6.0], [False, False], start=0.0, end=1.0)
+    assert (summary.requests, summary.failures, summary.throughput_rps) == (2, 2, 0.0)
+    assert summary.p50_ms is summary.p99_ms is summary.mean_ms is None
+    assert summary.generator_cpu_pct is None
 
 
 def test_window_summary_rejects_bad_windows() -> None:
@@ -333,36 +348,31 @@ def test_parse_gate_rejects(text: str) -> None:
 # SLO gates: evaluation
 
 
-def arm_step(p99: float | None, rps: float | None, errors: int = 0) -> dict[str, Any]:
-    latency = dict.fromkeys([*KEYS, "mean", "min", "max"], p99)
-    return {"latency_ms": latency, "throughput_rps": rps, "errors": {"UNAVAILABLE": errors}}
-
-
-def report(mode: str = "closed") -> dict[str, Any]:
-    """Two steps of graph vs eager; at 16 users graph's p99 is 61.2 ms and eager has no data."""
-    return {
-        "settings": {"mode": mode, "baseline": "eager", "arm_order": ["graph", "eager"]},
-        "steps": [
-            {
-                "index": 0,
-                "load": 1,
-                "arms": {"graph": arm_step(2.0, 500.0), "eager": arm_step(4.0, 250.0, errors=1)},
-                "ratios": {"graph/eager": {"p50": {"value": 0.5, "ci95": [0.4, 0.6]}}},
-            },
-            {
-                "index": 1,
-                "load": 16,
-                "arms": {"graph": arm_step(61.2, 800.0), "eager": arm_step(None, 0.0, errors=2)},
-                "ratios": {"graph/eager": {"p50": {"value": None, "ci95": None}}},
-            },
-        ],
-    }
-
-
-def rows(result: dict[str, Any]) -> list[tuple[str, str, int, float | None, bool]]:
-    return [
-        (r["expression"], r["arm"], r["load"], r["value"], r["passed"]) for r in result["gates"]
+def report(mode: str = "closed") -> Report:
+    """Two steps of graph vs eager; at 16 users graph's p99 is 61.2 ms and eager has no data;
+    the only ratio measured is the p50's."""
+    document = make_report_document(loads=(1, 16))
+    document["settings"]["mode"] = mode
+    measured = [
+        {"graph": (2.0, 500.0, 0), "eager": (4.0, 250.0, 1)},
+        {"graph": (61.2, 800.0, 0), "eager": (None, 0.0, 2)},
     ]
+    for step, arms, p50_ratio in zip(
+        document["steps"], measured, [{"value": 0.5, "ci95": [0.4, 0.6]}, None], strict=True
+    ):
+        for name, (latency, rps, errors) in arms.items():
+            arm = step["arms"][name]
+            arm["latency_ms"] = dict.fromkeys(arm["latency_ms"], latency)
+            arm["throughput_rps"], arm["errors"] = rps, {"UNAVAILABLE": errors}
+        ratio = step["ratios"]["graph/eager"]
+        for key in ratio:
+            ratio[key] = {"value": None, "ci95": None}
+        ratio["p50"] = p50_ratio or ratio["p50"]
+    return Report.model_validate(document)
+
+
+def rows(result: SloResult) -> list[tuple[str, str | None, float | None, float | None, bool]]:
+    return [(r.expression, r.arm, r.load, r.value, r.passed) for r in result.gates]
 
 
 def test_evaluate_passing_gates() -> None:
@@ -374,14 +384,14 @@ def test_evaluate_passing_gates() -> None:
         ("p99<100ms", "graph", 16, 61.2, True),
         ("throughput>=500", "graph", 16, 800.0, True),
     ]
-    assert result["gates"][0]["threshold"] == 100.0 and result["gates"][0]["step"] == 0
-    assert (result["passed"], result["failures"], result["max_failures"]) == (True, 3, None)
+    assert result.gates[0].threshold == 100.0 and result.gates[0].step == 0
+    assert (result.passed, result.failures, result.max_failures) == (True, 3, None)
 
 
 def test_evaluate_missed_gate() -> None:
     result = evaluate([parse_gate("graph.p99<50ms")], report(), max_failures=None)
-    assert [r["passed"] for r in result["gates"]] == [True, False]
-    assert not result["passed"]
+    assert [r.passed for r in result.gates] == [True, False]
+    assert not result.passed
     assert describe(result, mode="closed") == [
         "graph.p99<50ms missed on graph at 16 users: 61.2 ms"
     ]
@@ -397,7 +407,7 @@ def test_evaluate_missing_value_fails() -> None:
         ("eager.p99<1s", "eager", 16, None, False),
         ("ratio.p50<0.6", "graph", 16, None, False),
     ]
-    assert not result["passed"]
+    assert not result.passed
     assert describe(result, mode="open") == [
         "eager.p99<1s missed on eager at 16 req/s: no value (no successful request)",
         "ratio.p50<0.6 missed on graph at 16 req/s: no value (no successful request)",
@@ -406,8 +416,8 @@ def test_evaluate_missing_value_fails() -> None:
 
 def test_evaluate_ratio_metric_the_report_lacks_fails() -> None:
     result = evaluate([parse_gate("ratio.p99<0.9")], report(), max_failures=None)
-    assert [r["value"] for r in result["gates"]] == [None, None]
-    assert not result["passed"]
+    assert [r.value for r in result.gates] == [None, None]
+    assert not result.passed
 
 
 @pytest.mark.parametrize(
@@ -425,20 +435,20 @@ def test_evaluate_unknown_arm_raises(text: str, message: str) -> None:
 
 
 def test_evaluate_max_failures() -> None:
-    assert evaluate([], report(), max_failures=3)["passed"]
+    assert evaluate([], report(), max_failures=3).passed
     result = evaluate([], report(), max_failures=2)
-    assert (result["passed"], result["failures"], result["gates"]) == (False, 3, [])
+    assert (result.passed, result.failures, result.gates) == (False, 3, [])
     assert describe(result, mode="closed") == ["3 failed requests, more than --max-failures 2"]
 
 
 def test_gates_on_a_report_without_steps_fail() -> None:
-    empty = {**report(), "steps": []}
+    empty = report().model_copy(update={"steps": []})
     result = evaluate([parse_gate("p99<5ms")], empty, max_failures=None)
-    assert not result["passed"]
+    assert not result.passed
     assert describe(result, mode="closed") == [
         "the gates were not checked: the report has no steps"
     ]
-    assert evaluate([], empty, max_failures=0)["passed"]
+    assert evaluate([], empty, max_failures=0).passed
 
 
 def test_describe_throughput_and_ratio() -> None:
@@ -455,34 +465,33 @@ def test_describe_throughput_and_ratio() -> None:
 @pytest.mark.parametrize(
     ("windows", "bound", "says"),
     [
-        ([{"generator_cpu_pct": 40.0, "machine_cpu_pct": 60.0}], False, None),
-        ([{"generator_cpu_pct": None, "machine_cpu_pct": None}], False, None),
+        ([window(cpu=40.0, machine=60.0)], False, None),
+        ([window(cpu=None, machine=None)], False, None),
         (
-            [{"generator_cpu_pct": 40.0, "machine_cpu_pct": 50.0},
-             {"generator_cpu_pct": 93.0, "machine_cpu_pct": 70.0}],
+            [window(cpu=40.0, machine=50.0), window(cpu=93.0, machine=70.0)],
             True,
             "a locust process used 93% CPU (limit 90%)",
         ),
         (
-            [{"generator_cpu_pct": 45.0, "machine_cpu_pct": 98.5}],
+            [window(cpu=45.0, machine=98.5)],
             True,
             "the machine's CPUs were 98% busy (limit 95%)",
         ),
         (
-            [{"generator_cpu_pct": 91.0, "machine_cpu_pct": 99.0}],
+            [window(cpu=91.0, machine=99.0)],
             True,
             "a locust process used 91% CPU (limit 90%); the machine's CPUs were 99% busy",
         ),
     ],
 )  # fmt: skip
 def test_the_generator_is_bound_by_its_own_cpu_or_the_whole_machines(
-    windows: list[dict[str, Any]], bound: bool, says: str | None
+    windows: list[Window], bound: bool, says: str | None
 ) -> None:
     verdict = generator_load(windows)
-    assert verdict["bound"] is bound
+    assert verdict.bound is bound
     if says is None:
-        assert verdict["reason"] is None
+        assert verdict.reason is None
     else:
-        assert says in verdict["reason"]
-    highest = [w["generator_cpu_pct"] for w in windows if w["generator_cpu_pct"] is not None]
-    assert verdict["cpu_pct"] == (max(highest) if highest else None)
+        assert verdict.reason is not None and says in verdict.reason
+    highest = [w.generator_cpu_pct for w in windows if w.generator_cpu_pct is not None]
+    assert verdict.cpu_pct == (max(highest) if highest else None)

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 
 from graphserve.loadtest.cli import app
 from graphserve.loadtest.plan import ArmTarget, Plan
+from graphserve.loadtest.results import CpuSpread, LostAt, WindowRef
 from graphserve.loadtest.workers import workers_section
 
 _SHORT = ["--warmup", "0.5s", "--window", "1s"]
@@ -120,19 +121,19 @@ def _document(lost: float | None) -> dict[str, Any]:
 def test_a_lost_worker_is_named_with_the_windows_it_missed() -> None:
     section = workers_section(_document(lost=106.0), ["graph", "eager"], remote=True)
     assert section is not None
-    assert section["expected"] == 2 and section["mode"] == "remote"
-    lost, kept = section["nodes"]
-    assert lost["id"] == "w1" and lost["joined_s"] == -0.5 and lost["lost_s"] == 2.4
-    assert lost["lost_at"] == {"step": 0, "arm": "eager", "window": 0, "kind": "window"}
+    assert section.expected == 2 and section.mode == "remote"
+    lost, kept = section.nodes
+    assert lost.id == "w1" and lost.joined_s == -0.5 and lost.lost_s == 2.4
+    assert lost.lost_at == LostAt(step=0, arm="eager", window=0, kind="window")
     # Alive until 102.4: the window that ended at 102 was whole, the next two were not.
-    assert lost["missed_windows"] == [
-        {"step": 0, "arm": "eager", "window": 0},
-        {"step": 0, "arm": "eager", "window": 1},
+    assert lost.missed_windows == [
+        WindowRef(step=0, arm="eager", window=0),
+        WindowRef(step=0, arm="eager", window=1),
     ]
-    assert lost["cpu_pct"] == {"mean": 50.0, "max": 50.0}  # the windows it ran whole
-    assert kept["lost_s"] is None and kept["missed_windows"] == [] and kept["lost_at"] is None
-    assert kept["cpu_pct"] == {"mean": 60.0, "max": 80.0}
-    assert kept["machine_cpu_pct"] == {"mean": 90.0, "max": 90.0}
+    assert lost.cpu_pct == CpuSpread(mean=50.0, max=50.0)  # the windows it ran whole
+    assert kept.lost_s is None and kept.missed_windows == [] and kept.lost_at is None
+    assert kept.cpu_pct == CpuSpread(mean=60.0, max=80.0)
+    assert kept.machine_cpu_pct == CpuSpread(mean=90.0, max=90.0)
 
 
 def test_no_workers_no_section() -> None:

@@ -549,8 +549,8 @@ def test_a_version_pushed_under_locust_load_swaps_in_with_no_failed_request(
         served = _served_by_version(metrics_url)
 
     # Zero failures, as locust reports them and in the raw per-request records.
-    arm = outcome["report"]["steps"][0]["arms"]["graph"]
-    assert arm["failures"] == 0 and arm["errors"] == {}
+    arm = outcome["report"].steps[0].arms["graph"]
+    assert arm.failures == 0 and arm.errors == {}
     with (out / "locust_stats.csv").open() as f:
         aggregated = next(row for row in csv.DictReader(f) if row["Name"] == "Aggregated")
     assert int(aggregated["Failure Count"]) == 0 and int(aggregated["Request Count"]) > 0

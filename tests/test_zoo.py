@@ -442,7 +442,7 @@ def test_served_p50_graph_and_eager(zoo: Zoo, name: str) -> None:
 def test_comparison_report_names_the_model(zoo: Zoo, name: str, tmp_path: Path) -> None:
     """A short locust comparison of the arms (the graph server alone for the TF1 export),
     through loadtest's library API: its report is titled with the model and says which."""
-    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest import Arm, CompareSpec, LoadSpec, compare, load_report
 
     model = zoo.models[name]
     payload = tmp_path / "payload.npz"
@@ -457,10 +457,11 @@ def test_comparison_report_names_the_model(zoo: Zoo, name: str, tmp_path: Path) 
     report = compare(spec, tmp_path / "out")
     # One arm is no comparison: its title names the arm alone, never "graph vs graph".
     arms_text = "graph vs eager" if model.eager_served else "graph"
-    assert report["title"] == f"{name}: {arms_text}, gRPC, closed loop"
-    assert report["settings"]["model_name"] == name
+    assert report.title == f"{name}: {arms_text}, gRPC, closed loop"
+    assert report.settings.model_name == name
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert saved["title"] == report["title"]
+    assert saved == report.to_json()
+    assert load_report(tmp_path / "out" / "report.json") == report  # what the README promises
     assert (tmp_path / "out" / "report.md").read_text().startswith(f"# {name}: ")
-    for arm in report["steps"][0]["arms"].values():
-        assert arm["requests"] > 0 and arm["failures"] == 0, arm
+    for arm in report.steps[0].arms.values():
+        assert arm.requests > 0 and arm.failures == 0, arm

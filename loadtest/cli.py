@@ -21,6 +21,7 @@ from graphserve.core.console import quiet_tensorflow, stderr
 
 if TYPE_CHECKING:
     from graphserve.loadtest.compare import CompareSpec
+    from graphserve.loadtest.findmax import SearchSpec
     from graphserve.loadtest.results import Report
 
 __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
@@ -195,6 +196,25 @@ def compare(
     max_failures: Annotated[
         int | None, typer.Option(min=0, help="gate: at most this many failed requests")
     ] = None,
+    find_max: Annotated[
+        bool,
+        typer.Option(
+            "--find-max",
+            help="search the most load each arm holds within the --slo gates, from the first "
+            "--users or --rate",
+        ),
+    ] = False,
+    max_load: Annotated[
+        float | None,
+        typer.Option(min=0, help="find-max: the highest load to try (users or req/s)"),
+    ] = None,
+    max_probes: Annotated[
+        int, typer.Option(min=1, help="find-max: at most this many probes per arm")
+    ] = 8,
+    precision: Annotated[
+        float,
+        typer.Option(min=0, help="find-max: stop when held and missed loads are this % apart"),
+    ] = 10.0,
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
     ] = False,
@@ -278,10 +298,15 @@ def compare(
         max_failures=max_failures,
     )
     out_dir = out or Path("loadtest-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    search = None
+    if find_max:
+        from graphserve.loadtest.findmax import SearchSpec
+
+        search = SearchSpec(max_load=max_load, max_probes=max_probes, precision_pct=precision)
     quiet = output is OutputFormat.json
     quiet_tensorflow()  # the payload and metadata code import it
     try:
-        report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet)
+        report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet, search)
     except LoadTestError as exc:
         stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
@@ -296,22 +321,27 @@ def _run(
     source: str | None,
     cold_start: bool,
     quiet: bool,
+    search: SearchSpec | None = None,
 ) -> Report:
+    from functools import partial
+
     from graphserve.loadtest.compare import compare as run_compare
     from graphserve.loadtest.compare import with_metrics_probe
-    from graphserve.loadtest.managed import run_managed
+    from graphserve.loadtest.findmax import find_max
+    from graphserve.loadtest.managed import Run, run_managed
 
     printer = None if quiet else ProgressPrinter()
     say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{m}[/dim]"))
     extra = with_metrics_probe(spec.arms, spec.protocol)
+    run: Run = run_compare if search is None else partial(find_max, search=search)
     if managed:
         return run_managed(
             spec, out_dir, kinds=kinds, source=source, extra_arms=extra, cold_start=cold_start,
-            say=say, progress=printer,
+            say=say, progress=printer, run=run,
         )  # fmt: skip
     from dataclasses import replace
 
-    return run_compare(replace(spec, arms=extra), out_dir, printer)
+    return run(replace(spec, arms=extra), out_dir, printer)
 
 
 def finish(report: Report, out_dir: Path, quiet: bool, print_json: bool = True) -> None:
@@ -462,6 +492,12 @@ class ProgressPrinter:
                 f"{'  [green]stable[/green]' if event.get('stable') else ''}",
                 highlight=False,
             )
+        elif kind == "probe_start":
+            stderr.rule(f"probe {event['probe']}: {event['arm']} at {event['load']:g}")
+        elif kind == "probe":
+            missed = f"[red]missed[/red] ({event['why']})"
+            verdict = "[green]held[/green]" if event["held"] else missed
+            stderr.print(f"  {event['arm']} at {event['load']:g}: {verdict}", highlight=False)
         elif kind in ("warning", "error"):
             stderr.print(f"[yellow]{kind}:[/yellow] {event.get('message')}", highlight=False)
         elif kind == "done" and event.get("truncated"):

@@ -23,7 +23,10 @@ from graphserve.loadtest.analysis import CALIBRATION_ARM
 from graphserve.loadtest.compare import Arm, CompareSpec, compare, model_name_of
 from graphserve.loadtest.results import ColdStartRun, Report
 
-__all__ = ["SERVER_KINDS", "managed_servers", "run_managed"]
+__all__ = ["SERVER_KINDS", "Run", "managed_servers", "run_managed"]
+
+# What runs against the servers once they are up: `compare`, or a find-max search.
+Run = Callable[[CompareSpec, Path, Callable[[dict[str, Any]], None] | None], Report]
 
 assert CALIBRATION_ARM in SERVER_KINDS  # the null server is the calibration arm
 
@@ -96,9 +99,11 @@ def run_managed(
     cold_start: bool = False,
     say: Callable[[str], None] = lambda _message: None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    run: Run = compare,
 ) -> Report:
     """Start `kinds` on spec.model_base_path, add `extra_arms` (e.g. a TF Serving address),
-    optionally measure cold starts first, run the comparison, stop the servers."""
+    optionally measure cold starts first, `run` the comparison (or a find-max search: any
+    function of the spec, the output directory and the progress callback), stop the servers."""
     base = spec.model_base_path
     if base is None:
         raise LoadTestError("a self-managed comparison needs --model-base-path BASE/NAME")
@@ -117,7 +122,7 @@ def run_managed(
         say=say,
     ) as arms:
         ordered = _order([*arms, *extra_arms])
-        return compare(replace(spec, arms=ordered, cold_start=cold), out_dir, progress)
+        return run(replace(spec, arms=ordered, cold_start=cold), out_dir, progress)
 
 
 def _order(arms: Sequence[Arm]) -> tuple[Arm, ...]:

@@ -106,15 +106,14 @@ def latency_cdf(records: Records, report: Report) -> bytes | None:
 def percentiles_vs_load(report: Report) -> bytes:
     """p50 (solid, circles) and p99 (dashed, squares) of every arm against the load."""
     fig, ax = _figure()
-    steps = _steps_by_load(report)
-    loads = [s.load for s in steps]
+    loads = _loads(report)
     colours = _colours(report)
     values: list[float] = []
     for name in report.arm_order():
         for key, style, marker in (("p50", "-", "o"), ("p99", "--", "s")):
-            ys = [_arm_value(s, name, _latency(key)) for s in steps]
+            xs, ys = _arm_series(report, name, _latency(key))
             ax.plot(
-                loads,
+                xs,
                 ys,
                 linestyle=style,
                 marker=marker,
@@ -139,13 +138,12 @@ def throughput_vs_load(report: Report) -> bytes:
     5,000 req/s would flatten arms at 300 into the x axis.
     """
     fig, ax = _figure()
-    steps = _steps_by_load(report)
-    loads = [s.load for s in steps]
+    loads = _loads(report)
     colours = _colours(report)
     highest = 0.0
     for name in report.arm_order():
-        ys = [_arm_value(s, name, lambda arm: arm.throughput_rps) for s in steps]
-        ax.plot(loads, ys, marker="o", color=colours[name], label=name)
+        xs, ys = _arm_series(report, name, lambda arm: arm.throughput_rps)
+        ax.plot(xs, ys, marker="o", color=colours[name], label=name)
         highest = max([highest, *(y for y in ys if np.isfinite(y))])
     if report.settings.mode == "open" and loads:
         # The "_" marker keeps a single-step target visible as a tick at its level.
@@ -261,8 +259,9 @@ def _colours(report: Report, extra: Sequence[str] = ()) -> dict[str, str]:
     return {name: f"C{i % 10}" for i, name in enumerate(names)}
 
 
-def _steps_by_load(report: Report) -> list[Step]:
-    return sorted(report.steps, key=lambda s: s.load)
+def _loads(report: Report) -> list[float]:
+    """Every load the run measured, ascending (an arm may have been measured at some only)."""
+    return sorted({step.load for step in report.steps})
 
 
 def _number(value: Any) -> float:
@@ -270,9 +269,13 @@ def _number(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _arm_value(step: Step, arm: str, value: Callable[[ArmStep], float | None]) -> float:
-    """One number of an arm at a step; NaN (a gap) when the step has no such arm."""
-    return _number(value(step.arms[arm])) if arm in step.arms else float("nan")
+def _arm_series(
+    report: Report, arm: str, value: Callable[[ArmStep], float | None]
+) -> tuple[list[float], list[float]]:
+    """(loads, values) of one arm over the steps that measured it, by load: a find-max search
+    probes each arm at loads of its own. A value not measured is NaN, a gap in the line."""
+    steps = sorted((s for s in report.steps if arm in s.arms), key=lambda s: s.load)
+    return [s.load for s in steps], [_number(value(s.arms[arm])) for s in steps]
 
 
 def _latency(key: str) -> Callable[[ArmStep], float | None]:

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 from graphserve.loadtest.labels import NONE, fmt_plain, is_number, load_label
 from graphserve.loadtest.results import (
+    ArmSearch,
     ArmStep,
+    FindMax,
     GeneratorLoad,
     Ratio,
     RatioValue,
@@ -40,6 +42,7 @@ from graphserve.loadtest.results import (
     Step,
     check_report,
 )
+from graphserve.loadtest.slo import parse_gate as _parse_gate
 from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
@@ -230,6 +233,8 @@ def headline(report: Report) -> list[str]:
     which arm had no successful request; a step with warnings says so.
     """
     mode = report.settings.mode
+    if report.find_max is not None:
+        return _find_max_headline(report, report.find_max)
     sentences = []
     for step in report.steps:
         if not step.ratios:
@@ -267,6 +272,69 @@ def _headline_clause(name: str, ratio: Ratio, step: Step, at: str) -> str:
     return clause
 
 
+def _find_max_headline(report: Report, search: FindMax) -> list[str]:
+    """'graph holds 3.2× the load of eager at p99 < 20 ms (64 users against 20 users).'"""
+    budget = _budget(search.slo)
+    baseline = report.settings.baseline
+    base = search.arms.get(baseline)
+    sentences = []
+    for name, arm in search.arms.items():
+        if name == baseline or base is None:
+            continue
+        if arm.max_load is None or base.max_load is None:
+            empty = [n for n, a in ((name, arm), (baseline, base)) if a.max_load is None]
+            lowest = min(p.load for a in (arm, base) for p in a.probes)
+            held = ", ".join(
+                f"{n} {_held_load(a, search.mode)}"
+                for n, a in ((name, arm), (baseline, base))
+                if a.max_load is not None
+            )
+            sentences.append(
+                f"{' and '.join(empty)} held none of the loads tried at {budget} (down to "
+                f"{load_label(lowest, search.mode)})" + (f"; {held}" if held else "") + "."
+            )
+            continue
+        capped = (arm.limit == "max load", base.limit == "max load")
+        if all(capped):
+            sentences.append(
+                f"{name} and {baseline} both hold {_held_load(arm, search.mode)} at {budget}."
+            )
+            continue
+        bound = {(True, False): "at least ", (False, True): "at most "}.get(capped, "")
+        sentences.append(
+            f"{name} holds {bound}{_fmt_times(arm.max_load / base.max_load)} the load of "
+            f"{baseline} at {budget} ({_held_load(arm, search.mode)} against "
+            f"{_held_load(base, search.mode)})."
+        )
+    if not sentences:  # one arm: what it holds
+        sentences = [
+            f"{name} holds {_held_load(arm, search.mode)} at {budget}."
+            for name, arm in search.arms.items()
+        ]
+    return sentences
+
+
+def _held_load(arm: ArmSearch, mode: str) -> str:
+    """'64 users' / 'at least 64 users (the --max-load)' / 'nothing'."""
+    if arm.max_load is None:
+        return "nothing"
+    held = load_label(arm.max_load, mode)
+    if arm.limit == "max load":
+        return f"at least {held} (the --max-load)"
+    return held
+
+
+def _budget(expressions: Sequence[str]) -> str:
+    """'p99 < 20 ms' from 'p99<20ms': the gates as a reader says them."""
+    said = []
+    for expression in expressions:
+        gate = _parse_gate(expression)
+        unit = " req/s" if gate.metric == "throughput" else " ms"
+        arm = f"{gate.arm}'s " if gate.arm else ""
+        said.append(f"{arm}{gate.metric} {gate.op} {fmt_plain(gate.threshold)}{unit}")
+    return " and ".join(said)
+
+
 # --- building the document -------------------------------------------------------------------
 
 
@@ -276,8 +344,9 @@ def _document(report: Report) -> list[_Block]:
         *(_Paragraph(sentence, "lead") for sentence in headline(report)),
         _Paragraph(_how_it_was_run(report)),
     ]
+    blocks += _find_max(report)
     for step in report.steps:
-        blocks.append(_Heading(2, load_label(step.load, report.settings.mode)))
+        blocks.append(_Heading(2, _step_title(report, step)))
         blocks.append(_step_table(report, step))
         if step.ratios:
             blocks.append(
@@ -292,6 +361,81 @@ def _document(report: Report) -> list[_Block]:
     if warnings:
         blocks.append(_Warnings(tuple(warnings)))
     return blocks
+
+
+def _step_title(report: Report, step: Step) -> str:
+    """'4 users'; a find-max probe: 'Probe 3: eager at 4 users'."""
+    load = load_label(step.load, report.settings.mode)
+    if report.find_max is None:
+        return load
+    return f"Probe {step.index + 1}: {' and '.join(step.arms)} at {load}"
+
+
+def _find_max(report: Report) -> list[_Block]:
+    """The searches: what each arm held, and every probe with its verdict."""
+    search = report.find_max
+    if search is None:
+        return []
+    mode = search.mode
+    budget = _budget(search.slo)
+    limits = {
+        "slo": "bracketed by the SLO",
+        "max load": "reached --max-load",
+        "probes": "ran out of probes",
+        "nothing held": "nothing held",
+    }
+    summary = tuple(
+        (
+            name,
+            load_label(arm.max_load, mode) if arm.max_load is not None else NONE,
+            load_label(arm.first_miss, mode) if arm.first_miss is not None else NONE,
+            str(len(arm.probes)),
+            limits.get(arm.limit, arm.limit),
+        )
+        for name, arm in search.arms.items()
+    )
+    probes = sorted(
+        ((p, name) for name, arm in search.arms.items() for p in arm.probes),
+        key=lambda item: item[0].step,
+    )
+    first = _parse_gate(search.slo[0]) if search.slo else None
+    unit = "req/s" if first and first.metric == "throughput" else "ms"
+    metric = f"{first.metric} ({unit})" if first else "value"
+    rows = tuple(
+        (
+            str(p.step + 1),
+            name,
+            load_label(p.load, mode),
+            "held ✓" if p.held else "missed ✗",
+            _fmt_ms(p.value),
+            _fmt_rps(p.throughput_rps),
+            "; ".join(filter(None, [p.why, "generator-bound" if p.generator_bound else ""])),
+        )
+        for p, name in probes
+    )
+    note = (
+        f"The most load each arm holds at {budget}: probes of one arm at a time, the arms in "
+        f"turn, from {load_label(search.start, mode)}, doubling while it holds, then halving the "
+        f"gap between the most held and the least missed until they are within "
+        f"{fmt_plain(search.precision_pct)} % (at most {search.max_probes} probes an arm"
+        + (f", up to {load_label(search.max_load, mode)}" if search.max_load else "")
+        + ")."
+    )
+    return [
+        _Heading(2, f"Most load within {budget}"),
+        _Paragraph(note),
+        _Table(
+            ("arm", "most load held", "least missed", "probes", "search"),
+            summary,
+            (False, True, True, True, False),
+        ),
+        _Table(
+            ("probe", "arm", "load", "result", metric, "req/s", "why"),
+            rows,
+            (True, False, True, False, True, True, False),
+            tuple("" if p.held else "warn" for p, _ in probes),
+        ),
+    ]
 
 
 def _how_it_was_run(report: Report) -> str:

@@ -11,8 +11,9 @@ gates, the CLI, `graphserve demo`, the bench's environment).
 A report.json is `Report.model_dump(mode="json", by_alias=True)`; `write_report` checks what it
 wrote against these models, so a report on disk always has this shape, and docs/report.schema.json
 is their JSON schema (a test keeps the committed file equal to `report_json_schema()`).
-`load_report` reads a report.json: this version and the previous one ("graphserve.loadtest/2",
-the same keys, untyped) load; any other fails naming the version it found and those it reads.
+`load_report` reads a report.json: this version and the previous ones ("graphserve.loadtest/3",
+without find-max, and /2, the same keys untyped) load; any other fails naming the version it
+found and those it reads.
 
 A number that was not measured is None, never absent: readers need no `.get`. Percentile keys
 are written as the report names them ("p99.9"); `of("p99.9")` reads one by that name.
@@ -34,6 +35,7 @@ __all__ = [
     "READABLE_SCHEMAS",
     "REPORT_SCHEMA",
     "ArmInfo",
+    "ArmSearch",
     "ArmStep",
     "Breakdown",
     "Calibration",
@@ -41,6 +43,7 @@ __all__ = [
     "ColdStartRun",
     "ColdStarts",
     "Environment",
+    "FindMax",
     "GateCheck",
     "GeneratorLoad",
     "OpenLoop",
@@ -48,6 +51,7 @@ __all__ = [
     "PayloadInput",
     "PercentileCIs",
     "Percentiles",
+    "Probe",
     "Ratio",
     "RatioValue",
     "Report",
@@ -65,8 +69,9 @@ __all__ = [
     "report_json_schema",
 ]
 
-REPORT_SCHEMA = "graphserve.loadtest/3"
-READABLE_SCHEMAS = ("graphserve.loadtest/2", REPORT_SCHEMA)  # /2: the same keys, untyped
+REPORT_SCHEMA = "graphserve.loadtest/4"
+# /2: the same keys, untyped; /3: typed, before find-max (/4 adds find_max, None there)
+READABLE_SCHEMAS = ("graphserve.loadtest/2", "graphserve.loadtest/3", REPORT_SCHEMA)
 
 Ms = float | None  # a latency in milliseconds; None where nothing was measured
 Interval = tuple[float, float] | None  # a 95% confidence interval, [low, high]
@@ -276,6 +281,39 @@ class Workers(_Model):
     nodes: list[WorkerNode]
 
 
+class Probe(_Model):
+    """One probe of a find-max search: one arm at one load, and whether it held."""
+
+    step: int  # the report's step that measured it
+    load: float
+    held: bool
+    why: str | None  # why it did not hold: the gates missed, failures, the rate not reached
+    value: float | None  # the first gate's measured value
+    throughput_rps: float | None
+    generator_bound: bool
+
+
+class ArmSearch(_Model):
+    """One arm's search: its probes in order, the most load it held and the least it missed."""
+
+    probes: list[Probe]
+    max_load: float | None  # None: not even the lowest load tried held
+    first_miss: float | None  # None: it held every load up to the cap
+    limit: str  # why the search stopped: "slo", "max load", "probes", "nothing held"
+
+
+class FindMax(_Model):
+    """`--find-max`: the largest load each arm holds within the `--slo` gates."""
+
+    slo: list[str]
+    mode: str
+    start: float
+    max_load: float | None
+    max_probes: int
+    precision_pct: float
+    arms: dict[str, ArmSearch]
+
+
 class PayloadInput(_Model):
     dtype: str
     shape: list[int]
@@ -406,6 +444,7 @@ class Report(_Model):
     manifest: dict[str, Any] | None  # the exported model's manifest, as the exporter wrote it
     calibration: Calibration | None
     slo: SloResult | None
+    find_max: FindMax | None = None  # `--find-max`: the searches; the probes are the steps
     files: ReportFiles | None = None
 
     def arm_order(self) -> list[str]:

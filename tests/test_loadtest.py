@@ -31,6 +31,7 @@ from graphserve.loadtest.payloads import (
     rest_body,
     save_payload,
 )
+from graphserve.loadtest.results import REPORT_SCHEMA
 from graphserve.loadtest.scrape import scrape, snapshot_from_text
 from graphserve.loadtest.targets import check_loopback, http_base_url
 
@@ -420,7 +421,7 @@ def test_sweep_report_against_real_servers(metered_servers, tmp_path: Path) -> N
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "report.json").read_text())
-    assert report["schema"] == "graphserve.loadtest/3"
+    assert report["schema"] == REPORT_SCHEMA == "graphserve.loadtest/4"
     assert report["settings"]["arm_order"] == ["graph", "eager"]
     assert report["settings"]["baseline"] == "eager"
     assert [step["load"] for step in report["steps"]] == [1, 2]

@@ -84,7 +84,18 @@ def test_the_previous_version_loads(tmp_path: Path) -> None:
     assert loaded.slo is not None and not loaded.slo.passed
 
 
-@pytest.mark.parametrize("version", ["graphserve.loadtest/1", "graphserve.loadtest/4", None])
+def test_a_version_3_report_loads_without_find_max(tmp_path: Path) -> None:
+    document = make_report_document()
+    assert "find_max" not in document  # /3 had no such key
+    document["schema"] = "graphserve.loadtest/3"
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(document))
+    loaded = load_report(path)
+    assert loaded.schema_version == REPORT_SCHEMA and loaded.find_max is None
+    assert loaded.steps[1].arms["eager"].generator.bound
+
+
+@pytest.mark.parametrize("version", ["graphserve.loadtest/1", "graphserve.loadtest/5", None])
 def test_another_version_fails_naming_it(tmp_path: Path, version: str | None) -> None:
     report = make_report_document()
     report["schema"] = version

@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install demo export serve serve-eager bench test lint clean
+.PHONY: install chromium demo export serve serve-eager bench test lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,17 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP) ## create .venv and install graphserve with its dev tools
+
+# The report's browser test (tests/test_report_browser.py) drives Debian's Chromium; as root
+# (CI) it is installed here, anyone else is told which package to install.
+chromium: ## Debian's chromium, for the test that opens report.html in a browser
+	@command -v chromium >/dev/null || { \
+		if [ "$$(id -u)" -eq 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "make test needs Debian's package chromium: sudo apt-get install chromium" >&2; \
+			exit 1; \
+		fi; }
 
 demo: $(STAMP) ## export the MLP, serve it graph and eager, compare them with locust
 	$(BIN)/graphserve demo --source $(SOURCE) --name $(MODEL) --base-path $(BASE) \
@@ -37,7 +48,7 @@ serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 bench: $(STAMP) ## the benchmark suite (under 10 min): goals with pass/miss, bench/results.{json,md}
 	$(BIN)/python -m bench --out bench
 
-test: $(STAMP) ## run the test suite
+test: $(STAMP) chromium ## run the test suite
 	$(BIN)/python -m pytest
 
 lint: $(STAMP) ## what CI checks besides the tests

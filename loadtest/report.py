@@ -804,7 +804,7 @@ def _html_block(block: _Block) -> str:
 
     def cells(tag: str, row: Sequence[str]) -> str:
         return "".join(
-            f'<{tag} class="num">{esc(c)}</{tag}>' if n else f"<{tag}>{esc(c)}</{tag}>"
+            _number_cell(tag, c) if n else f"<{tag}>{esc(c)}</{tag}>"
             for c, n in zip(row, block.numeric, strict=True)
         )
 
@@ -819,17 +819,36 @@ def _html_block(block: _Block) -> str:
     )
 
 
+def _number_cell(tag: str, text: str) -> str:
+    """A right-aligned cell. A data cell of several numbers ("0.236 / 0.142 / 0 (raw -13.6)",
+    the server breakdown) keeps each whole in a span, so a line breaks only between them."""
+    values = text.split(" / ")
+    if tag == "th" or len(values) == 1:
+        return f'<{tag} class="num">{html.escape(text)}</{tag}>'
+    spans = " / ".join(f"<span>{html.escape(v)}</span>" for v in values)
+    return f'<{tag} class="num values">{spans}</{tag}>'
+
+
+# The tables fit a 1280 px wide screen without scrolling sideways (tests/test_report_browser.py
+# measures it in Chromium): headers and text cells wrap at spaces; a number never wraps (Chromium
+# would break a 95% CI after its en dash), and a cell of several numbers breaks only between
+# them. Prose breaks even a long word (a URL in an error message) rather than overflow.
+# .scroll still scrolls a table on a screen too narrow for it.
 _CSS = """
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2328;
        background: #fff; margin: 0; }
 main { max-width: 1200px; margin: 0 auto; padding: 1.5rem 2rem 3rem; }
 h1 { font-size: 1.6rem; border-bottom: 1px solid #d0d7de; padding-bottom: .3rem; }
 h2 { font-size: 1.2rem; margin-top: 2rem; }
+h1, h2, p, li { overflow-wrap: anywhere; }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: 14px; }
-th, td { border: 1px solid #d0d7de; padding: .3rem .6rem; text-align: left; white-space: nowrap; }
-th { background: #f6f8fa; font-weight: 600; }
+table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: 13px; line-height: 1.4; }
+th, td { border: 1px solid #d0d7de; padding: .3rem .45rem; text-align: left; }
+th { background: #f6f8fa; font-weight: 600; vertical-align: bottom; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { white-space: nowrap; }
+td.values { white-space: normal; }
+td.values span { white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 tr.warn td { background: #fff8e1; }
 tr.fail td { background: #ffebe9; color: #b42318; font-weight: 600; }

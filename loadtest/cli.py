@@ -371,6 +371,16 @@ def finish(report: Report, out_dir: Path, quiet: bool, print_json: bool = True) 
         )
         raise typer.Exit(code=1)
     slo = report.slo
+    if report.find_max is not None and slo is not None and not slo.passed:
+        # A search misses gates on purpose; what fails it is an arm that held no load at all.
+        for name, arm in report.find_max.arms.items():
+            if arm.max_load is None:
+                stderr.print(
+                    f"[red]SLO missed:[/red] {name} held none of the loads tried "
+                    f"({' and '.join(report.find_max.slo)})",
+                    highlight=False,
+                )
+        raise typer.Exit(code=EXIT_SLO)
     if slo is not None and not slo.passed:
         for line in describe(slo, mode=report.settings.mode):
             stderr.print(f"[red]SLO missed:[/red] {line}", highlight=False)
@@ -507,8 +517,16 @@ class ProgressPrinter:
 @app.command("report")
 def report_command(
     out: Annotated[Path, typer.Argument(help="a load-test output directory with report.json")],
+    open_page: Annotated[
+        bool,
+        typer.Option("--open", help="then open report.html in a web browser (BROWSER names one)"),
+    ] = False,
 ) -> None:
-    """Render report.md, report.html and the plots again from OUT/report.json."""
+    """Render report.md, report.html and the plots again from OUT/report.json; with --open,
+    show the page in a web browser. Exit 1 when the report cannot be read or, with --open, no
+    browser could be opened (the page is written either way)."""
+    import webbrowser
+
     from graphserve.core.errors import LoadTestError
     from graphserve.loadtest.report import write_report
     from graphserve.loadtest.results import load_report
@@ -519,4 +537,18 @@ def report_command(
         stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
     write_report(report, out)
-    stderr.print(f"report: {out / 'report.html'} (and report.md)")
+    page = out / "report.html"
+    stderr.print(f"report: {page} (and report.md)")
+    if not open_page:
+        return
+    uri = page.resolve().as_uri()
+    # webbrowser tries BROWSER's commands first, then the desktop's (with a display) and the
+    # terminal's; False when none started.
+    if not webbrowser.open(uri):
+        stderr.print(
+            f"[red]error:[/red] no web browser could be opened for {uri}: open it by hand, or "
+            "name a browser command in the BROWSER environment variable",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    stderr.print(f"opened {uri} in a web browser")

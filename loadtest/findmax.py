@@ -133,8 +133,10 @@ def next_load(
     if lo is None:  # backing off: every load so far missed
         down = math.floor(hi / 2) if whole else hi / 2
         return down if down >= floor and down < hi else None
-    close = hi - lo <= max(1.0, lo * search.precision_pct / 100) if whole else (
-        hi / lo <= 1 + search.precision_pct / 100
+    close = (
+        hi - lo <= max(1.0, lo * search.precision_pct / 100)
+        if whole
+        else (hi / lo <= 1 + search.precision_pct / 100)
     )
     if close:
         return None

@@ -134,6 +134,8 @@ def test_each_arm_holds_its_own_gates(mlp_servers: Servers, tmp_path: Path) -> N
          "--out", str(tmp_path)],
     )  # fmt: skip
     assert result.exit_code == 3, result.output
+    assert "SLO missed: eager held none of the loads tried (graph.p99<10s and" in result.output
+    assert "missed on graph" not in result.output  # the search's own misses are no failure
     report = load_report(tmp_path / "report.json")
     assert report.find_max is not None
     graph, eager = report.find_max.arms["graph"], report.find_max.arms["eager"]

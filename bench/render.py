@@ -145,12 +145,15 @@ def _served(results: dict[str, Any]) -> list[str]:
 
 def _batching(served: dict[str, Any]) -> list[str]:
     rows = []
+    parameters: list[str] = []  # each distinct parameters file, in order
     for key, entry in served.items():
         for runner in ("graph", "eager"):
             b = entry.get(f"{runner}_batching")
             if not b:
                 continue
             off, on = b["off"], b["on"]
+            if b["parameters"] not in parameters:
+                parameters.append(b["parameters"])
             rows.append(
                 [
                     key,
@@ -164,9 +167,12 @@ def _batching(served: dict[str, Any]) -> list[str]:
                     str(off["errors"] + on["errors"]),
                 ]
             )
+    used = [" ".join(p.split()) for p in parameters]  # a file on one line
     return [
         "## Batching, closed loop over gRPC",
         "",
+        *(f"batching parameters: `{text}`" for text in used),
+        *([""] if used else []),
         *_table(
             [
                 "model",

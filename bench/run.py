@@ -5,7 +5,9 @@
     json         the REST JSON codec before (standard library) and after (pysimdjson, orjson)
     cold start   per model: graph with and without warm-up records, and eager
     served       per model: graph, eager, null and peer at concurrency 1 (gRPC and REST), and
-                 batching off vs on at 16 clients; the image model's served p50 for the codec goal
+                 batching off vs on at 16 clients; the image model's served p50 for the codec goal;
+                 MobileNetV2 (graph and null at concurrency 1, graph batching off vs on), the
+                 model whose own time dominates, for the first batching goal
     generator    one locust process per protocol against mlp's null server: requests per second
                  per CPU core the load generator spends (bench/generator.py)
     http         mlp b1 over REST on the front end before issue 15, on graphserve's transport and
@@ -48,6 +50,8 @@ MODELS: tuple[BenchModel, ...] = (
     BenchModel("cnn", "examples:cnn"),
 )
 IMAGE = BenchModel("image", "bench.models:image")  # the 224×224×3 request of the codec goal
+MOBILENET = BenchModel("mobilenet", "bench.mobilenet:mobilenet")  # batching's goal G4a
+MOBILENET_KINDS = ("graph", "null", "graph-batching")
 # The REST front end before issue 15 (stdlib-legacy), ThreadingHTTPServer with today's handler,
 # graphserve's transport, and the other candidates it was chosen from (those installed).
 HTTP_SERVERS = (
@@ -78,6 +82,7 @@ class BenchSpec:
     cold_start_runs: int = 3  # the first request is one sample: the goal takes the median run
     cold_start: bool = True
     image: bool = True
+    mobilenet: bool = True
     json_s: float = 4.0  # per shape, the REST JSON codec before and after issue 15
     http_s: float = 4.0  # per measurement, every HTTP server interleaved (bench/httpcompare.py)
     http_servers: tuple[str, ...] = HTTP_SERVERS
@@ -142,6 +147,8 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
         _served(run, model, bases[model.name])
     if spec.image:
         _served(run, IMAGE, _export(run, IMAGE), kinds=("graph",), batching=False)
+    if spec.mobilenet:
+        _served(run, MOBILENET, _export(run, MOBILENET), kinds=MOBILENET_KINDS)
     if "mlp" in bases and spec.http_servers:
         _http(run, bases["mlp"])
     run.results["seconds"] = time.perf_counter() - started

@@ -30,23 +30,32 @@ import numpy as np
 from bench.clients import Load, closed_loop, grpc_caller, merge, rest_caller
 from bench.peer import PeerProcess
 from bench.timing import Timing, interleave
+from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.processes import ServerProcess
 from graphserve.core.processes import serve_args as core_serve_args
 from graphserve.core.results import JsonResult
 
-__all__ = ["BATCHING_PARAMETERS", "SERVER_KINDS", "Batching", "model_servers", "served_latency"]
+__all__ = [
+    "BATCHING",
+    "BATCHING_PARAMETERS",
+    "SERVER_KINDS",
+    "Batching",
+    "model_servers",
+    "served_latency",
+]
 
 SERVER_KINDS = ("graph", "eager", "null", "graph-batching", "eager-batching", "peer")
 LATENCY_ARMS = ("graph", "eager", "null")
 
-# TF Serving's batching knobs for a CPU box (its guide: batch threads = cores, a short timeout);
-# 16 rows is what 16 clients can fill.
-BATCHING_PARAMETERS = """\
-max_batch_size { value: 16 }
-batch_timeout_micros { value: 1000 }
-max_enqueued_batches { value: 16 }
-num_batch_threads { value: 2 }
-"""
+# TF Serving's batching knobs for a CPU box, one set for every model (bench/README.md has the
+# sweep they come from). num_batch_threads: the cores (TF Serving's guide; its default here).
+# max_batch_size 16: what 16 closed-loop clients can fill, no more. batch_timeout_micros 4000:
+# after a batch returns, its 16 clients' next requests arrive within 1-2 ms; a batch thread
+# takes an open batch once its timeout passes, so 1 ms ran the MLP in batches of 4-5 rows
+# (slower than no batching) and 4 ms in batches of 15, while no request waits past 4 ms.
+# max_enqueued_batches 16: never the limit at 16 clients.
+BATCHING = BatchingParameters(max_batch_size=16, batch_timeout_micros=4000, max_enqueued_batches=16)
+BATCHING_PARAMETERS = BATCHING.to_text()
 
 
 def serve_args(kind: str, model_base_path: Path, source: str, work_dir: Path) -> list[str]:
@@ -149,12 +158,14 @@ def batching_load(
     *,
     clients: int = 16,
     seconds: float = 8.0,
-    windows: int = 4,
+    windows: int = 10,
     runner: str = "graph",
 ) -> Batching:
     """`clients` closed-loop gRPC clients on the `runner` server with batching off and on
     (`runner`-batching), in `windows` alternating windows (off on on off ...) that share
-    `seconds` in all."""
+    `seconds` in all. Short windows, many of them: the load other processes put on a shared
+    machine changes within seconds, and swung a ratio from 0.96× to 1.38× between three
+    10-second runs of 4 windows each."""
     arms = {"off": servers[runner].grpc_address, "on": servers[f"{runner}-batching"].grpc_address}
     loads: dict[str, list[Load]] = {"off": [], "on": []}
     order = ["off", "on"]

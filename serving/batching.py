@@ -31,6 +31,11 @@ BatchingSession (merging, padding, splitting the outputs):
 One difference from TF Serving: requests whose inputs differ in dtype or non-batch shape never
 share a batch. They wait in separate queues instead of failing the batch they land in.
 
+The threads: a request thread queues its rows and blocks on one lock until its answer is in. A
+batch thread is woken only when there is something for it to do, a batch opened (to time it) or
+one full; the Python thread switches and GIL hand-offs of waking it on every request cost more
+than batching the MLP saved (bench/README.md has the profile).
+
 The parameters are read and checked in graphserve.core.batchingparams.
 """
 
@@ -40,7 +45,6 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Hashable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -73,7 +77,6 @@ Arrays = dict[str, np.ndarray]
 _QueueKey = tuple[str, Hashable]  # (signature, what requests must share to share a batch)
 
 
-
 @dataclass(frozen=True)
 class BatchingStats:
     """Counters since the runner started, plus the rows waiting now."""
@@ -88,14 +91,38 @@ class BatchingStats:
     queued_rows: int = 0  # rows waiting in the queues at the time of the snapshot
 
 
-@dataclass
 class _Piece:
-    """A request, or one piece of a request split across batches."""
+    """A request, or one piece of a request split across batches, and its answer.
 
-    inputs: Arrays
-    rows: int
-    deadline: float | None = None  # the request's (graphserve.serving.deadline), on monotonic time
-    result: Future[Arrays] = field(default_factory=Future)
+    The request thread blocks in `answer()` until a batch thread calls `finish()`. The hand-off
+    is one lock, taken at creation and released when the answer is in: the cheapest wake-up
+    CPython has (a `concurrent.futures.Future` builds a Condition, an RLock and a waiter lock
+    per request; bench/README.md has what each cost).
+    """
+
+    __slots__ = ("_done", "_error", "_outputs", "deadline", "inputs", "rows")
+
+    def __init__(self, inputs: Arrays, rows: int, deadline: float | None = None) -> None:
+        self.inputs = inputs
+        self.rows = rows
+        self.deadline = deadline  # the request's (graphserve.serving.deadline), monotonic time
+        self._outputs: Arrays | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def finish(self, outputs: Arrays | None = None, error: BaseException | None = None) -> None:
+        """Hand the answer (or the error) to the request thread; called once."""
+        self._outputs, self._error = outputs, error
+        self._done.release()
+
+    def answer(self) -> Arrays:
+        """Block until `finish`; the outputs, or raise the error."""
+        self._done.acquire()
+        if self._error is not None:
+            raise self._error
+        assert self._outputs is not None
+        return self._outputs
 
 
 @dataclass
@@ -156,7 +183,7 @@ class BatchingRunner(Runner):
         if rows == 0:  # nothing to merge or pad
             return self.runner.run(signature, inputs)
         pieces = self._enqueue(self._queue_key(signature, inputs), inputs, rows)
-        parts = [piece.result.result() for piece in pieces]
+        parts = [piece.answer() for piece in pieces]
         if len(parts) == 1:
             return parts[0]
         # With pad_variable_length_inputs, pieces may come from batches padded to different
@@ -212,16 +239,22 @@ class BatchingRunner(Runner):
             self._check_capacity(batches, rows)
             pieces = []
             start = 0
+            opened = 0
             for size in self._piece_sizes(batches[-1].rows if batches else 0, rows):
                 piece_inputs = inputs if size == rows else _rows(inputs, start, size)
                 pieces.append(_Piece(piece_inputs, size, deadline))
                 start += size
                 if not batches or batches[-1].rows + size > limit:
                     batches.append(_Batch(opened=time.monotonic()))
+                    opened += 1
                 batches[-1].pieces.append(pieces[-1])
                 batches[-1].rows += size
             self._queues[key] = batches
-            self._cond.notify_all()  # every idle thread recomputes its deadline
+            # Wake a batch thread only when it has something to do: a new batch (whose timeout
+            # it must start timing) or one now full. Waking them on every request, as before,
+            # cost each request a thread switch and the GIL hand-offs that go with it.
+            if opened or batches[0].rows >= limit:
+                self._cond.notify(max(opened, 1))
         return pieces
 
     def _check_capacity(self, batches: deque[_Batch], rows: int) -> None:
@@ -288,6 +321,10 @@ class BatchingRunner(Runner):
             self._queues.move_to_end(key)
         else:
             del self._queues[key]
+        if self._queues:
+            # This thread may have been the one timing the batches left: hand that to an idle
+            # one (enqueueing wakes a thread only when it opens a batch).
+            self._cond.notify()
         return key[0], front
 
     def _ready(self, batches: deque[_Batch]) -> bool:
@@ -328,10 +365,10 @@ class BatchingRunner(Runner):
             with self._cond:
                 self._counts["failed_batches"] += 1
             for piece in pieces:
-                piece.result.set_exception(error)
+                piece.finish(error=error)
             return
         for piece, part in zip(pieces, parts, strict=True):
-            piece.result.set_result(part)
+            piece.finish(part)
 
     def _unexpired(self, pieces: list[_Piece]) -> list[_Piece]:
         """The pieces whose client still waits; the others fail with DeadlineExceeded unrun."""
@@ -341,8 +378,10 @@ class BatchingRunner(Runner):
             if piece.deadline is None or now < piece.deadline:
                 live.append(piece)
             else:
-                piece.result.set_exception(
-                    DeadlineExceeded("the request's deadline passed while it waited to be batched")
+                piece.finish(
+                    error=DeadlineExceeded(
+                        "the request's deadline passed while it waited to be batched"
+                    )
                 )
         if len(live) < len(pieces):
             with self._cond:

@@ -57,6 +57,8 @@ class ServeConfig:
     null: bool = False
     options: ServerOptions = field(default_factory=ServerOptions)
     batching: BatchingParameters | None = None
+    # Each version's own batching_params.pbtxt, if it has one (serving.loaders.version_batching)
+    per_model_batching: bool = False
     allow_ops: tuple[str, ...] = ()
     file_system_poll_seconds: float = 0.0  # 0: versions are read once, at start
     model_config_file: Path | None = None  # re-read every model_config_poll_seconds (0: never)
@@ -68,11 +70,18 @@ class ServeConfig:
 def build_server(config: ServeConfig) -> ModelServer:
     """Load every model of `config` and return the server, not yet listening. Raises
     ModelLoadError when a model has no version that loads, RuntimeError when TensorFlow's
-    thread pools are set already, ValueError for a config that mixes kinds."""
+    thread pools are set already, ValueError for a config that mixes kinds or asks for
+    per-model batching parameters without batching."""
     if bool(config.models) == bool(config.eager):
         raise ValueError("a ServeConfig serves SavedModels (models) or Python sources (eager)")
+    if config.per_model_batching and config.batching is None:
+        raise ValueError("per_model_batching needs batching: give the global parameters too")
     _thread_pools(config.intra_op_threads, config.inter_op_threads)
-    options = LoadOptions(allow_ops=config.allow_ops, batching=config.batching)
+    options = LoadOptions(
+        allow_ops=config.allow_ops,
+        batching=config.batching,
+        per_model_batching=config.per_model_batching,
+    )
     registry = ModelRegistry()
     if config.eager:
         manager = ModelManager(registry, StaticSource([_static(m, options) for m in config.eager]))
@@ -119,4 +128,3 @@ def _thread_pools(intra: int, inter: int) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(intra)
     if inter:
         tf.config.threading.set_inter_op_parallelism_threads(inter)
-

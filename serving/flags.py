@@ -258,6 +258,23 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         None,
     ),
+    "per_model_batching": (
+        Annotated[
+            bool,
+            typer.Option(
+                "--enable-per-model-batching-parameters",
+                "--enable_per_model_batching_parameters",
+                help="Batch each SavedModel version by the batching_params.pbtxt in its "
+                "directory, if it has one (TF Serving's flag): its parameters replace the "
+                "global ones, all but num_batch_threads and thread_pool_name. A version "
+                "without the file is served unbatched, as TF Serving serves it. Needs "
+                "batching on; a bad file fails that version's load. The gRPC pool is sized "
+                "from the global "
+                "max_batch_size: give --grpc-workers for larger per-version batches.",
+            ),
+        ],
+        False,
+    ),
     "rest_timeout_ms": (
         Annotated[
             int,
@@ -333,6 +350,7 @@ class ServeFlags:
     log_format: str = "text"
     enable_batching: bool = False
     batching_parameters_file: Path | None = None
+    per_model_batching: bool = False
     rest_timeout_ms: int = TFSERVING_REST_TIMEOUT_MS
     method_name_check: bool = False
     grpc_channel_arguments: str | None = None
@@ -340,8 +358,16 @@ class ServeFlags:
     warnings: list[str] = field(default_factory=list)  # logged once logging is set up
 
     def batching(self) -> BatchingParameters | None:
-        """TF Serving-style batching parameters when asked; None otherwise."""
+        """TF Serving-style batching parameters when asked; None otherwise. Exits with a usage
+        error for a bad parameters file, or per-model parameters without batching."""
         if not (self.enable_batching or self.batching_parameters_file):
+            if self.per_model_batching:
+                usage_error(
+                    "--enable-per-model-batching-parameters batches each version by its own "
+                    "batching_params.pbtxt: turn batching on too, with --enable-batching "
+                    "(and --batching-parameters-file for the thread pool and the versions "
+                    "without a file)"
+                )
             return None
         from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters
         from graphserve.core.errors import BatchingConfigError
@@ -413,6 +439,11 @@ class ServeFlags:
         batching = self.batching()
         if metrics_path and rest_port is None:
             self.warnings.append("metrics are served on the REST port, and REST is off")
+        if self.per_model_batching and "eager" in what:
+            self.warnings.append(
+                "--enable-per-model-batching-parameters: an eager model has no version "
+                "directory to hold batching_params.pbtxt; it is batched with the global parameters"
+            )
         configure_logging(self.log_format)
         for warning in self.warnings:
             log.warning("%s", warning)
@@ -443,6 +474,7 @@ class ServeFlags:
         config = ServeConfig(
             options=options,
             batching=batching,
+            per_model_batching=self.per_model_batching,
             intra_op_threads=self.intra_op,
             inter_op_threads=self.inter_op,
             **what,

@@ -6,6 +6,7 @@ then the Session), which the manager calls once the version is unloaded and its 
 finished. Sources hand the manager one loader per version (serving.sources).
 
     LoadOptions      what every loader of a server shares: allowed ops, batching parameters
+    version_batching the batching parameters of one version (per-model ones, if asked)
     load_version     a SavedModel version directory (SessionRunner, or signature functions)
     load_eager       a Python model SOURCE run eagerly (EagerRunner)
     load_null        a SavedModel's signatures answering zeros (NullRunner)
@@ -13,33 +14,81 @@ finished. Sources hand the manager one loader per version (serving.sources).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphserve.core.batchingparams import BatchingParameters
+from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters
 from graphserve.core.errors import ExportError, ModelLoadError
 from graphserve.core.signature import TensorSpec
 from graphserve.serving.runner import Runner
 
-__all__ = ["LoadOptions", "load_eager", "load_null", "load_runner", "load_version"]
+__all__ = [
+    "PER_MODEL_BATCHING_FILE",
+    "LoadOptions",
+    "load_eager",
+    "load_null",
+    "load_runner",
+    "load_version",
+    "version_batching",
+]
 
 log = logging.getLogger("graphserve.loaders")
+
+# TF Serving's name for a version's own batching parameters (bundle_factory_util.cc).
+PER_MODEL_BATCHING_FILE = "batching_params.pbtxt"
 
 
 @dataclass(frozen=True)
 class LoadOptions:
     allow_ops: tuple[str, ...] = ()  # flagged ops served anyway (--allow-op)
     batching: BatchingParameters | None = None  # None: no batching
+    # --enable-per-model-batching-parameters: a version's own PER_MODEL_BATCHING_FILE counts
+    per_model_batching: bool = False
 
 
-def _batched(runner: Runner, options: LoadOptions) -> Runner:
-    if options.batching is None:
+def version_batching(path: Path | None, options: LoadOptions) -> BatchingParameters | None:
+    """The batching parameters of the version at `path` (None: no batching).
+
+    With per-model batching parameters (TF Serving's `--enable_per_model_batching_parameters`),
+    a version directory holding `batching_params.pbtxt` is batched by that file, all of it but
+    the thread pool: `num_batch_threads` and `thread_pool_name` stay the global ones, as TF
+    Serving uses only those from `--batching_parameters_file` then. A version directory without
+    the file is served unbatched, as TF Serving serves it (GetPerModelBatchingParams); a model
+    with no directory (an eager model's Python source) keeps the global parameters. Raises
+    BatchingConfigError naming the file when it does not parse or holds values TF Serving
+    refuses, which fails this version's load alone.
+    """
+    common = options.batching
+    if common is None or not options.per_model_batching or path is None:
+        return common
+    own_file = Path(path) / PER_MODEL_BATCHING_FILE
+    if not own_file.is_file():
+        log.info("%s: no %s, served unbatched", path, PER_MODEL_BATCHING_FILE)
+        return None
+    own = dataclasses.replace(
+        load_batching_parameters(own_file),
+        num_batch_threads=common.num_batch_threads,
+        thread_pool_name=common.thread_pool_name,
+    )
+    log.info(
+        "%s: batched with its own %s (max_batch_size %d, batch_timeout_micros %d)",
+        path,
+        PER_MODEL_BATCHING_FILE,
+        own.max_batch_size,
+        own.batch_timeout_micros,
+    )
+    return own
+
+
+def _batched(runner: Runner, params: BatchingParameters | None) -> Runner:
+    if params is None:
         return runner
     from graphserve.serving.batching import BatchingRunner
 
-    return BatchingRunner(runner, options.batching, owns=True)
+    return BatchingRunner(runner, params, owns=True)
 
 
 def load_runner(path: Path, allow_ops: Collection[str] = ()) -> Runner:
@@ -87,14 +136,14 @@ def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
-
-
 def load_version(path: Path, options: LoadOptions = LoadOptions()) -> Runner:
     """Load one SavedModel version, run its warm-up records, batch it if asked. Raises on any
     failure (a graph with flagged ops not in `options.allow_ops` is refused; `load_runner`
-    picks how it runs)."""
+    picks how it runs; a bad per-version batching file is BatchingConfigError, raised before
+    anything loads)."""
     from graphserve.model.warmup import replay_warmup
 
+    batching = version_batching(path, options)
     runner = load_runner(path, options.allow_ops)
     try:
         count = replay_warmup(path, runner.run)
@@ -103,7 +152,7 @@ def load_version(path: Path, options: LoadOptions = LoadOptions()) -> Runner:
         raise ModelLoadError(f"warm-up record of {path} failed: {exc}") from exc
     if count:
         log.info("%s: replayed %d warm-up records", path, count)
-    return _batched(runner, options)
+    return _batched(runner, batching)
 
 
 def load_eager(
@@ -131,14 +180,15 @@ def load_eager(
         )
     except ExportError as exc:
         raise ModelLoadError(str(exc)) from exc
-    return _batched(runner, options)
+    return _batched(runner, options.batching)  # no version directory: the global parameters
 
 
 def load_null(path: Path, options: LoadOptions = LoadOptions()) -> Runner:
     """The signatures of the SavedModel at `path`, answering zeros (no model work)."""
     from graphserve.serving.nullrunner import NullRunner
 
+    batching = version_batching(path, options)
     try:
-        return _batched(NullRunner(path), options)
+        return _batched(NullRunner(path), batching)
     except ExportError as exc:
         raise ModelLoadError(str(exc)) from exc

@@ -175,6 +175,55 @@ def test_bad_files_fail_naming_the_file_and_the_problem(
     assert str(path) in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "params",
+    [
+        BatchingParameters(max_batch_size=16, batch_timeout_micros=0, num_batch_threads=2),
+        BatchingParameters(
+            max_batch_size=32,
+            batch_timeout_micros=2000,
+            max_enqueued_batches=4,
+            num_batch_threads=3,
+            thread_pool_name="mlp_batch_threads",
+            allowed_batch_sizes=(8, 16, 24, 32),
+            pad_variable_length_inputs=True,
+        ),
+        BatchingParameters(
+            max_batch_size=64,
+            max_enqueued_batches=1,
+            num_batch_threads=1,
+            enable_large_batch_splitting=True,
+            max_execution_batch_size=16,
+            thread_pool_name="",
+        ),
+    ],
+    ids=["knobs", "padding", "splitting"],
+)
+def test_to_text_reads_back_as_equal_parameters(tmp_path: Path, params: BatchingParameters) -> None:
+    path = tmp_path / "batching_parameters.txt"
+    path.write_text(params.to_text())
+    assert load_batching_parameters(path) == params
+
+
+def test_to_text_writes_the_four_knobs_always_and_other_fields_only_when_not_default() -> None:
+    text = BatchingParameters(
+        max_batch_size=32, batch_timeout_micros=0, num_batch_threads=2, allowed_batch_sizes=(8, 32)
+    ).to_text()
+    assert text.splitlines() == [
+        "max_batch_size { value: 32 }",
+        "batch_timeout_micros { value: 0 }",  # 0 is written: text_format alone would write { }
+        "max_enqueued_batches { value: 10 }",
+        "num_batch_threads { value: 2 }",
+        "allowed_batch_sizes: [8, 32]",
+    ]
+    splitting = BatchingParameters(
+        max_batch_size=8, enable_large_batch_splitting=True, max_execution_batch_size=4
+    ).to_text()
+    assert "enable_large_batch_splitting { value: true }\n" in splitting
+    assert "max_execution_batch_size { value: 4 }\n" in splitting
+    assert "thread_pool_name" not in splitting and "pad_variable_length_inputs" not in splitting
+
+
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(BatchingConfigError, match="cannot read batching parameters file"):
         load_batching_parameters(tmp_path / "absent.config")
@@ -374,6 +423,63 @@ def test_lengths_that_differ_share_a_batch_only_when_padding(pad: bool) -> None:
         assert sorted(b.shape for b in inner.batches) == [(1, 2), (1, 3)]
         np.testing.assert_array_equal(answers[0], [[10, 12]])
     np.testing.assert_array_equal(answers[1], [[2, 4, 6]])
+
+
+class HeldDoubler(Doubler):
+    """A Doubler that holds each batch of `held_length` tokens until `gate` opens."""
+
+    def __init__(self, gate: threading.Event, held_length: int) -> None:
+        super().__init__()
+        self.gate = gate
+        self.held_length = held_length
+        self.holding = threading.Event()
+
+    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if inputs["tokens"].shape[1] == self.held_length:
+            self.holding.set()
+            assert self.gate.wait(10), "the test never opened the gate"
+        return super().run(signature, inputs)
+
+
+def test_batches_of_several_queues_run_by_their_timeouts_while_a_thread_is_busy() -> None:
+    # A request wakes a batch thread only when it opens or fills a batch, so the open batches
+    # of three queues must be timed by the one thread not held, one after the other.
+    gate = threading.Event()
+    inner = HeldDoubler(gate, held_length=5)
+    params = _params(num_batch_threads=2, max_batch_size=8, batch_timeout_micros=30_000)
+    with BatchingRunner(inner, params) as runner, ThreadPoolExecutor(4) as pool:
+        held = pool.submit(runner.run, SIG, {"tokens": np.ones((1, 5), np.int32)})
+        assert inner.holding.wait(10)
+        started = time.monotonic()
+        futures = [
+            pool.submit(runner.run, SIG, {"tokens": np.full((1, n), n, np.int32)})
+            for n in (2, 3, 4)
+        ]
+        answers = [f.result(timeout=10)["doubled"] for f in futures]
+        waited = time.monotonic() - started
+        gate.set()
+        np.testing.assert_array_equal(held.result(timeout=10)["doubled"], [[2] * 5])
+    assert 0.03 <= waited < 5
+    for n, answer in zip((2, 3, 4), answers, strict=True):
+        np.testing.assert_array_equal(answer, np.full((1, n), 2 * n))
+    assert sorted(b.shape for b in inner.batches) == [(1, 2), (1, 3), (1, 4), (1, 5)]
+
+
+def test_every_request_of_a_full_batch_gets_its_rows_from_one_run(
+    graph: GraphRunner, unbatched: np.ndarray
+) -> None:
+    # 16 requests in flight at once, 4 rows each: every one is answered with its own rows, in
+    # runs of max_batch_size, whatever thread hands each its answer.
+    inner = Recording(graph)
+    params = _params(num_batch_threads=2, max_batch_size=16, batch_timeout_micros=LONG)
+    requests = [X[(4 * i) % 16 : (4 * i) % 16 + 4] for i in range(16)]
+    with BatchingRunner(inner, params) as runner:
+        futures = _in_threads(runner, requests)
+        answers = [f.result(timeout=30)["logits"] for f in futures]
+    for i, answer in enumerate(answers):
+        start = (4 * i) % 16
+        np.testing.assert_allclose(answer, unbatched[start : start + 4], rtol=1e-5, atol=1e-5)
+    assert inner.sizes == [16, 16, 16, 16]
 
 
 # -- end to end: a real server, the official TF Serving stubs ----------------------------------

@@ -20,6 +20,7 @@ from bench.cli import app
 from bench.goals import GOALS, evaluate
 from bench.render import goal_lines
 from bench.run import BenchSpec, run_bench, write_results
+from bench.served import BATCHING_PARAMETERS
 from graphserve.serving.server import prime_threads
 
 
@@ -46,10 +47,17 @@ def test_goal_values_are_the_ratios_of_the_measurements(quick_results: dict[str,
     assert goals["G2"] == pytest.approx(p50["graph/grpc"] / (concrete + p50["null/grpc"]))
     assert goals["G3"] == pytest.approx(p50["graph/rest"] / p50["graph/grpc"])
     assert goals["G7"] == pytest.approx(p50["peer/rest"] / p50["graph/rest"])
-    batching = quick_results["served"]["mlp/b1"]["graph_batching"]
-    assert goals["G4"] == pytest.approx(
-        batching["on"]["throughput"] / batching["off"]["throughput"]
-    )
+    for key, config in (("G4a", "mobilenet/b1"), ("G4b", "mlp/b1")):
+        batching = quick_results["served"][config]["graph_batching"]
+        assert goals[key] == pytest.approx(
+            batching["on"]["throughput"] / batching["off"]["throughput"]
+        )
+    mobilenet = {g["key"]: g for g in quick_results["goals"]}["G4a"]
+    batching = quick_results["served"]["mobilenet/b1"]["graph_batching"]
+    p99 = {arm: batching[arm]["latency"]["p99_ms"] for arm in ("on", "off")}
+    assert f"p99 {p99['on']:.2f} ms on vs {p99['off']:.2f} ms off" in mobilenet["detail"]
+    if p99["on"] > p99["off"]:  # the second condition alone can fail the goal
+        assert not mobilenet["passed"]
     codec = quick_results["codec"]
     assert goals["G6"] == pytest.approx(
         codec["typed_fields"]["total_ms"] / codec["tensor_content"]["total_ms"]
@@ -70,11 +78,17 @@ def test_every_part_ran_against_real_servers(quick_results: dict[str, Any]) -> N
         for timing in latency.values():
             assert 0 < timing["p50_ms"] <= timing["p99_ms"]
             assert timing["samples"] >= 30
-    for runner in ("graph", "eager"):
-        load = quick_results["served"]["mlp/b1"][f"{runner}_batching"]
+    batched = [("mlp/b1", "graph"), ("mlp/b1", "eager"), ("mobilenet/b1", "graph")]
+    for config, runner in batched:
+        load = quick_results["served"][config][f"{runner}_batching"]
+        assert load["parameters"] == BATCHING_PARAMETERS
         for arm in ("off", "on"):
             assert load[arm]["errors"] == 0
             assert load[arm]["requests"] > 0 and load[arm]["clients"] == 16
+    mobilenet = quick_results["served"]["mobilenet/b1"]
+    assert set(mobilenet["latency"]) == {"graph/grpc", "null/grpc", "graph/rest", "null/rest"}
+    assert "eager_batching" not in mobilenet
+    assert mobilenet["request_bytes"]["grpc"] > 96 * 96 * 3 * 4
     assert quick_results["served"]["image/b1"]["request_bytes"]["grpc"] > 224 * 224 * 3 * 4
     assert set(quick_results["codec"]) == {"tensor_content", "typed_fields", "json"}
     for protocol in ("grpc", "rest"):  # one locust process against the null server
@@ -99,6 +113,8 @@ def test_results_files_agree(quick_results: dict[str, Any], tmp_path: Path) -> N
         assert f"| {goal['key']} |" in markdown
     for section in ("In-process", "Served", "Batching", "Codec", "Cold start", "Load generator"):
         assert f"## {section}" in markdown
+    assert "| mobilenet/b1 | graph | 16 |" in markdown
+    assert f"batching parameters: `{' '.join(BATCHING_PARAMETERS.split())}`" in markdown
     lines = goal_lines(quick_results)
     assert len(lines) == len(GOALS)
     assert all((" pass " in line) != (" MISS " in line) for line in lines)

@@ -1,18 +1,20 @@
-"""TF Serving's `BatchingParameters` (the `--batching_parameters_file` text proto), read and checked
-without TensorFlow: the server's batching and `deploy`'s TF Serving flags both read it here.
+"""TF Serving's `BatchingParameters` (the `--batching_parameters_file` text proto), read, checked
+and written without TensorFlow: the server's batching and `deploy`'s TF Serving flags read it
+here (`load_batching_parameters`), the batching tuner writes it (`BatchingParameters.to_text`).
 
 Raises BatchingConfigError (graphserve.core.errors) for parameters TF Serving would refuse.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import message, text_format
+from google.protobuf import message, text_format, wrappers_pb2
 
 from graphserve.core.errors import BatchingConfigError
 from graphserve.core.textproto import message_class
@@ -106,6 +108,35 @@ class BatchingParameters:
         """The smallest allowed batch size that holds `rows` (`rows` if none is configured)."""
         return next((size for size in self.allowed_batch_sizes if size >= rows), rows)
 
+    def to_text(self) -> str:
+        """These parameters as a TF Serving `--batching_parameters_file` (text-format
+        BatchingParameters, written by protobuf's text_format, one field a line): the four
+        knobs every reader looks for (max_batch_size, batch_timeout_micros,
+        max_enqueued_batches, num_batch_threads) always, any other field only where it differs
+        from TF Serving's default. `load_batching_parameters` of the text gives back equal
+        parameters."""
+        lines = []
+        for name, (_, kind) in _BATCHING_PARAMETERS["BatchingParameters"].items():
+            value = getattr(self, name)
+            if value is None or (name not in _ALWAYS_WRITTEN and value == getattr(_DEFAULTS, name)):
+                continue
+            one: Any = _batching_parameters_message()()  # this field alone: one line of text
+            if kind.startswith("google."):
+                getattr(one, name).value = value
+            elif kind.startswith("repeated "):
+                getattr(one, name).extend(value)
+            else:
+                setattr(one, name, value)
+            lines.append(
+                text_format.MessageToString(
+                    one,
+                    as_one_line=True,
+                    use_short_repeated_primitives=True,
+                    message_formatter=_wrapper_value,
+                )
+            )
+        return "\n".join(lines) + "\n"
+
 
 # -- the parameters file ---------------------------------------------------------------------
 
@@ -129,6 +160,24 @@ _BATCHING_PARAMETERS = {
 
 def _batching_parameters_message() -> type[message.Message]:
     return message_class("tensorflow.serving", _BATCHING_PARAMETERS, "BatchingParameters")
+
+
+# What `to_text` writes whatever its value: what a reader of the file looks for first.
+_ALWAYS_WRITTEN = frozenset(
+    ("max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads")
+)
+_DEFAULTS = BatchingParameters()
+
+
+def _wrapper_value(wrapper: Any, _indent: int, _one_line: bool) -> str | None:
+    """A wrapper's `value` written even when it is the default (`{ value: 0 }`, where
+    text_format alone writes `{ }`); None (text_format's own) for any other message."""
+    if wrapper.DESCRIPTOR.file.name != wrappers_pb2.DESCRIPTOR.name:
+        return None
+    out = io.StringIO()
+    field = wrapper.DESCRIPTOR.fields_by_name["value"]
+    text_format.PrintField(field, wrapper.value, out, as_one_line=True)
+    return out.getvalue().strip()
 
 
 def load_batching_parameters(path: Path) -> BatchingParameters:

@@ -15,6 +15,7 @@ from graphserve.demo import demo
 from graphserve.deploy.cli import app as deploy_app
 from graphserve.exporter.cli import export, inspect
 from graphserve.loadtest.cli import app as loadtest_app
+from graphserve.loadtest.tune_cli import app as tune_app
 from graphserve.serving.cli import app as serve_app
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ app.command("inspect")(inspect)
 app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
 app.add_typer(deploy_app, name="deploy")
+app.add_typer(tune_app, name="tune")
 app.command("demo")(demo)
 
 

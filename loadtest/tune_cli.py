@@ -1,0 +1,108 @@
+"""`graphserve tune batching`: parses arguments and prints progress; the work is in loadtest.tune.
+
+Only typer, rich and the standard library load here; TensorFlow and locust load when it runs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.loadtest.cli import Protocol, parse_duration
+
+__all__ = ["app"]
+
+app = typer.Typer(help="Find serving settings by measurement.", no_args_is_help=True)
+
+
+@app.callback()
+def tune() -> None:
+    """Find serving settings by measurement."""
+
+
+@app.command()
+def batching(
+    model_base_path: Annotated[
+        Path, typer.Option(help="BASE/NAME: the model whose newest version is tuned")
+    ],
+    slo: Annotated[
+        list[str],
+        typer.Option(help="the latency budget each candidate must hold, e.g. 'p99<20ms' (repeat)"),
+    ],
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="a running TF Serving that watches --model-base-path with --enable_batching "
+            "and --enable_per_model_batching_parameters [default: start one here]"
+        ),
+    ] = None,
+    model_name: Annotated[
+        str | None, typer.Option(help="the model's name [default: the base path's directory]")
+    ] = None,
+    clients: Annotated[int, typer.Option(min=1, help="closed-loop clients loading it")] = 16,
+    protocol: Annotated[Protocol, typer.Option(help="API to load")] = Protocol.grpc,
+    budget: Annotated[str, typer.Option(help="how long the search may take")] = "5m",
+    trial: Annotated[str, typer.Option(help="measured time per candidate")] = "6s",
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="allow an --address off this machine")
+    ] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="output directory [default: tune-reports/<UTC time>]")
+    ] = None,
+) -> None:
+    """Search TF Serving's batching knobs (max_batch_size, batch_timeout_micros,
+    num_batch_threads, allowed_batch_sizes) under --clients closed-loop users; write the best
+    that holds --slo as OUT/batching_parameters.txt, with every trial in OUT/tune.md and
+    tune.json. Exits 1 when the search fails, 2 for bad arguments, 3 when no candidate holds."""
+    from graphserve.core.errors import LoadTestError
+    from graphserve.loadtest.tune import TuneSpec, tune_batching
+
+    spec = TuneSpec(
+        model_base_path=model_base_path,
+        slo=tuple(slo),
+        model_name=model_name,
+        address=address,
+        clients=clients,
+        protocol=protocol.value,
+        budget_s=parse_duration(budget, "--budget", minimum=10.0),
+        trial_s=parse_duration(trial, "--trial", minimum=1.5),
+        allow_remote=allow_remote,
+    )
+    if address is not None:
+        from graphserve.loadtest.targets import check_loopback
+
+        try:
+            check_loopback(address, allow_remote)
+        except LoadTestError as exc:
+            stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+            raise typer.Exit(code=exc.exit_code) from None
+    out_dir = out or Path("tune-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    quiet_tensorflow()
+    try:
+        result = tune_batching(spec, out_dir, _progress)
+    except LoadTestError as exc:
+        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(code=exc.exit_code) from None
+    stderr.print(f"[bold]{result.reason}[/bold]", highlight=False)
+    stderr.print(f"trials: {out_dir / 'tune.md'} (and tune.json, trials/)", highlight=False)
+    if result.parameters_file is None:
+        raise typer.Exit(code=3)
+    typer.echo(str(out_dir / result.parameters_file))
+
+
+def _progress(event: dict[str, Any]) -> None:
+    kind = event.get("event")
+    if kind == "trial_start":
+        stderr.print(f"[dim]trial {event['index']}: {event['label']}[/dim]", highlight=False)
+    elif kind == "trial":
+        rps, p99 = event["throughput_rps"], event["p99_ms"]
+        verdict = "[green]held[/green]" if event["held"] else f"[red]{event['why']}[/red]"
+        stderr.print(
+            f"  {'-' if rps is None else f'{rps:,.0f}'} req/s, "
+            f"p99 {'-' if p99 is None else f'{p99:.3g}'} ms: {verdict}",
+            highlight=False,
+        )

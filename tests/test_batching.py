@@ -108,20 +108,21 @@ allowed_batch_sizes: 16
 allowed_batch_sizes: [24, 32]
 pad_variable_length_inputs: true
 """
+TF_SERVING_PARAMETERS = BatchingParameters(
+    max_batch_size=32,
+    batch_timeout_micros=2000,
+    max_enqueued_batches=4,
+    num_batch_threads=3,
+    thread_pool_name="mlp_batch_threads",
+    allowed_batch_sizes=(8, 16, 24, 32),
+    pad_variable_length_inputs=True,
+)  # what TF_SERVING_FILE says
 
 
 def test_parses_a_tf_serving_batching_parameters_file(tmp_path: Path) -> None:
     path = tmp_path / "batching.config"
     path.write_text(TF_SERVING_FILE)
-    assert load_batching_parameters(path) == BatchingParameters(
-        max_batch_size=32,
-        batch_timeout_micros=2000,
-        max_enqueued_batches=4,
-        num_batch_threads=3,
-        thread_pool_name="mlp_batch_threads",
-        allowed_batch_sizes=(8, 16, 24, 32),
-        pad_variable_length_inputs=True,
-    )
+    assert load_batching_parameters(path) == TF_SERVING_PARAMETERS
 
 
 def test_unset_fields_take_tf_serving_defaults(tmp_path: Path) -> None:
@@ -179,15 +180,7 @@ def test_bad_files_fail_naming_the_file_and_the_problem(
     "params",
     [
         BatchingParameters(max_batch_size=16, batch_timeout_micros=0, num_batch_threads=2),
-        BatchingParameters(
-            max_batch_size=32,
-            batch_timeout_micros=2000,
-            max_enqueued_batches=4,
-            num_batch_threads=3,
-            thread_pool_name="mlp_batch_threads",
-            allowed_batch_sizes=(8, 16, 24, 32),
-            pad_variable_length_inputs=True,
-        ),
+        TF_SERVING_PARAMETERS,
         BatchingParameters(
             max_batch_size=64,
             max_enqueued_batches=1,

@@ -37,14 +37,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from graphserve.core.batchingparams import BatchingParameters
+from graphserve.core.batchingparams import PER_MODEL_BATCHING_FILE, BatchingParameters
 from graphserve.core.errors import LoadTestError, ServerStartError, SloError
 from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare, model_name_of
 from graphserve.loadtest.labels import NONE
 from graphserve.loadtest.results import Report
 
 __all__ = [
-    "PER_MODEL_FILE",
     "Candidate",
     "Trial",
     "TuneResult",
@@ -53,7 +52,6 @@ __all__ = [
     "tune_batching",
 ]
 
-PER_MODEL_FILE = "batching_params.pbtxt"  # TF Serving's name, in a SavedModel version directory
 _GAIN = 0.05  # another pass only when the last one gained more than this
 _TIE = 0.02  # throughputs this close are a tie, broken by the lower p99
 _POLL_S = 0.5  # the tuner's own server looks for new versions this often
@@ -478,8 +476,8 @@ def _write_version(base: Path, source: Path, parameters: BatchingParameters) -> 
     staging = base / f".tuning-{number}"
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(source, staging, copy_function=_link_or_copy)
-    (staging / PER_MODEL_FILE).unlink(missing_ok=True)  # a link: never write through it
-    (staging / PER_MODEL_FILE).write_text(parameters.to_text())
+    (staging / PER_MODEL_BATCHING_FILE).unlink(missing_ok=True)  # a link: never write through it
+    (staging / PER_MODEL_BATCHING_FILE).write_text(parameters.to_text())
     final = base / str(number)
     staging.rename(final)
     return final

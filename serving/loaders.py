@@ -20,7 +20,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters
+from graphserve.core.batchingparams import (
+    PER_MODEL_BATCHING_FILE,
+    BatchingParameters,
+    load_batching_parameters,
+)
 from graphserve.core.errors import ExportError, ModelLoadError
 from graphserve.core.signature import TensorSpec
 from graphserve.serving.runner import Runner
@@ -36,9 +40,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("graphserve.loaders")
-
-# TF Serving's name for a version's own batching parameters (bundle_factory_util.cc).
-PER_MODEL_BATCHING_FILE = "batching_params.pbtxt"
 
 
 @dataclass(frozen=True)

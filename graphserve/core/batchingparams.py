@@ -19,7 +19,12 @@ from google.protobuf import message, text_format, wrappers_pb2
 from graphserve.core.errors import BatchingConfigError
 from graphserve.core.textproto import message_class
 
-__all__ = ["BatchingParameters", "load_batching_parameters"]
+__all__ = ["PER_MODEL_BATCHING_FILE", "BatchingParameters", "load_batching_parameters"]
+
+# TF Serving's name for a SavedModel version's own batching parameters
+# (`--enable_per_model_batching_parameters`; bundle_factory_util.cc): the server reads it, the
+# batching tuner writes it.
+PER_MODEL_BATCHING_FILE = "batching_params.pbtxt"
 
 
 def _max_parallelism() -> int:

@@ -41,7 +41,7 @@ from graphserve.loadtest.results import (
     Step,
 )
 
-__all__ = ["SearchSpec", "find_max", "next_load"]
+__all__ = ["SearchSpec", "find_max", "first_gate_value", "held_load", "next_load"]
 
 _OPEN_LOOP_REACH = 0.95  # an open-loop probe holds only if this share of the rate was sent
 _MIN_RATE_SHARE = 1 / 64  # backing off from a first rate that misses stops this far down
@@ -78,7 +78,7 @@ def find_max(
     say = progress or (lambda _event: None)
     start = spec.load.loads[0]
     searches = {arm.name: _Search(arm.name, start, spec.load.mode, search) for arm in spec.arms}
-    probes: list[tuple[str, Report]] = []
+    probes: list[tuple[str, Report, Probe]] = []
     while any(not s.done for s in searches.values()):
         for arm in spec.arms:
             state = searches[arm.name]
@@ -96,13 +96,10 @@ def find_max(
             )
             name = f"{len(probes) + 1:02d}-{arm.name}-{load:g}"
             report = compare(probe_spec, out_dir / "probes" / name, progress)
-            held, why = _held(report, spec)
-            state.record(load, held)
-            probes.append((arm.name, report))
-            say(
-                {"event": "probe", "arm": arm.name, "load": load, "held": held, "why": why,
-                 "value": _gate_value(report)}
-            )  # fmt: skip
+            probe = _probe(len(probes), arm.name, report, spec.max_failures)
+            state.record(load, probe.held)
+            probes.append((arm.name, report, probe))
+            say({"event": "probe", "arm": arm.name, **probe.model_dump()})
     report = _combine(spec, search, probes, searches)
     write_report(report, out_dir)
     return report
@@ -199,15 +196,17 @@ def _check(spec: CompareSpec, search: SearchSpec, gates: Sequence[Any]) -> None:
         raise LoadTestError(f"--precision {search.precision_pct:g}: expected more than 0 %")
 
 
-def _held(report: Report, spec: CompareSpec) -> tuple[bool, str | None]:
-    """Whether the probe's one arm held its load, and why not."""
+def held_load(report: Report, max_failures: int | None = None) -> tuple[bool, str | None]:
+    """Whether the one arm of a single-arm run held its load, and why not: a gate missed, more
+    failed requests than `max_failures` (None: any), or in open loop the rate not reached.
+    The batching tuner judges its trials by the same rule."""
     (step,) = report.steps
     (arm,) = step.arms.values()
     assert report.slo is not None
     if not report.slo.passed and report.slo.gates:
         missed = [g.expression for g in report.slo.gates if not g.passed]
         return False, f"missed {', '.join(missed)}"
-    allowed = spec.max_failures or 0
+    allowed = max_failures or 0
     if arm.failures > allowed:
         return False, f"{arm.failures} failed requests (at most {allowed})"
     if arm.open_loop is not None:
@@ -217,16 +216,31 @@ def _held(report: Report, spec: CompareSpec) -> tuple[bool, str | None]:
     return True, None
 
 
-def _gate_value(report: Report) -> float | None:
-    """The first gate's measured value (what the search reads as "the latency" of a probe)."""
+def first_gate_value(report: Report) -> float | None:
+    """The first gate's measured value (what a search reads as "the latency" of a probe)."""
     gates = report.slo.gates if report.slo else []
     return gates[0].value if gates else None
+
+
+def _probe(index: int, arm: str, report: Report, max_failures: int | None) -> Probe:
+    """What the search keeps of probe `index` (the combined report's step of that index)."""
+    (step,) = report.steps
+    held, why = held_load(report, max_failures)
+    return Probe(
+        step=index,
+        load=step.load,
+        held=held,
+        why=why,
+        value=first_gate_value(report),
+        throughput_rps=step.arms[arm].throughput_rps,
+        generator_bound=step.arms[arm].generator.bound,
+    )
 
 
 def _combine(
     spec: CompareSpec,
     search: SearchSpec,
-    probes: Sequence[tuple[str, Report]],
+    probes: Sequence[tuple[str, Report, Probe]],
     searches: dict[str, _Search],
 ) -> Report:
     """One report of every probe: the probes are its steps, the searches its find_max."""
@@ -234,23 +248,12 @@ def _combine(
     steps: list[Step] = []
     checks: list[GateCheck] = []
     found: dict[str, list[Probe]] = {arm.name: [] for arm in spec.arms}
-    for index, (arm, probe) in enumerate(probes):
-        (step,) = probe.steps
+    for index, (arm, report, probe) in enumerate(probes):
+        (step,) = report.steps
         steps.append(step.model_copy(update={"index": index}))
-        assert probe.slo is not None
-        checks += [g.model_copy(update={"step": index}) for g in probe.slo.gates]
-        held, why = _held(probe, spec)
-        found[arm].append(
-            Probe(
-                step=index,
-                load=step.load,
-                held=held,
-                why=why,
-                value=_gate_value(probe),
-                throughput_rps=step.arms[arm].throughput_rps,
-                generator_bound=step.arms[arm].generator.bound,
-            )
-        )
+        assert report.slo is not None
+        checks += [g.model_copy(update={"step": index}) for g in report.slo.gates]
+        found[arm].append(probe)
     arms = {
         name: ArmSearch(
             probes=found[name],
@@ -275,11 +278,11 @@ def _combine(
         headline=[],
         settings=settings,
         environment=environment(),
-        arms={name: info for _, probe in probes for name, info in probe.arms.items()},
+        arms={name: info for _, report, _ in probes for name, info in report.arms.items()},
         steps=steps,
         truncated=None,
         workers=None,
-        elapsed_s=round(sum(p.elapsed_s or 0.0 for _, p in probes), 1),
+        elapsed_s=round(sum(report.elapsed_s or 0.0 for _, report, _ in probes), 1),
         cold_start=first.cold_start,
         manifest=first.manifest,
         calibration=None,

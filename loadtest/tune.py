@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from graphserve.core.batchingparams import PER_MODEL_BATCHING_FILE, BatchingParameters
 from graphserve.core.errors import LoadTestError, ServerStartError, SloError
 from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare, model_name_of
+from graphserve.loadtest.findmax import first_gate_value, held_load
 from graphserve.loadtest.labels import NONE
 from graphserve.loadtest.results import Report
 
@@ -319,21 +320,16 @@ class _Session:
 def _trial(index: int, candidate: Candidate | None, report: Report, folder: str) -> Trial:
     (step,) = report.steps
     (arm,) = step.arms.values()
-    assert report.slo is not None
-    missed = [g.expression for g in report.slo.gates if not g.passed]
-    why = f"missed {', '.join(missed)}" if missed else None
-    if arm.failures and why is None:
-        why = f"{arm.failures} failed requests"
-    gates = report.slo.gates
+    held, why = held_load(report)  # as a find-max probe holds: every gate, no failure
     return Trial(
         index=index,
         candidate=candidate,
         throughput_rps=arm.throughput_rps,
         p50_ms=arm.latency_ms.p50,
         p99_ms=arm.latency_ms.p99,
-        gate_value=gates[0].value if gates else None,
+        gate_value=first_gate_value(report),
         failures=arm.failures,
-        held=why is None,
+        held=held,
         why=why,
         report=f"{folder}/report.html",
     )

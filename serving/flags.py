@@ -269,8 +269,8 @@ SHARED: dict[str, tuple[Any, Any]] = {
                 "global ones, all but num_batch_threads and thread_pool_name. A version "
                 "without the file is served unbatched, as TF Serving serves it. Needs "
                 "batching on; a bad file fails that version's load. The gRPC pool is sized "
-                "from the global "
-                "max_batch_size: give --grpc-workers for larger per-version batches.",
+                "from the global max_batch_size: give --grpc-workers for larger per-version "
+                "batches.",
             ),
         ],
         False,
@@ -365,8 +365,7 @@ class ServeFlags:
                 usage_error(
                     "--enable-per-model-batching-parameters batches each version by its own "
                     "batching_params.pbtxt: turn batching on too, with --enable-batching "
-                    "(and --batching-parameters-file for the thread pool and the versions "
-                    "without a file)"
+                    "(and --batching-parameters-file for the thread pool)"
                 )
             return None
         from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters

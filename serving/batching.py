@@ -31,20 +31,24 @@ BatchingSession (merging, padding, splitting the outputs):
 One difference from TF Serving: requests whose inputs differ in dtype or non-batch shape never
 share a batch. They wait in separate queues instead of failing the batch they land in.
 
-The threads: a request thread queues its rows and blocks on one lock until its answer is in. A
-batch thread is woken only when there is something for it to do, a batch opened (to time it) or
-one full; the Python thread switches and GIL hand-offs of waking it on every request cost more
-than batching the MLP saved (bench/README.md has the profile).
+The threads: a request thread queues its rows and blocks on one lock until its answer is in; a
+request on an asyncio loop (the asyncio gRPC front end, `run_async`) awaits it instead, holding
+no thread, so the front end needs no thread per waiting request. A batch thread is woken only
+when there is something for it to do, a batch opened (to time it) or one full; the Python
+thread switches and GIL hand-offs of waking it on every request cost more than batching the
+MLP saved (bench/README.md has the profile).
 
 The parameters are read and checked in graphserve.core.batchingparams.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -94,13 +98,15 @@ class BatchingStats:
 class _Piece:
     """A request, or one piece of a request split across batches, and its answer.
 
-    The request thread blocks in `answer()` until a batch thread calls `finish()`. The hand-off
-    is one lock, taken at creation and released when the answer is in: the cheapest wake-up
-    CPython has (a `concurrent.futures.Future` builds a Condition, an RLock and a waiter lock
-    per request; bench/README.md has what each cost).
+    The request blocks in `answer()` (a thread) or awaits `answer_async()` (a coroutine)
+    until a batch thread calls `finish()`. The hand-off is one lock, taken at creation and
+    released when the answer is in: the cheapest wake-up CPython has (a
+    `concurrent.futures.Future` builds a Condition, an RLock and a waiter lock per request;
+    bench/README.md has what each cost). A coroutine also leaves `_wake`, which `finish`
+    calls to resume it on its loop.
     """
 
-    __slots__ = ("_done", "_error", "_outputs", "deadline", "inputs", "rows")
+    __slots__ = ("_done", "_error", "_outputs", "_wake", "deadline", "inputs", "rows")
 
     def __init__(self, inputs: Arrays, rows: int, deadline: float | None = None) -> None:
         self.inputs = inputs
@@ -108,13 +114,17 @@ class _Piece:
         self.deadline = deadline  # the request's (graphserve.serving.deadline), monotonic time
         self._outputs: Arrays | None = None
         self._error: BaseException | None = None
+        self._wake: Callable[[], object] | None = None
         self._done = threading.Lock()
         self._done.acquire()
 
     def finish(self, outputs: Arrays | None = None, error: BaseException | None = None) -> None:
-        """Hand the answer (or the error) to the request thread; called once."""
+        """Hand the answer (or the error) to the request; called once."""
         self._outputs, self._error = outputs, error
         self._done.release()
+        wake = self._wake
+        if wake is not None:
+            wake()
 
     def answer(self) -> Arrays:
         """Block until `finish`; the outputs, or raise the error."""
@@ -123,6 +133,18 @@ class _Piece:
             raise self._error
         assert self._outputs is not None
         return self._outputs
+
+    async def answer_async(self) -> Arrays:
+        """`answer` for a coroutine: await `finish` on the running loop, holding no thread."""
+        if self._done.locked():
+            loop = asyncio.get_running_loop()
+            finished: asyncio.Future[None] = loop.create_future()
+            self._wake = functools.partial(loop.call_soon_threadsafe, _settle, finished)
+            # `finish` releases, then reads `_wake`: if the lock is still held here, it will
+            # see `_wake`; if not, it finished before and there is nothing to wait for.
+            if self._done.locked():
+                await finished
+        return self.answer()
 
 
 @dataclass
@@ -177,21 +199,28 @@ class BatchingRunner(Runner):
         Raises InvalidInput (no batch dimension, more than max_batch_size rows), Unavailable
         (queue full, or closed), and whatever the wrapped runner raised for the batch.
         """
+        pieces = self._submit(signature, inputs)
+        if pieces is None:
+            return self.runner.run(signature, inputs)
+        return _joined([piece.answer() for piece in pieces])
+
+    async def run_async(self, signature: str, inputs: Arrays) -> Arrays:
+        """`run` for a coroutine: the request waits for its batch on the running loop, holding
+        no thread while it waits."""
+        pieces = self._submit(signature, inputs)
+        if pieces is None:
+            return await self.runner.run_async(signature, inputs)
+        return _joined([await piece.answer_async() for piece in pieces])
+
+    def _submit(self, signature: str, inputs: Arrays) -> list[_Piece] | None:
+        """Queue the request's pieces; None for a request with no rows (nothing to merge or
+        pad: it runs unbatched)."""
         if signature not in self.signatures:
             raise FailedPrecondition(f"unknown signature {signature!r}")
         rows = _batch_rows(inputs)
-        if rows == 0:  # nothing to merge or pad
-            return self.runner.run(signature, inputs)
-        pieces = self._enqueue(self._queue_key(signature, inputs), inputs, rows)
-        parts = [piece.answer() for piece in pieces]
-        if len(parts) == 1:
-            return parts[0]
-        # With pad_variable_length_inputs, pieces may come from batches padded to different
-        # lengths: pad them alike (TF Serving's concat would fail the request instead).
-        return {
-            name: np.concatenate(_pad_to_common_shape(name, [part[name] for part in parts]))
-            for name in parts[0]
-        }
+        if rows == 0:
+            return None
+        return self._enqueue(self._queue_key(signature, inputs), inputs, rows)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -400,6 +429,23 @@ class BatchingRunner(Runner):
                 arrays.append(np.repeat(arrays[-1][:1], padding, axis=0))
             merged[name] = np.concatenate(arrays)
         return merged
+
+
+def _joined(parts: list[Arrays]) -> Arrays:
+    """A request's outputs from the outputs of its pieces."""
+    if len(parts) == 1:
+        return parts[0]
+    # With pad_variable_length_inputs, pieces may come from batches padded to different
+    # lengths: pad them alike (TF Serving's concat would fail the request instead).
+    return {
+        name: np.concatenate(_pad_to_common_shape(name, [part[name] for part in parts]))
+        for name in parts[0]
+    }
+
+
+def _settle(finished: asyncio.Future[None]) -> None:
+    if not finished.done():  # a cancelled request stopped waiting
+        finished.set_result(None)
 
 
 def _batch_rows(inputs: Arrays) -> int:

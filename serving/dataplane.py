@@ -150,6 +150,28 @@ class DataPlane:
         output_filter: Sequence[str] = (),
     ) -> dict[str, np.ndarray]:
         """Validate, run and filter. Raises InvalidInput for inputs or filters that do not fit."""
+        checked = self._predict_inputs(signature, inputs, output_filter)
+        return _filtered(self._run(servable, signature, checked), output_filter)
+
+    async def predict_async(
+        self,
+        servable: Servable,
+        signature: ServedSignature,
+        inputs: dict[str, np.ndarray],
+        output_filter: Sequence[str] = (),
+    ) -> dict[str, np.ndarray]:
+        """`predict` for a coroutine on an asyncio loop: the model runs as its runner's
+        `run_async` says (batching: the request waits for its batch holding no thread)."""
+        checked = self._predict_inputs(signature, inputs, output_filter)
+        with self._running(servable, signature, checked):
+            outputs = await servable.runner.run_async(signature.name, checked)
+        return _filtered(outputs, output_filter)
+
+    @staticmethod
+    def _predict_inputs(
+        signature: ServedSignature, inputs: dict[str, np.ndarray], output_filter: Sequence[str]
+    ) -> dict[str, np.ndarray]:
+        """The inputs, validated against the signature, once the output filter is checked."""
         for i, alias in enumerate(output_filter):  # TF Serving's words (predict_util.cc)
             if alias not in signature.outputs:
                 raise InvalidInput(
@@ -158,24 +180,29 @@ class DataPlane:
                 )
             if alias in output_filter[:i]:
                 raise InvalidInput(f"duplicate output tensor alias: {alias}")
-        outputs = self._run(servable, signature, validate_inputs(inputs, signature.inputs))
-        if output_filter:
-            return {alias: outputs[alias] for alias in output_filter}
-        return outputs
+        return validate_inputs(inputs, signature.inputs)
 
     def _run(
         self, servable: Servable, signature: ServedSignature, checked: dict[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
+        with self._running(servable, signature, checked):
+            return servable.runner.run(signature.name, checked)
+
+    @contextmanager
+    def _running(
+        self, servable: Servable, signature: ServedSignature, checked: dict[str, np.ndarray]
+    ) -> Iterator[None]:
+        """Around one model run: the deadline checked first, the inputs' declared shapes added
+        to the graph's refusal, the run timed in the metrics."""
         check_deadline("before the model ran")
         started = time.perf_counter()
         try:
-            outputs = servable.runner.run(signature.name, checked)
+            yield
         except InvalidInput as exc:  # the graph refused the inputs: say what it was declared
             hint = shape_hint(checked, signature.inputs)
             raise InvalidInput(f"{exc.message} ({hint})" if hint else exc.message) from exc
         if self.metrics is not None:
             self.metrics.observe_runtime(servable, signature.name, time.perf_counter() - started)
-        return outputs
 
     def classify(
         self, servable: Servable, signature: ServedSignature, examples: list[bytes]
@@ -353,6 +380,12 @@ def _rows(array: np.ndarray, n: int, what: str) -> np.ndarray:
             f"{list(array.shape)}"
         )
     return array.reshape(n, -1)
+
+
+def _filtered(
+    outputs: dict[str, np.ndarray], output_filter: Sequence[str]
+) -> dict[str, np.ndarray]:
+    return {alias: outputs[alias] for alias in output_filter} if output_filter else outputs
 
 
 def model_spec(servable: Servable, signature_name: str = "") -> model_pb2.ModelSpec:

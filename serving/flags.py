@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("graphserve.serve")
 
 MAX_AUTO_GRPC_WORKERS = 512  # the most threads batching sizes the gRPC pool to
+GRPC_FRONT_ENDS = ("auto", "threads", "asyncio")
 TFSERVING_REST_TIMEOUT_MS = 30_000  # TF Serving's --rest_api_timeout_in_ms default
 # gRPC arguments --max-message-bytes sets; --grpc-channel-arguments may not contradict it.
 _MESSAGE_LIMITS = ("grpc.max_receive_message_length", "grpc.max_send_message_length")
@@ -190,6 +191,19 @@ SHARED: dict[str, tuple[Any, Any]] = {
             ),
         ],
         None,
+    ),
+    "grpc_front_end": (
+        Annotated[
+            str,
+            typer.Option(
+                "--grpc-front-end",
+                help="How gRPC requests are served: 'threads', a thread per request as TF "
+                "Serving; 'asyncio', one event loop, where a request waiting for its batch "
+                "holds no thread (Predict; the other methods run on --grpc-workers threads); "
+                "'auto', asyncio with batching on and threads with it off.",
+            ),
+        ],
+        "auto",
     ),
     "rest_workers": (
         Annotated[
@@ -344,6 +358,7 @@ class ServeFlags:
     rest_max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_concurrent_rpcs: int | None = None
     grpc_workers: int | None = None
+    grpc_front_end: str = "auto"
     rest_workers: int | None = None
     intra_op: int = 0
     inter_op: int = 0
@@ -382,6 +397,19 @@ class ServeFlags:
         # Each waiting request holds a gRPC thread, so too few threads would cap every batch.
         self.batch_rows = params.max_batch_size * (params.num_batch_threads + 1)
         return params
+
+    def grpc_asyncio(self, batching: BatchingParameters | None) -> bool:
+        """Whether gRPC is served on the asyncio front end: asked for, or `auto` with batching
+        on (where a request waiting for its batch would otherwise hold a thread). Exits with a
+        usage error for a front end that is not one of GRPC_FRONT_ENDS."""
+        if self.grpc_front_end not in GRPC_FRONT_ENDS:
+            usage_error(
+                f"--grpc-front-end must be {', '.join(repr(f) for f in GRPC_FRONT_ENDS[:-1])} "
+                f"or {GRPC_FRONT_ENDS[-1]!r}, not {self.grpc_front_end!r}"
+            )
+        if self.grpc_front_end == "auto":
+            return batching is not None
+        return self.grpc_front_end == "asyncio"
 
     def listen(self) -> tuple[int | None, int | None]:
         """The gRPC and REST TCP ports (None: none), TF Serving's spellings meaning what they
@@ -436,6 +464,7 @@ class ServeFlags:
         grpc_arguments = self.grpc_arguments()
         metrics_path = self._metrics_path()
         batching = self.batching()
+        grpc_asyncio = self.grpc_asyncio(batching)
         if metrics_path and rest_port is None:
             self.warnings.append("metrics are served on the REST port, and REST is off")
         if self.per_model_batching and "eager" in what:
@@ -456,6 +485,7 @@ class ServeFlags:
             grpc_port=grpc_port,
             rest_port=rest_port,
             grpc_workers=self.workers(),
+            grpc_asyncio=grpc_asyncio,
             rest_workers=self.rest_workers,
             max_message_bytes=self.max_message_bytes,
             max_json_depth=self.max_json_depth,

@@ -6,6 +6,7 @@ own. Every ServingError is mapped to its status code in one place, `_abort`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,18 +31,23 @@ from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
 from graphserve.serving.tfexample import examples_from_input
 
-__all__ = ["UndecodableRequests", "add_services"]
+__all__ = ["AsyncUndecodableRequests", "UndecodableRequests", "add_services"]
 
 log = logging.getLogger("graphserve.grpc")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _abort(context: grpc.ServicerContext, exc: Exception) -> None:
+def _status(exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status a request that raised `exc` ends with; an unexpected error is logged."""
     if isinstance(exc, ServingError):
-        context.abort(exc.grpc_code, exc.message)
-    log.exception("unexpected error while serving a gRPC request")
-    context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        return exc.grpc_code, exc.message
+    log.error("unexpected error while serving a gRPC request", exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+
+
+def _abort(context: grpc.ServicerContext, exc: Exception) -> None:
+    context.abort(*_status(exc))
 
 
 def _mapped(method: F) -> F:
@@ -74,33 +80,66 @@ class UndecodableRequests(grpc.ServerInterceptor):
     def intercept_service(self, continuation: Any, details: Any) -> Any:
         wrapped = self._wrapped.get(details.method)
         if wrapped is None:
-            handler = continuation(details)
-            if handler is None:  # no such method: not cached, or made-up names would pile up
-                return None
-            wrapped = self._wrapped[details.method] = self._wrap(handler, details)
+            wrapped = self._wrap(continuation(details), details)
         return wrapped
 
-    @staticmethod
-    def _wrap(handler: Any, details: Any) -> Any:
-        if handler.request_deserializer is None or not handler.unary_unary:
-            return handler
-        parse, behaviour = handler.request_deserializer, handler.unary_unary
+    def _wrap(self, handler: Any, details: Any) -> Any:
+        if handler is None:  # no such method: not cached, or made-up names would pile up
+            return None
+        if handler.request_deserializer is not None and handler.unary_unary:
+            handler = handler._replace(
+                request_deserializer=_lenient(handler.request_deserializer),
+                unary_unary=_answering_undecodable(handler.unary_unary, details.method),
+            )
+        self._wrapped[details.method] = handler
+        return handler
 
-        def deserialize(data: bytes) -> Any:
-            try:
-                return parse(data)
-            except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
-                return _Undecodable(exc)
 
-        def serve(request: Any, context: grpc.ServicerContext) -> Any:
+class AsyncUndecodableRequests(UndecodableRequests, grpc.aio.ServerInterceptor):
+    """`UndecodableRequests` for the asyncio server."""
+
+    async def intercept_service(self, continuation: Any, details: Any) -> Any:  # type: ignore[override]
+        wrapped = self._wrapped.get(details.method)
+        if wrapped is None:
+            wrapped = self._wrap(await continuation(details), details)
+        return wrapped
+
+
+def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # protobuf's DecodeError, or anything a parser raises
+            return _Undecodable(exc)
+
+    return deserialize
+
+
+def _answering_undecodable(behaviour: Callable[..., Any], method: str) -> Callable[..., Any]:
+    """`behaviour`, answering a request that did not decode with INVALID_ARGUMENT; a coroutine
+    function stays one (the asyncio server tells the two apart)."""
+
+    def refusal(request: _Undecodable) -> tuple[grpc.StatusCode, str]:
+        return (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"the request is not a valid message for {method}: {request.error}",
+        )
+
+    if inspect.iscoroutinefunction(behaviour):
+
+        async def serve_async(request: Any, context: Any) -> Any:
             if isinstance(request, _Undecodable):
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"the request is not a valid message for {details.method}: {request.error}",
-                )
-            return behaviour(request, context)
+                await context.abort(*refusal(request))
+            return await behaviour(request, context)
 
-        return handler._replace(request_deserializer=deserialize, unary_unary=serve)
+        return serve_async
+
+    def serve(request: Any, context: grpc.ServicerContext) -> Any:
+        if isinstance(request, _Undecodable):
+            context.abort(*refusal(request))
+        return behaviour(request, context)
+
+    return serve
 
 
 def _version(spec: Any) -> VersionRef:
@@ -133,16 +172,14 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     @_mapped
     def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
         with self._resolve(request.model_spec, context) as (servable, signature):
-            limit = self.max_message_bytes
-            inputs = {n: array_from_proto(t, n, limit) for n, t in request.inputs.items()}
-            outputs = self.plane.predict(servable, signature, inputs, list(request.output_filter))
-            response = predict_pb2.PredictResponse()
-            response.model_spec.CopyFrom(model_spec(servable, signature.name))
-            for name, array in outputs.items():
-                dtype = signature.outputs[name].dtype
-                # Typed fields, as TF Serving answers: clients read `float_val` directly.
-                response.outputs[name].CopyFrom(array_to_proto(array, dtype, typed_fields=True))
-            return response
+            outputs = self.plane.predict(
+                servable, signature, self._inputs(request), list(request.output_filter)
+            )
+            return _predict_response(servable, signature, outputs)
+
+    def _inputs(self, request: predict_pb2.PredictRequest) -> dict[str, Any]:
+        limit = self.max_message_bytes
+        return {n: array_from_proto(t, n, limit) for n, t in request.inputs.items()}
 
     @_mapped
     def GetModelMetadata(self, request: Any, context: Any) -> Any:
@@ -210,6 +247,34 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             return response
 
 
+class AsyncPredictionServicer(PredictionServicer):
+    """The PredictionService for the asyncio server: Predict is a coroutine, so a request that
+    waits for its batch holds no thread; the other methods are the threaded ones, run on the
+    server's thread pool."""
+
+    async def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:  # type: ignore[override]
+        try:
+            with self._resolve(request.model_spec, context) as (servable, signature):
+                outputs = await self.plane.predict_async(
+                    servable, signature, self._inputs(request), list(request.output_filter)
+                )
+                return _predict_response(servable, signature, outputs)
+        except Exception as exc:
+            await context.abort(*_status(exc))
+
+
+def _predict_response(
+    servable: Servable, signature: ServedSignature, outputs: dict[str, Any]
+) -> predict_pb2.PredictResponse:
+    response = predict_pb2.PredictResponse()
+    response.model_spec.CopyFrom(model_spec(servable, signature.name))
+    for name, array in outputs.items():
+        dtype = signature.outputs[name].dtype
+        # Typed fields, as TF Serving answers: clients read `float_val` directly.
+        response.outputs[name].CopyFrom(array_to_proto(array, dtype, typed_fields=True))
+    return response
+
+
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
     def __init__(self, plane: DataPlane) -> None:
         self.plane = plane
@@ -224,9 +289,15 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
 
 
 def add_services(
-    server: grpc.Server, plane: DataPlane, max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
+    server: grpc.Server | grpc.aio.Server,
+    plane: DataPlane,
+    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
+    """TF Serving's two services on `server`; Predict as a coroutine on an asyncio server."""
+    servicer = (
+        AsyncPredictionServicer if isinstance(server, grpc.aio.Server) else PredictionServicer
+    )
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(plane, max_message_bytes), server
+        servicer(plane, max_message_bytes), server
     )
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(plane), server)

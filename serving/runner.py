@@ -10,6 +10,10 @@ default, so wrappers (batching) forward it and callers never probe with getattr:
     on_caller     True when `run` runs the model on the calling thread, so warming a request
                   thread (replaying warm-up records on it) pays; False for batching, whose
                   batch threads run the model
+    run_async     `run` for a coroutine on an asyncio loop (the asyncio gRPC front end): a
+                  runner that runs on the caller runs on the loop's executor, so the loop
+                  never blocks on a model; batching queues the request and awaits its batch,
+                  so a waiting request holds no thread
     trace_counts  how often each signature's function was traced (eager servers count
                   retracing); {} for runners that never trace
     close         release what the runner holds (a Session, batch threads); called once by the
@@ -20,6 +24,9 @@ Runners subclass `Runner` explicitly to inherit the defaults.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -40,6 +47,11 @@ class Runner(Protocol):
     on_caller: bool = True
 
     def run(self, signature: str, inputs: Arrays) -> Arrays: ...
+
+    async def run_async(self, signature: str, inputs: Arrays) -> Arrays:
+        # The request's context (its deadline) goes with it to the worker thread.
+        call = functools.partial(contextvars.copy_context().run, self.run, signature, inputs)
+        return await asyncio.get_running_loop().run_in_executor(None, call)
 
     def trace_counts(self) -> dict[str, int]:
         return {}

@@ -5,14 +5,15 @@ The graph server and the eager server are this same class; only the registry's r
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent import futures
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,7 +29,11 @@ from graphserve.core.defaults import (
 )
 from graphserve.serving import heap
 from graphserve.serving.dataplane import DataPlane
-from graphserve.serving.grpc_api import UndecodableRequests, add_services
+from graphserve.serving.grpc_api import (
+    AsyncUndecodableRequests,
+    UndecodableRequests,
+    add_services,
+)
 from graphserve.serving.metrics import ServingMetrics
 from graphserve.serving.registry import ModelRegistry
 
@@ -40,6 +45,8 @@ from graphserve.serving.rest_api import RestOptions, RestServer
 __all__ = ["ModelServer", "ServerOptions", "prime_threads"]
 
 log = logging.getLogger("graphserve.server")
+
+T = TypeVar("T")
 
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
@@ -76,6 +83,10 @@ class ServerOptions:
     grpc_port: int | None = 8500
     rest_port: int | None = 8501
     grpc_workers: int = DEFAULT_GRPC_WORKERS
+    # gRPC on one asyncio loop: Predict is a coroutine, and a request waiting for its batch
+    # holds no thread (the other methods run on the grpc_workers threads). False: a thread per
+    # request, as TF Serving.
+    grpc_asyncio: bool = False
     rest_workers: int | None = None  # at most, started as needed; None: as many as gRPC's
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
@@ -96,6 +107,42 @@ class ServerOptions:
     # TF Serving's --enable_signature_method_name_check: Classify and Regress refuse a signature
     # whose method is another (Predict takes any of the three, there as here).
     method_name_check: bool = False
+
+
+class _LoopThread:
+    """An asyncio loop running on a thread of its own, for the asyncio gRPC server. Its
+    default executor is the gRPC thread pool: a runner that runs on its caller runs there."""
+
+    def __init__(self, executor: futures.ThreadPoolExecutor) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(executor)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="grpc-asyncio", daemon=True
+        )
+        self._thread.start()
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the loop; its result, or raise what it raised."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class _LoopHealth:
+    """asyncio's health servicer, set from the server's threads as the threaded one is."""
+
+    def __init__(self, loop: _LoopThread) -> None:
+        self.servicer = health.aio.HealthServicer()
+        self._loop = loop
+
+    def set(self, service: str, status: health_pb2.HealthCheckResponse.ServingStatus) -> None:
+        self._loop.call(self.servicer.set(service, status))
+
+    def enter_graceful_shutdown(self) -> None:
+        self._loop.call(self.servicer.enter_graceful_shutdown())
 
 
 class ModelServer:
@@ -122,9 +169,10 @@ class ModelServer:
         self.plane = DataPlane(registry, metrics, method_name_check=self.options.method_name_check)
         self.grpc_port = 0
         self.rest_port = 0
-        self._grpc: grpc.Server | None = None
+        self._grpc: grpc.Server | grpc.aio.Server | None = None
+        self._loop: _LoopThread | None = None
         self._rest: RestServer | None = None
-        self._health: health.HealthServicer | None = None
+        self._health: health.HealthServicer | _LoopHealth | None = None
         self._stopped = threading.Event()
         self._stop_lock = threading.RLock()  # a second signal lands in the same thread
         self._stopping = False
@@ -133,23 +181,26 @@ class ModelServer:
         """Bind the ports (and socket) asked for and start serving; raises OSError if one is
         taken."""
         opts = self.options
-        limits: list[tuple[str, int | str]] = [
-            ("grpc.max_receive_message_length", opts.max_message_bytes),
-            ("grpc.max_send_message_length", opts.max_message_bytes),
-        ]
         workers = futures.ThreadPoolExecutor(opts.grpc_workers, thread_name_prefix="grpc")
         prime_threads(workers, opts.grpc_workers, self._warm_this_thread)
         heap.freeze()
-        self._grpc = grpc.server(
-            workers,
-            interceptors=[UndecodableRequests()],
-            options=[*limits, *opts.grpc_arguments],
-            maximum_concurrent_rpcs=opts.max_concurrent_rpcs,
-        )
-        add_services(self._grpc, self.plane, opts.max_message_bytes)
-        health_servicer = self._health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, self._grpc)
-        self._bind_grpc(self._grpc)
+        if opts.grpc_asyncio:
+            self._loop = _LoopThread(workers)
+            try:
+                self._grpc = self._loop.call(self._asyncio_grpc(workers))
+            except BaseException:
+                self._loop.close()
+                self._loop = None
+                raise
+        else:
+            self._health = health.HealthServicer()
+            self._grpc = grpc.server(
+                workers,
+                interceptors=[UndecodableRequests()],
+                options=self._grpc_options(),
+                maximum_concurrent_rpcs=opts.max_concurrent_rpcs,
+            )
+            self._add_grpc_services(self._grpc, self._health)
         if opts.rest_port is not None:
             rest_options = RestOptions(
                 max_body_bytes=opts.max_message_bytes,
@@ -169,13 +220,52 @@ class ModelServer:
             # request of 16 ms against 2 ms when they ran after).
             self._rest.start()
             self._rest.prime(self._warm_this_thread)
-        self._grpc.start()
+        if isinstance(self._grpc, grpc.aio.Server):
+            self._in_loop(self._grpc.start())
+        else:
+            self._grpc.start()
+        assert self._health is not None
         for service in ("", PREDICTION_SERVICE, MODEL_SERVICE):
-            health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+            self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         log.info("serving %s: %s", ", ".join(self.registry.names()), self.describe())
         return self
 
-    def _bind_grpc(self, server: grpc.Server) -> None:
+    def _grpc_options(self) -> list[tuple[str, int | str]]:
+        limits: list[tuple[str, int | str]] = [
+            ("grpc.max_receive_message_length", self.options.max_message_bytes),
+            ("grpc.max_send_message_length", self.options.max_message_bytes),
+        ]
+        return [*limits, *self.options.grpc_arguments]
+
+    async def _asyncio_grpc(self, workers: futures.ThreadPoolExecutor) -> grpc.aio.Server:
+        """The asyncio gRPC server, made on its loop (grpc.aio binds a server to the loop it
+        is made on). The threaded methods run on `workers`; health is asyncio's own, whose
+        Watch streams end when the server stops (the threaded one's would hold a thread)."""
+        server = grpc.aio.server(
+            migration_thread_pool=workers,
+            interceptors=[AsyncUndecodableRequests()],
+            options=self._grpc_options(),
+            maximum_concurrent_rpcs=self.options.max_concurrent_rpcs,
+        )
+        assert self._loop is not None
+        self._health = _LoopHealth(self._loop)
+        self._add_grpc_services(server, self._health.servicer)
+        return server
+
+    def _add_grpc_services(
+        self,
+        server: grpc.Server | grpc.aio.Server,
+        health_servicer: health.HealthServicer | health.aio.HealthServicer,
+    ) -> None:
+        add_services(server, self.plane, self.options.max_message_bytes)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        self._bind_grpc(server)
+
+    def _in_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        assert self._loop is not None
+        return self._loop.call(coroutine)
+
+    def _bind_grpc(self, server: grpc.Server | grpc.aio.Server) -> None:
         """The TCP port, the Unix socket, or both, as the options ask."""
         opts = self.options
         if opts.grpc_port is None and not opts.grpc_socket_path:
@@ -197,13 +287,15 @@ class ModelServer:
                 ) from None
 
     def describe(self) -> str:
-        """Where this server listens, for logs: "gRPC H:P, gRPC unix:PATH, REST http://H:P"."""
+        """Where this server listens, for logs: "gRPC H:P, gRPC unix:PATH, REST http://H:P"
+        (each gRPC address followed by " (asyncio)" on that front end)."""
         host = self.options.host
         where = []
+        front_end = " (asyncio)" if self.options.grpc_asyncio else ""
         if self.options.grpc_port is not None:
-            where.append(f"gRPC {host}:{self.grpc_port}")
+            where.append(f"gRPC {host}:{self.grpc_port}{front_end}")
         if self.options.grpc_socket_path:
-            where.append(f"gRPC unix:{self.options.grpc_socket_path}")
+            where.append(f"gRPC unix:{self.options.grpc_socket_path}{front_end}")
         where.append(f"REST http://{host}:{self.rest_port}" if self._rest else "REST off")
         return ", ".join(where)
 
@@ -244,8 +336,12 @@ class ModelServer:
         remaining = max(grace - (time.monotonic() - started), 0.1)
         if self._rest is not None:
             self._rest.stop()
-        if self._grpc is not None:
+        if isinstance(self._grpc, grpc.aio.Server):
+            self._in_loop(self._grpc.stop(remaining))
+        elif self._grpc is not None:
             self._grpc.stop(remaining).wait()
+        if self._loop is not None:
+            self._loop.close()
         if self.watcher is not None:
             self.watcher.stop()
         if self.manager is not None:

@@ -51,6 +51,7 @@ class Servers:
     graph_rest: str
     eager_grpc: str
     eager_rest: str
+    graph_asyncio_grpc: str  # the graph model on the asyncio gRPC front end (no REST)
 
 
 @pytest.fixture(scope="session")
@@ -71,9 +72,11 @@ def mlp_servers(mlp_export: MlpExport) -> Iterator[Servers]:
     eager_registry = ModelRegistry()
     eager_registry.load_eager("mlp", "examples:mlp")
     ephemeral = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0)
+    asyncio = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=None, grpc_asyncio=True)
     with (
         ModelServer(graph_registry, ephemeral) as graph,
         ModelServer(eager_registry, ephemeral) as eager,
+        ModelServer(graph_registry, asyncio) as graph_asyncio,
     ):
         yield Servers(
             model_name="mlp",
@@ -81,4 +84,5 @@ def mlp_servers(mlp_export: MlpExport) -> Iterator[Servers]:
             graph_rest=f"127.0.0.1:{graph.rest_port}",
             eager_grpc=f"127.0.0.1:{eager.grpc_port}",
             eager_rest=f"127.0.0.1:{eager.rest_port}",
+            graph_asyncio_grpc=f"127.0.0.1:{graph_asyncio.grpc_port}",
         )

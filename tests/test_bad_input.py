@@ -16,7 +16,7 @@ import gzip
 import http.client
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ GOOD_JSON = {
     "text": ["alpha", "beta"],
 }
 ARMS = ["graph", "eager"]
+# gRPC's cases also go to the graph model on the asyncio front end (--grpc-front-end asyncio):
+# its Predict is a coroutine of its own, with its own way to abort.
+GRPC_ARMS = [*ARMS, "graph-asyncio"]
 
 
 @dataclass(frozen=True)
@@ -443,10 +446,15 @@ def arms(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Arm]]:
     eager.load_eager("multi", "examples:multi_io")
     eager.load_eager("fixed", "tests.factories:affine", [parse_input_spec("x:float32:4,3")])
     options = ServerOptions(grpc_port=0, rest_port=0, max_message_bytes=LIMIT)
-    with ModelServer(graph, options) as g, ModelServer(eager, options) as e:
+    asyncio = replace(options, grpc_asyncio=True, rest_port=None)
+    with (
+        ModelServer(graph, options) as g,
+        ModelServer(eager, options) as e,
+        ModelServer(graph, asyncio) as a,
+    ):
         yield {
             name: Arm(f"127.0.0.1:{s.grpc_port}", f"127.0.0.1:{s.rest_port}", s)
-            for name, s in (("graph", g), ("eager", e))
+            for name, s in (("graph", g), ("eager", e), ("graph-asyncio", a))
         }
 
 
@@ -505,7 +513,7 @@ def test_rest(arms: dict[str, Arm], expected: dict[str, np.ndarray], arm: str, c
     _assert_good_rest(address, expected)
 
 
-@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("arm", GRPC_ARMS)
 @pytest.mark.parametrize("case", [c for c in CASES if c.grpc], ids=lambda c: c.id)
 def test_grpc(arms: dict[str, Arm], expected: dict[str, np.ndarray], arm: str, case: Case) -> None:
     assert case.grpc is not None
@@ -602,9 +610,12 @@ def test_readme_lists_every_case() -> None:
 # -- deadlines in the batch queue ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def batching(arms: dict[str, Arm]) -> Iterator[tuple[Arm, BatchingRunner]]:
-    """The graph model behind a batching runner whose batches wait a second for company."""
+@pytest.fixture(scope="module", params=["threads", "asyncio"])
+def batching(
+    arms: dict[str, Arm], request: pytest.FixtureRequest
+) -> Iterator[tuple[Arm, BatchingRunner]]:
+    """The graph model behind a batching runner whose batches wait a second for company, on
+    each gRPC front end."""
     source = arms["graph"].server.registry.get("multi")
     runner = BatchingRunner(
         source.runner,
@@ -612,7 +623,8 @@ def batching(arms: dict[str, Arm]) -> Iterator[tuple[Arm, BatchingRunner]]:
     )
     registry = ModelRegistry()
     registry.add(Servable("multi", source.version, runner))
-    with ModelServer(registry, ServerOptions(grpc_port=0, rest_port=0)) as server:
+    options = ServerOptions(grpc_port=0, rest_port=0, grpc_asyncio=request.param == "asyncio")
+    with ModelServer(registry, options) as server:
         yield Arm(f"127.0.0.1:{server.grpc_port}", f"127.0.0.1:{server.rest_port}", server), runner
     runner.close()
 
@@ -654,10 +666,12 @@ def test_past_max_concurrent_rpcs_a_call_is_refused_at_once(
 ) -> None:
     """--max-concurrent-rpcs bounds gRPC's queue: one call waits for its batch, the next is
     turned away with RESOURCE_EXHAUSTED instead of queueing; both servers' front end is one."""
-    _, runner = batching
+    arm, runner = batching
     registry = ModelRegistry()
     registry.add(Servable("multi", 1, runner))
-    options = ServerOptions(grpc_port=0, rest_port=0, grpc_workers=2, max_concurrent_rpcs=1)
+    options = replace(
+        arm.server.options, grpc_port=0, rest_port=0, grpc_workers=2, max_concurrent_rpcs=1
+    )
     with (
         ModelServer(registry, options) as server,
         GrpcClient.connect(f"127.0.0.1:{server.grpc_port}") as stub,

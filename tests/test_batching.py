@@ -513,6 +513,38 @@ def test_grpc_predict_through_a_batching_server_matches_unbatched(
     assert runner.stats.batches < 16
 
 
+def test_on_the_asyncio_front_end_a_waiting_request_holds_no_thread(
+    graph: GraphRunner, unbatched: np.ndarray
+) -> None:
+    """One gRPC thread, sixteen requests: on the threaded front end each would hold the thread
+    while it waits, and run alone when its batch times out (16 batches, 200 ms each); on the
+    asyncio front end they wait on the loop and fill one batch (two, if they straddle one)."""
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+    from graphserve.serving.registry import Servable
+
+    runner = BatchingRunner(graph, _params(max_batch_size=16, batch_timeout_micros=200_000))
+    registry = ModelRegistry()
+    registry.add(Servable("mlp", 1, runner))
+    options = ServerOptions(grpc_port=0, rest_port=None, grpc_workers=1, grpc_asyncio=True)
+    with (
+        runner,
+        ModelServer(registry, options) as server,
+        grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel,
+    ):
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        calls = []
+        for i in range(16):
+            request = predict_pb2.PredictRequest()
+            request.model_spec.name = "mlp"
+            request.inputs["images"].CopyFrom(array_to_proto(X[i : i + 1]))
+            calls.append(stub.Predict.future(request, timeout=30))
+        answers = [array_from_proto(call.result().outputs["logits"]) for call in calls]
+    for i, answer in enumerate(answers):
+        np.testing.assert_allclose(answer, unbatched[i : i + 1], rtol=1e-5, atol=1e-5)
+    assert runner.stats.rows == 16
+    assert runner.stats.batches <= 2
+
+
 def _serve_options(tmp_path: Path, grpc_workers: int | None, batching: str | None) -> Any:
     from graphserve.serving.flags import ServeFlags
 

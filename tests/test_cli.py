@@ -131,9 +131,12 @@ def test_served_as_a_user_runs_them_and_stopped_by_sigterm(mlp_export, tmp_path:
     """`graphserve serve graph` and `serve eager` as child processes, on free loopback ports."""
     x = np.random.default_rng(5).standard_normal((2, 784)).astype(np.float32)
     expected = mlp.build()(x).numpy()
+    graph = ["graph", "--model-base-path", str(mlp_export.model_dir)]
     arms = {
-        "graph": ["graph", "--model-base-path", str(mlp_export.model_dir)],
+        "graph": graph,
         "eager": ["eager", "examples:mlp"],
+        # batching on: gRPC on the asyncio front end, which the log line names
+        "graph-batching": [*graph, "--enable-batching"],
     }
     for arm, args in arms.items():
         server = ServerProcess.on_free_ports(
@@ -143,6 +146,8 @@ def test_served_as_a_user_runs_them_and_stopped_by_sigterm(mlp_export, tmp_path:
             np.testing.assert_allclose(_predict(server.grpc_address, x), expected, atol=1e-5)
         assert server.stop() == 0, server.log_tail()
         assert "SIGTERM: draining and stopping" in server.log_tail()
+        asyncio = f"gRPC {server.grpc_address} (asyncio)" in server.log_tail()
+        assert asyncio is (arm == "graph-batching"), server.log_tail()
 
 
 @pytest.mark.slow

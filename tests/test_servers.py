@@ -23,6 +23,7 @@ from graphserve.core.codec import array_from_proto
 from graphserve.model.examples import mlp
 
 ARMS = ["graph", "eager"]
+GRPC_ARMS = [*ARMS, "graph_asyncio"]  # the graph model on the asyncio gRPC front end too
 X = np.random.default_rng(11).standard_normal((3, 784)).astype(np.float32)
 
 
@@ -46,7 +47,7 @@ def _http(servers: Any, arm: str, path: str, body: Any = None) -> tuple[int, Any
     return reply.status, reply.json()
 
 
-@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("arm", GRPC_ARMS)
 def test_grpc_predict_matches_the_model_in_process(mlp_servers, in_process, arm: str) -> None:
     stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
     response = stub.Predict(_predict_request(X), timeout=30)
@@ -58,7 +59,7 @@ def test_grpc_predict_matches_the_model_in_process(mlp_servers, in_process, arm:
     assert response.model_spec.signature_name == "serving_default"
 
 
-@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("arm", GRPC_ARMS)
 def test_grpc_typed_float_val_requests_are_accepted(mlp_servers, in_process, arm: str) -> None:
     request = predict_pb2.PredictRequest()
     request.model_spec.name = "mlp"
@@ -82,7 +83,7 @@ def test_graph_and_eager_servers_agree(mlp_servers) -> None:
     np.testing.assert_allclose(answers[0], answers[1], atol=1e-5)
 
 
-@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("arm", GRPC_ARMS)
 def test_grpc_metadata_and_status(mlp_servers, arm: str) -> None:
     channel = _grpc(mlp_servers, arm)
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
@@ -108,7 +109,7 @@ def test_grpc_metadata_and_status(mlp_servers, arm: str) -> None:
     assert health.status == health_pb2.HealthCheckResponse.SERVING
 
 
-@pytest.mark.parametrize("arm", ARMS)
+@pytest.mark.parametrize("arm", GRPC_ARMS)
 @pytest.mark.parametrize(
     ("change", "code", "message"),
     [

@@ -44,11 +44,11 @@ The parameters are read and checked in graphserve.core.batchingparams.
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import threading
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -95,6 +95,9 @@ class BatchingStats:
     queued_rows: int = 0  # rows waiting in the queues at the time of the snapshot
 
 
+_Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+
+
 class _Piece:
     """A request, or one piece of a request split across batches, and its answer.
 
@@ -102,11 +105,11 @@ class _Piece:
     until a batch thread calls `finish()`. The hand-off is one lock, taken at creation and
     released when the answer is in: the cheapest wake-up CPython has (a
     `concurrent.futures.Future` builds a Condition, an RLock and a waiter lock per request;
-    bench/README.md has what each cost). A coroutine also leaves `_wake`, which `finish`
-    calls to resume it on its loop.
+    bench/README.md has what each cost). A coroutine also leaves its loop and a future
+    (`_waiter`), which the batch thread resolves once the batch is answered (`_wake`).
     """
 
-    __slots__ = ("_done", "_error", "_outputs", "_wake", "deadline", "inputs", "rows")
+    __slots__ = ("_done", "_error", "_outputs", "_waiter", "deadline", "inputs", "rows")
 
     def __init__(self, inputs: Arrays, rows: int, deadline: float | None = None) -> None:
         self.inputs = inputs
@@ -114,17 +117,18 @@ class _Piece:
         self.deadline = deadline  # the request's (graphserve.serving.deadline), monotonic time
         self._outputs: Arrays | None = None
         self._error: BaseException | None = None
-        self._wake: Callable[[], object] | None = None
+        self._waiter: _Waiter | None = None
         self._done = threading.Lock()
         self._done.acquire()
 
-    def finish(self, outputs: Arrays | None = None, error: BaseException | None = None) -> None:
-        """Hand the answer (or the error) to the request; called once."""
+    def finish(
+        self, outputs: Arrays | None = None, error: BaseException | None = None
+    ) -> _Waiter | None:
+        """Hand the answer (or the error) to the request; called once. Returns the waiter of
+        a coroutine awaiting it, for the caller to `_wake` with the rest of its batch."""
         self._outputs, self._error = outputs, error
         self._done.release()
-        wake = self._wake
-        if wake is not None:
-            wake()
+        return self._waiter  # read after the release: see answer_async
 
     def answer(self) -> Arrays:
         """Block until `finish`; the outputs, or raise the error."""
@@ -139,12 +143,32 @@ class _Piece:
         if self._done.locked():
             loop = asyncio.get_running_loop()
             finished: asyncio.Future[None] = loop.create_future()
-            self._wake = functools.partial(loop.call_soon_threadsafe, _settle, finished)
-            # `finish` releases, then reads `_wake`: if the lock is still held here, it will
-            # see `_wake`; if not, it finished before and there is nothing to wait for.
+            self._waiter = (loop, finished)
+            # `finish` releases, then reads `_waiter`: if the lock is still held here, it will
+            # see the waiter; if not, it finished before and there is nothing to wait for.
             if self._done.locked():
                 await finished
         return self.answer()
+
+
+def _wake(waiters: list[_Waiter | None]) -> None:
+    """Resume the coroutines awaiting a batch's answers: one call into each loop, not one per
+    request. Each call writes to the loop's pipe, and the batch thread gives up the GIL to
+    write and waits to get it back from the loop: per request, that wait was most of a
+    batch's time on the MLP (bench/README.md)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for waiter in waiters:
+        if waiter is not None:
+            by_loop.setdefault(waiter[0], []).append(waiter[1])
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(_settle, futures)
+
+
+def _settle(futures: list[asyncio.Future[None]]) -> None:
+    for finished in futures:
+        if not finished.done():  # a cancelled request stopped waiting
+            finished.set_result(None)
 
 
 @dataclass
@@ -393,25 +417,26 @@ class BatchingRunner(Runner):
             )
             with self._cond:
                 self._counts["failed_batches"] += 1
-            for piece in pieces:
-                piece.finish(error=error)
+            _wake([piece.finish(error=error) for piece in pieces])
             return
-        for piece, part in zip(pieces, parts, strict=True):
-            piece.finish(part)
+        _wake([piece.finish(part) for piece, part in zip(pieces, parts, strict=True)])
 
     def _unexpired(self, pieces: list[_Piece]) -> list[_Piece]:
         """The pieces whose client still waits; the others fail with DeadlineExceeded unrun."""
         now = time.monotonic()
-        live = []
+        live, waiters = [], []
         for piece in pieces:
             if piece.deadline is None or now < piece.deadline:
                 live.append(piece)
             else:
-                piece.finish(
-                    error=DeadlineExceeded(
-                        "the request's deadline passed while it waited to be batched"
+                waiters.append(
+                    piece.finish(
+                        error=DeadlineExceeded(
+                            "the request's deadline passed while it waited to be batched"
+                        )
                     )
                 )
+        _wake(waiters)
         if len(live) < len(pieces):
             with self._cond:
                 self._counts["expired"] += len(pieces) - len(live)
@@ -441,11 +466,6 @@ def _joined(parts: list[Arrays]) -> Arrays:
         name: np.concatenate(_pad_to_common_shape(name, [part[name] for part in parts]))
         for name in parts[0]
     }
-
-
-def _settle(finished: asyncio.Future[None]) -> None:
-    if not finished.done():  # a cancelled request stopped waiting
-        finished.set_result(None)
 
 
 def _batch_rows(inputs: Arrays) -> int:

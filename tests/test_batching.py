@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -259,6 +260,45 @@ def test_concurrent_rows_share_runs_and_get_the_unbatched_answers(
     assert inner.sizes == [8, 8]
     stats = runner.stats
     assert (stats.batches, stats.requests, stats.rows, stats.padding_rows) == (2, 16, 16, 0)
+
+
+def test_coroutines_on_one_loop_share_a_batch_and_get_the_unbatched_answers(
+    graph: GraphRunner, unbatched: np.ndarray
+) -> None:
+    """run_async: sixteen coroutines on one loop, no thread each, fill one batch of 16; the
+    batch thread resumes them all with one call into the loop."""
+    inner = Recording(graph)
+
+    async def all_of_them() -> list[Any]:
+        calls = [runner.run_async(SIG, {"images": X[i : i + 1]}) for i in range(16)]
+        return await asyncio.gather(*calls)
+
+    with BatchingRunner(inner, _params(max_batch_size=16, batch_timeout_micros=LONG)) as runner:
+        answers = asyncio.run(all_of_them())
+    for i, answer in enumerate(answers):
+        np.testing.assert_allclose(answer["logits"], unbatched[i : i + 1], rtol=1e-5, atol=1e-5)
+    assert inner.sizes == [16]
+
+
+def test_a_request_whose_loop_closed_while_it_waited_does_not_stop_its_batch(
+    graph: GraphRunner, unbatched: np.ndarray
+) -> None:
+    """A coroutine's client went away and its loop closed (a server stopping) while its rows
+    waited: the batch still runs, and answers the thread that shares it."""
+    inner = Recording(graph)
+    with BatchingRunner(inner, _params(max_batch_size=2, batch_timeout_micros=LONG)) as runner:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(runner.run_async(SIG, {"images": X[:1]}))
+        loop.run_until_complete(asyncio.sleep(0))  # queued, awaiting its batch
+        assert runner.stats.queued_rows == 1
+        task.cancel()
+        loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+        loop.close()
+        answer = runner.run(SIG, {"images": X[1:2]})  # fills the batch
+        np.testing.assert_allclose(answer["logits"], unbatched[1:2], rtol=1e-5, atol=1e-5)
+        again = runner.run(SIG, {"images": X[2:4]})  # the batch thread lives on
+    np.testing.assert_allclose(again["logits"], unbatched[2:4], rtol=1e-5, atol=1e-5)
+    assert inner.sizes == [2, 2]
 
 
 def test_a_batch_is_padded_with_a_real_row_to_the_next_allowed_size(

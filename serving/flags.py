@@ -186,7 +186,8 @@ SHARED: dict[str, tuple[Any, Any]] = {
                 min=1,
                 help=f"Threads serving gRPC requests (default {DEFAULT_GRPC_WORKERS}; with "
                 "batching, enough to fill max_batch_size for every batch thread and one queued "
-                "batch).",
+                "batch, which REST and the threaded gRPC front end need: a request waiting "
+                "there holds a thread).",
                 show_default=False,
             ),
         ],

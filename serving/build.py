@@ -17,7 +17,7 @@ server drains requests, stops polling and closes every runner.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from graphserve.core.batchingparams import BatchingParameters
@@ -90,7 +90,10 @@ def build_server(config: ServeConfig) -> ModelServer:
         manager = ModelManager(registry, list(config.models), lambda path: load(path, options))
     manager.start()
     manager.poll(config.file_system_poll_seconds)
-    server = ModelServer(registry, config.options, manager=manager)
+    server_options = config.options
+    if server_options.grpc_asyncio is None:  # a waiting request would hold a gRPC thread
+        server_options = replace(server_options, grpc_asyncio=config.batching is not None)
+    server = ModelServer(registry, server_options, manager=manager)
     if config.model_config_file is not None and config.model_config_poll_seconds:
         from graphserve.serving.config import ModelConfigWatcher
 

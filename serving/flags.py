@@ -399,18 +399,16 @@ class ServeFlags:
         self.batch_rows = params.max_batch_size * (params.num_batch_threads + 1)
         return params
 
-    def grpc_asyncio(self, batching: BatchingParameters | None) -> bool:
-        """Whether gRPC is served on the asyncio front end: asked for, or `auto` with batching
-        on (where a request waiting for its batch would otherwise hold a thread). Exits with a
-        usage error for a front end that is not one of GRPC_FRONT_ENDS."""
+    def grpc_asyncio(self) -> bool | None:
+        """ServerOptions.grpc_asyncio from --grpc-front-end: None for `auto` (build_server
+        serves asyncio exactly when batching is on). Exits with a usage error for a front end
+        that is not one of GRPC_FRONT_ENDS."""
         if self.grpc_front_end not in GRPC_FRONT_ENDS:
             usage_error(
                 f"--grpc-front-end must be {', '.join(repr(f) for f in GRPC_FRONT_ENDS[:-1])} "
                 f"or {GRPC_FRONT_ENDS[-1]!r}, not {self.grpc_front_end!r}"
             )
-        if self.grpc_front_end == "auto":
-            return batching is not None
-        return self.grpc_front_end == "asyncio"
+        return None if self.grpc_front_end == "auto" else self.grpc_front_end == "asyncio"
 
     def listen(self) -> tuple[int | None, int | None]:
         """The gRPC and REST TCP ports (None: none), TF Serving's spellings meaning what they
@@ -465,7 +463,7 @@ class ServeFlags:
         grpc_arguments = self.grpc_arguments()
         metrics_path = self._metrics_path()
         batching = self.batching()
-        grpc_asyncio = self.grpc_asyncio(batching)
+        grpc_asyncio = self.grpc_asyncio()
         if metrics_path and rest_port is None:
             self.warnings.append("metrics are served on the REST port, and REST is off")
         if self.per_model_batching and "eager" in what:

@@ -1,7 +1,9 @@
 """The gRPC front end: TF Serving's PredictionService and ModelService, plus gRPC health.
 
 Servicers come from tensorflow-serving-api's generated stubs, so the wire format is TF Serving's
-own. Every ServingError is mapped to its status code in one place, `_abort`.
+own. Every ServingError is mapped to its status code in one place, `_status`. On the asyncio
+server (`ServerOptions.grpc_asyncio`) Predict is a coroutine (`AsyncPredictionServicer`); the
+other methods are the same threaded ones, run on the server's thread pool.
 """
 
 from __future__ import annotations

@@ -85,8 +85,9 @@ class ServerOptions:
     grpc_workers: int = DEFAULT_GRPC_WORKERS
     # gRPC on one asyncio loop: Predict is a coroutine, and a request waiting for its batch
     # holds no thread (the other methods run on the grpc_workers threads). False: a thread per
-    # request, as TF Serving.
-    grpc_asyncio: bool = False
+    # request, as TF Serving. None: build_server serves asyncio exactly when batching is on; a
+    # ModelServer made over a registry directly serves threads.
+    grpc_asyncio: bool | None = None
     rest_workers: int | None = None  # at most, started as needed; None: as many as gRPC's
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH

@@ -117,12 +117,26 @@ def test_a_client_that_gives_up_while_its_request_waits_leaves_the_server_servin
     ],
 )
 def test_auto_serves_grpc_on_asyncio_exactly_when_batching_is_on(
-    front_end: str, batching: bool, asyncio: bool
+    mlp_export: Any, front_end: str, batching: bool, asyncio: bool
 ) -> None:
+    """--grpc-front-end as the serve commands read it, and the server build_server makes of
+    it (the importable API's default is the CLI's: asyncio with batching)."""
+    from graphserve.serving.build import ServeConfig, build_server
+    from graphserve.serving.config import ModelConfig
     from graphserve.serving.flags import ServeFlags
 
     flags = ServeFlags(grpc_front_end=front_end, enable_batching=batching)
-    assert flags.grpc_asyncio(flags.batching()) is asyncio
+    options = ServerOptions(grpc_port=0, rest_port=None, grpc_asyncio=flags.grpc_asyncio())
+    config = ServeConfig(
+        models=[ModelConfig("mlp", mlp_export.model_dir)],
+        options=options,
+        batching=flags.batching(),
+    )
+    server = build_server(config)
+    try:
+        assert server.options.grpc_asyncio is asyncio
+    finally:
+        server.stop()
 
 
 def test_an_unknown_front_end_is_a_usage_error_naming_the_choices(mlp_export: Any) -> None:

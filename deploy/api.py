@@ -15,9 +15,15 @@ from pathlib import Path
 from typing import ClassVar
 
 from graphserve.core.client import VersionStatus
-from graphserve.core.errors import DeployError, NotAvailableError
+from graphserve.core.errors import DeployError, DockerError, NotAvailableError
 from graphserve.core.results import JsonResult, json_meta
-from graphserve.deploy.compose import COMPOSE_FILE, SERVICE, ComposeOptions, write_compose_project
+from graphserve.deploy.compose import (
+    COMPOSE_FILE,
+    PROJECT_KEY,
+    SERVICE,
+    ComposeOptions,
+    write_compose_project,
+)
 from graphserve.deploy.k8s import K8sOptions, write_manifests
 from graphserve.deploy.plan import ServingPlan
 
@@ -41,6 +47,8 @@ class ComposeResult(JsonResult):
         ("project_dir", "options.project_dir"),
         "files",
         ("gpus", "options.gpus"),
+        ("network", "options.network"),
+        "compose",
         ("grpc", "grpc_address"),
         ("rest", "rest_url"),
         "plan",
@@ -53,6 +61,7 @@ class ComposeResult(JsonResult):
     options: ComposeOptions = field(metadata=json_meta(skip=True))
     files: list[Path]
     dry_run: bool
+    compose: str = ""  # which Compose ran it, e.g. "Compose v1 (docker-compose 1.29.2)"
     started: bool = False
     statuses: dict[str, list[VersionStatus]] = field(default_factory=dict)
 
@@ -123,8 +132,14 @@ def deploy_tfserving(
 
     from graphserve.deploy.docker import Compose, require_compose
 
-    compose = Compose(require_compose(), options.project_dir / COMPOSE_FILE, options.project_name)
-    progress(f"docker compose -p {options.project_name} up -d ({plan.image})")
+    docker, tool = require_compose()
+    result.compose = tool.describe()
+    progress(f"using {result.compose} with Docker Engine {docker.server_version}")
+    if not docker.has_image(plan.image):
+        progress(f"docker pull {plan.image} (not on this machine yet)")
+        docker.pull(plan.image)
+    compose = Compose(tool, options.project_dir / COMPOSE_FILE, options.project_name)
+    progress(f"{tool.program} -p {options.project_name} up -d ({plan.image})")
     compose.up()
     result.started = True
     if not wait:
@@ -133,9 +148,11 @@ def deploy_tfserving(
     from graphserve.deploy.wait import wait_until_available
 
     def still_running() -> None:
-        state = compose.states().get(SERVICE, "missing")
-        if state not in ("running", "created"):
-            raise NotAvailableError(f"the {SERVICE} container is {state}")
+        container = docker.project_states(options.project_name).get(SERVICE)
+        if container is None:
+            raise NotAvailableError(f"the {SERVICE} container is gone")
+        if container.failed:
+            raise NotAvailableError(f"the {SERVICE} container {container.describe()}")
 
     names = [m.name for m in plan.models]
     progress(f"waiting up to {timeout:g}s for {', '.join(names)} on {result.grpc_address}")
@@ -145,17 +162,19 @@ def deploy_tfserving(
         )
     except DeployError as exc:
         raise NotAvailableError(
-            f"{exc}\n`docker compose logs --tail 50`:\n{compose.logs(50)}\n"
-            f"(still running: inspect it, then `graphserve deploy down --project-dir "
-            f"{options.project_dir}`)"
+            f"{exc}\n`{tool.program} logs --tail 50`:\n{compose.logs(50)}\n"
+            f"(the container is left as it is: inspect it with `docker logs` and "
+            f"`docker inspect`, then `graphserve deploy down --project-dir {options.project_dir}`)"
         ) from None
     return result
 
 
 def compose_down(project_dir: Path, project_name: str | None = None) -> str:
-    """`docker compose down` for the project written in `project_dir`; returns its name.
+    """`down` the compose project written in `project_dir`: its containers, network and
+    anonymous volumes removed. Returns the project's name.
 
-    Raises DeployError when `project_dir` holds no compose.yaml, DockerError as for deploying.
+    Raises DeployError when `project_dir` holds no compose.yaml, DockerError as for deploying,
+    and when anything of the project is still there afterwards.
     """
     import yaml
 
@@ -169,8 +188,12 @@ def compose_down(project_dir: Path, project_name: str | None = None) -> str:
         )
     if project_name is None:
         document = yaml.safe_load(compose_file.read_text()) or {}
-        project_name = str(document.get("name") or Path(project_dir).resolve().name)
-    Compose(require_compose(), compose_file, project_name).down()
+        named = document.get(PROJECT_KEY) or document.get("name")  # `name:`: older files
+        project_name = str(named or Path(project_dir).resolve().name)
+    docker, tool = require_compose()
+    Compose(tool, compose_file, project_name).down()
+    if left := docker.project_leftovers(project_name):
+        raise DockerError(f"`{tool.program} down` left {', '.join(left)} of {project_name}")
     return project_name
 
 

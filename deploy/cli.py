@@ -31,6 +31,11 @@ class OutputFormat(StrEnum):
     json = "json"
 
 
+class Network(StrEnum):
+    bridge = "bridge"
+    host = "host"
+
+
 ModelBasePath = Annotated[
     Path,
     typer.Option(
@@ -140,6 +145,14 @@ def tfserving(
     host: Annotated[
         str, typer.Option("--host", help="Address to publish the ports on; loopback by default.")
     ] = "127.0.0.1",
+    network: Annotated[
+        Network,
+        typer.Option(
+            "--network",
+            help="bridge: publish the ports on --host; host: share the host's network (no "
+            "proxy hop; TF Serving listens on --grpc-port/--rest-port on every address).",
+        ),
+    ] = Network.bridge,
     grpc_port: Annotated[int, typer.Option("--grpc-port", min=1, max=65535)] = 8500,
     rest_port: Annotated[int, typer.Option("--rest-port", min=1, max=65535)] = 8501,
     name: Annotated[str, typer.Option("--name", help="Compose project name.")] = (
@@ -162,7 +175,8 @@ def tfserving(
     """Serve BASE with TF Serving in docker compose on NVIDIA GPUs, and wait until it is ready.
 
     Writes PROJECT_DIR/compose.yaml and PROJECT_DIR/config/, then runs
-    `docker compose -p NAME -f compose.yaml up -d` and polls GetModelStatus on the gRPC port.
+    `docker compose -p NAME -f compose.yaml up -d` (or Compose v1's `docker-compose`) and polls
+    GetModelStatus on the gRPC port.
     """
     from graphserve.core.errors import DeployError
     from graphserve.deploy.api import deploy_tfserving
@@ -182,7 +196,9 @@ def tfserving(
         gpus=gpu_count,
         strict=strict,
     )
-    options = ComposeOptions(project_dir, name, host, grpc_port, rest_port, gpu_count)
+    options = ComposeOptions(
+        project_dir, name, host, grpc_port, rest_port, gpu_count, network=network.value
+    )
     try:
         options.validate()
         plan = plan_serving(spec)
@@ -230,7 +246,7 @@ def down(
         project = compose_down(project_dir, name)
     except DeployError as exc:
         _fail(exc)
-    progress(f"docker compose -p {project} down: done")
+    progress(f"{project}: down, no container, network or volume of it left")
 
 
 @app.command("k8s")

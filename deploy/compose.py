@@ -7,8 +7,14 @@ PROJECT_DIR/
 The models are bind-mounted read-only at /models, the ports published on loopback unless you ask
 otherwise (TF Serving has no authentication), and GPUs reserved through
 `deploy.resources.reservations.devices` (needs the NVIDIA Container Toolkit; `gpus=0` reserves none
-and runs the CPU build). Files are replaced atomically, so a TF Serving polling models.config never
-reads half of one.
+and runs the CPU build). With `network="host"` the container shares the host's network instead: no
+published ports and no proxy hop; TF Serving listens on the chosen ports itself, on every address
+of the host. Files are replaced atomically, so a TF Serving polling models.config never reads half
+of one.
+
+The file is one that Compose v1 (docker-compose 1.29, Debian 12's) and v2 both run: the project's
+name is passed with `-p` and kept under `x-graphserve-project`, not in a top-level `name:`, which
+v1 refuses.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from graphserve.deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, Ser
 __all__ = [
     "COMPOSE_FILE",
     "CONFIG_DIR",
+    "NETWORKS",
+    "PROJECT_KEY",
     "SERVICE",
     "ComposeOptions",
     "compose_document",
@@ -42,6 +50,8 @@ __all__ = [
 COMPOSE_FILE = "compose.yaml"
 CONFIG_DIR = "config"
 SERVICE = "tfserving"
+PROJECT_KEY = "x-graphserve-project"  # the project name, for `deploy down` (v1 has no `name:`)
+NETWORKS = ("bridge", "host")
 _PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # what docker compose accepts for -p
 
 
@@ -53,6 +63,11 @@ class ComposeOptions:
     grpc_port: int = 8500
     rest_port: int = 8501
     gpus: int | str = "all"  # "all", or how many; 0 reserves none
+    network: str = "bridge"  # "bridge": ports published on `host`; "host": the host's network
+
+    @property
+    def host_network(self) -> bool:
+        return self.network == "host"
 
     def validate(self) -> None:
         """Raises DeployUsageError for a project name, ports or GPU count that cannot work."""
@@ -65,6 +80,13 @@ class ComposeOptions:
             raise DeployUsageError(f"--grpc-port and --rest-port are both {self.grpc_port}")
         if self.gpus != "all" and not (isinstance(self.gpus, int) and self.gpus >= 0):
             raise DeployUsageError(f"--gpus {self.gpus!r}: expected 'all' or a count >= 0")
+        if self.network not in NETWORKS:
+            raise DeployUsageError(f"--network {self.network!r}: expected one of {NETWORKS}")
+        if self.host_network and self.host != ComposeOptions.host:
+            raise DeployUsageError(
+                f"--host {self.host} publishes ports on the bridge network; with --network host "
+                "nothing is published: TF Serving listens on every address of the host"
+            )
 
 
 def _published(host: str, port: int, target: int) -> str:
@@ -83,12 +105,12 @@ def _escape(value: Any) -> Any:
     return value
 
 
-def _healthcheck(model_name: str) -> dict[str, Any]:
+def _healthcheck(model_name: str, rest_port: int) -> dict[str, Any]:
     # The image has bash but no curl: an HTTP/1.0 GET through /dev/tcp. Model metadata answers
     # 200 only once a version is loaded and serving (model status answers 200 while LOADING).
     path = rest_path(model_name, "metadata")
     script = (
-        f"exec 3<>/dev/tcp/127.0.0.1/{CONTAINER_REST_PORT} "
+        f"exec 3<>/dev/tcp/127.0.0.1/{rest_port} "
         f"&& printf 'GET %s HTTP/1.0\\r\\n\\r\\n' '{path}' >&3 "
         "&& head -n 1 <&3 | grep -q ' 200 '"
     )
@@ -125,25 +147,33 @@ def compose_document(plan: ServingPlan, options: ComposeOptions) -> dict[str, An
     service: dict[str, Any] = {
         "image": plan.image,
         "entrypoint": ["tensorflow_model_server"],  # the image's script would add its own flags
-        "command": list(plan.args),
-        "volumes": volumes,
-        "ports": [
+    }
+    if options.host_network:
+        # TF Serving itself listens on the chosen ports; nothing to publish (v1 refuses both).
+        service["command"] = list(plan.args_with_ports(options.grpc_port, options.rest_port))
+        service["network_mode"] = "host"
+        rest_port = options.rest_port
+    else:
+        service["command"] = list(plan.args)
+        service["ports"] = [
             _published(options.host, options.grpc_port, CONTAINER_GRPC_PORT),
             _published(options.host, options.rest_port, CONTAINER_REST_PORT),
-        ],
-    }
+        ]
+        rest_port = CONTAINER_REST_PORT
+    service["volumes"] = volumes
     if options.gpus != 0:
         device = {"driver": "nvidia", "count": options.gpus, "capabilities": ["gpu"]}
         service["deploy"] = {"resources": {"reservations": {"devices": [device]}}}
-    service["healthcheck"] = _healthcheck(first.name)
+    service["healthcheck"] = _healthcheck(first.name, rest_port)
     service["restart"] = "unless-stopped"
-    return {"name": options.project_name, "services": {SERVICE: _escape(service)}}
+    return {PROJECT_KEY: options.project_name, "services": {SERVICE: _escape(service)}}
 
 
 def _header(options: ComposeOptions) -> str:
     return (
         "# Generated by `graphserve deploy tfserving`: re-run it rather than editing this file.\n"
-        f"#   docker compose -p {options.project_name} -f {COMPOSE_FILE} up -d\n"
+        f"#   docker compose -p {options.project_name} -f {COMPOSE_FILE} up -d"
+        "   (Compose v1: docker-compose ...)\n"
         f"#   graphserve deploy down --project-dir {options.project_dir}\n"
     )
 

@@ -1,12 +1,19 @@
-"""`docker compose` as a subprocess: found or explained, run with a timeout; failures DockerError.
+"""Docker and Compose as subprocesses: found or explained, run with a timeout; failures DockerError.
 
-Every call names the project (`-p`) and the file (`-f`), so it works from any directory and two
-projects never mix.
+Compose comes in two forms that users have: v2, the `docker compose` plugin, and v1, the
+`docker-compose` program that Debian 12 and many older hosts package. Both read the same files
+(graphserve writes none of what v1 refuses, such as a top-level `name:`), so either runs a
+project; v2 is used when both are there. Container states are read from the engine
+(`docker ps`, by the labels both versions put on a project's containers), not from `compose ps`,
+whose output differs between them.
+
+Every compose call names the project (`-p`) and the file (`-f`), so it works from any directory
+and two projects never mix.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -14,84 +21,237 @@ from pathlib import Path
 
 from graphserve.core.errors import DockerError
 
-__all__ = ["Compose", "require_compose"]
+__all__ = [
+    "Compose",
+    "ComposeTool",
+    "ContainerState",
+    "Docker",
+    "require_compose",
+    "require_docker",
+]
 
-_INSTALL_HINT = (
-    "install Docker Engine with the Compose plugin (https://docs.docker.com/engine/install/), "
-    "or use --dry-run to only write the files"
+_INSTALL_DOCKER = (
+    "install Docker Engine (Debian and Ubuntu: apt-get install docker.io docker-compose; "
+    "or Docker's own docker-ce with docker-compose-plugin)"
 )
+_INSTALL_COMPOSE = (
+    "install Compose: Debian's docker-compose package (v1), or the docker-compose-plugin "
+    "package from Docker's repository (v2, `docker compose`)"
+)
+_START_DAEMON = (
+    "start it (`systemctl start docker`, or `dockerd &` as root), or point DOCKER_HOST at one "
+    "that runs"
+)
+_VERSION = re.compile(r"v?(\d+\.\d+\.\d+[\w.+-]*)")
 
 
 def _tail(text: str, lines: int = 20) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def require_compose(timeout: float = 30.0) -> str:
-    """The docker executable, once `docker compose version` works.
-
-    Raises DockerError saying what is missing: docker itself, or its compose plugin.
-    """
-    docker = shutil.which("docker")
-    if docker is None:
-        raise DockerError(f"docker is not on PATH: {_INSTALL_HINT}")
+def _run(
+    command: list[str], timeout: float, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     try:
-        probe = subprocess.run(
-            [docker, "compose", "version"],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DockerError(f"`docker compose version` did not run: {exc}") from None
-    if probe.returncode != 0:
-        raise DockerError(
-            f"`docker compose version` failed (exit {probe.returncode}): "
-            f"{_tail(probe.stderr or probe.stdout, 5)}; {_INSTALL_HINT}"
+        raise DockerError(f"`{' '.join(command)}` did not finish: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """A container as the engine sees it: "running", "restarting", "exited", ...; the last exit
+    code; how often its restart policy has brought it back."""
+
+    state: str
+    exit_code: int
+    restarts: int
+
+    @property
+    def failed(self) -> bool:
+        """It stopped, or stopped and was restarted: it will not come up by waiting."""
+        return self.state not in ("running", "created") or self.restarts > 0
+
+    def describe(self) -> str:
+        """E.g. "exited with code 1", "is paused"."""
+        if self.restarts:
+            # The engine keeps only the last run's exit code, and a running one has none yet.
+            how = "" if self.state == "running" else f" with code {self.exit_code}"
+            return (
+                f"exited{how} and was restarted {self.restarts} time(s) by its restart policy "
+                f"(now {self.state})"
+            )
+        if self.state in ("exited", "dead"):
+            return f"exited with code {self.exit_code}"
+        return f"is {self.state}"
+
+
+@dataclass(frozen=True)
+class Docker:
+    """The docker CLI, with a daemon that answered."""
+
+    executable: str
+    server_version: str
+
+    def run(self, *args: str, timeout: float = 120.0) -> str:
+        """Run `docker ARGS`; its stdout. Raises DockerError with stderr's tail."""
+        result = _run([self.executable, *args], timeout)
+        if result.returncode != 0:
+            raise DockerError(
+                f"`docker {' '.join(args)}` failed (exit {result.returncode}):\n"
+                f"{_tail(result.stderr or result.stdout)}"
+            )
+        return result.stdout
+
+    def has_image(self, image: str) -> bool:
+        return _run([self.executable, "image", "inspect", image], 60.0).returncode == 0
+
+    def pull(self, image: str, timeout: float = 3600.0) -> None:
+        """Pull `image`. Raises DockerError saying it is neither here nor to be had."""
+        result = _run([self.executable, "pull", image], timeout)
+        if result.returncode != 0:
+            raise DockerError(
+                f"image {image} is not on this machine and could not be pulled: "
+                f"{_tail(result.stderr or result.stdout, 5)}\n"
+                "(check the name and tag, `docker login` for a private registry, or build or "
+                "load the image here first)"
+            )
+
+    def project_states(self, project: str) -> dict[str, ContainerState]:
+        """Each service of compose `project` and its container's state, found by the labels
+        Compose v1 and v2 both set."""
+        label = f"label=com.docker.compose.project={project}"
+        ids = self.run("ps", "--all", "--quiet", "--filter", label, timeout=60.0).split()
+        if not ids:
+            return {}
+        out = self.run(
+            "inspect",
+            "--format",
+            '{{index .Config.Labels "com.docker.compose.service"}}\t{{.State.Status}}\t'
+            "{{.State.ExitCode}}\t{{.RestartCount}}",
+            *ids,
+            timeout=60.0,
         )
-    return docker
+        states = {}
+        for line in out.splitlines():
+            service, state, code, restarts = [*line.split("\t"), "", "", ""][:4]
+            states[service] = ContainerState(state, int(code or 0), int(restarts or 0))
+        return states
+
+    def project_leftovers(self, project: str) -> list[str]:
+        """Containers, networks and volumes compose `project` still has ("kind name" each)."""
+        label = f"label=com.docker.compose.project={project}"
+        found = []
+        for kind, command in (
+            ("container", ["ps", "--all", "--filter", label, "--format", "{{.Names}}"]),
+            ("network", ["network", "ls", "--filter", label, "--format", "{{.Name}}"]),
+            ("volume", ["volume", "ls", "--filter", label, "--format", "{{.Name}}"]),
+        ):
+            found += [f"{kind} {name}" for name in self.run(*command).split()]
+        return found
+
+
+def require_docker(timeout: float = 30.0) -> Docker:
+    """The docker CLI, once its daemon answers.
+
+    Raises DockerError naming what is missing: docker itself (and the package to install), or
+    a daemon that does not answer (and how to start one).
+    """
+    executable = shutil.which("docker")
+    if executable is None:
+        raise DockerError(
+            f"docker is not on PATH: {_INSTALL_DOCKER}, or use --dry-run to only write the files"
+        )
+    probe = _run([executable, "version", "--format", "{{.Server.Version}}"], timeout)
+    server = probe.stdout.strip()
+    if probe.returncode != 0 or not server:
+        raise DockerError(
+            f"the Docker daemon does not answer (`docker version`: "
+            f"{_tail(probe.stderr or probe.stdout, 3) or 'no server version'}): {_START_DAEMON}"
+        )
+    return Docker(executable, server)
+
+
+@dataclass(frozen=True)
+class ComposeTool:
+    """How to run Compose here: `docker compose` (v2) or `docker-compose` (v1)."""
+
+    command: tuple[str, ...]
+    version: str
+
+    @property
+    def major(self) -> int:
+        return 1 if self.command[-1].endswith("docker-compose") else 2
+
+    @property
+    def program(self) -> str:
+        return "docker-compose" if self.major == 1 else "docker compose"
+
+    def describe(self) -> str:
+        """E.g. "Compose v1 (docker-compose 1.29.2)"."""
+        return f"Compose v{self.major} ({self.program} {self.version})"
+
+
+def _compose_version(command: list[str], timeout: float) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    probe = _run([*command, "version"], timeout)
+    if probe.returncode != 0:
+        return None
+    match = _VERSION.search(probe.stdout)
+    return match[1] if match else probe.stdout.strip() or "unknown"
+
+
+def find_compose(docker: Docker, timeout: float = 30.0) -> ComposeTool:
+    """Compose v2 when the plugin answers, else v1. Raises DockerError when neither does."""
+    for command in ([docker.executable, "compose"], ["docker-compose"]):
+        version = _compose_version(command, timeout)
+        if version is not None:
+            resolved = shutil.which(command[0]) or command[0]
+            return ComposeTool((resolved, *command[1:]), version)
+    raise DockerError(
+        f"neither `docker compose` (Compose v2) nor `docker-compose` (Compose v1) runs here: "
+        f"{_INSTALL_COMPOSE}"
+    )
+
+
+def require_compose(timeout: float = 30.0) -> tuple[Docker, ComposeTool]:
+    """Docker with a daemon that answers, and a Compose to drive it (see require_docker)."""
+    docker = require_docker(timeout)
+    return docker, find_compose(docker, timeout)
 
 
 @dataclass(frozen=True)
 class Compose:
-    """One compose project: `docker compose -p NAME -f FILE ...`."""
+    """One compose project: `docker compose -p NAME -f FILE ...` (or `docker-compose ...`)."""
 
-    docker: str
+    tool: ComposeTool
     compose_file: Path
     project_name: str
 
     def _command(self, *args: str) -> list[str]:
         file = str(self.compose_file)
-        return [self.docker, "compose", "-p", self.project_name, "-f", file, *args]
+        return [*self.tool.command, "-p", self.project_name, "-f", file, *args]
 
     def run(self, *args: str, timeout: float = 600.0) -> str:
         """Run a compose subcommand; its stdout. Raises DockerError with stderr's tail."""
-        command = self._command(*args)
-        try:
-            result = subprocess.run(
-                command,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-                cwd=self.compose_file.parent,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise DockerError(f"`{' '.join(command)}` did not finish: {exc}") from None
+        result = _run(self._command(*args), timeout, cwd=self.compose_file.parent)
         if result.returncode != 0:
             raise DockerError(
-                f"`docker compose {' '.join(args)}` failed (exit {result.returncode}):\n"
+                f"`{self.tool.program} {' '.join(args)}` failed (exit {result.returncode}):\n"
                 f"{_tail(result.stderr or result.stdout)}"
             )
         return result.stdout
 
-    def up(self, timeout: float = 3600.0) -> None:
-        """`up -d`: pulls the image if needed, starts the service in the background. The first
-        pull of a TF Serving GPU image is several GB, hence the generous timeout."""
+    def up(self, timeout: float = 600.0) -> None:
+        """`up -d`: starts the service in the background (its image already here)."""
         self.run("up", "-d", timeout=timeout)
 
     def down(self, timeout: float = 120.0) -> None:
-        self.run("down", timeout=timeout)
+        """`down`: the containers, the project's network and its anonymous volumes removed."""
+        self.run("down", "--volumes", "--remove-orphans", timeout=timeout)
 
     def logs(self, tail: int = 50) -> str:
         """The last `tail` log lines of every service; a note instead when they cannot be had."""
@@ -99,10 +259,3 @@ class Compose:
             return self.run("logs", "--no-color", "--tail", str(tail), timeout=60.0)
         except DockerError as exc:
             return f"(no logs: {exc})"
-
-    def states(self) -> dict[str, str]:
-        """Each service's container state ("running", "exited", "restarting", ...)."""
-        out = self.run("ps", "--all", "--format", "json", timeout=60.0).strip()
-        # Compose v2 printed one JSON array; newer releases print one object per line.
-        rows = json.loads(out) if out.startswith("[") else [json.loads(x) for x in out.splitlines()]
-        return {str(r.get("Service", "")): str(r.get("State", "")).lower() for r in rows}

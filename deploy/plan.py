@@ -72,6 +72,15 @@ class ServingPlan(JsonResult):
     def warnings(self) -> tuple[str, ...]:
         return self.image_report.warnings
 
+    def args_with_ports(self, grpc_port: int, rest_port: int) -> tuple[str, ...]:
+        """The flags with TF Serving listening on these ports instead of the image's (for a
+        container on the host's network, where nothing maps them)."""
+        ports = {"--port": grpc_port, "--rest_api_port": rest_port}
+        return tuple(
+            f"{name}={ports[name]}" if (name := arg.partition("=")[0]) in ports else arg
+            for arg in self.args
+        )
+
 
 def _config_flag(name: str, file_name: str) -> str:
     return f"--{name}={CONTAINER_CONFIG_DIR / file_name}"

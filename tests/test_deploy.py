@@ -2,9 +2,10 @@
 
 A real MLP is exported first; every test runs the CLI as users do and parses what it wrote:
 compose.yaml and the manifests with pyyaml, models.config with TF Serving's own proto. Where
-docker would run, a stand-in `docker` on PATH records its arguments (this machine has no engine),
-and the wait is real: GetModelStatus against the embedded graph server on loopback. The tests
-marked `docker` bring TF Serving up for real where an engine runs.
+docker would run, a stand-in `docker` on PATH records its arguments (these tests need no
+engine), and the wait is real: GetModelStatus against the embedded graph server on loopback. The
+tests marked `docker` here check the files with Compose as installed; tests/test_containers.py
+runs every deployment for real.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,6 +186,35 @@ def test_tfserving_host_option_publishes_elsewhere(base: Path, tmp_path: Path) -
     ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
               "--host", "0.0.0.0"))  # fmt: skip
     assert load_compose(project)["ports"] == ["0.0.0.0:8500:8500", "0.0.0.0:8501:8501"]
+
+
+def test_host_network_serves_on_the_chosen_ports_and_publishes_nothing(
+    base: Path, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    report = summary(deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                            "--dry-run", "--network", "host", "--grpc-port", "9100",
+                            "--rest-port", "9101", "--output", "json"))  # fmt: skip
+    service = load_compose(project)
+    assert service["network_mode"] == "host" and "ports" not in service
+    command = flags(service["command"])
+    assert (command["port"], command["rest_api_port"]) == ("9100", "9101")
+    assert "/dev/tcp/127.0.0.1/9101 " in service["healthcheck"]["test"][-1]
+    assert (report["network"], report["grpc"]) == ("host", "127.0.0.1:9100")
+
+    refused = deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                     "--dry-run", "--network", "host", "--host", "0.0.0.0")  # fmt: skip
+    assert refused.exit_code == 2
+    assert "with --network host nothing is published" in refused.stderr
+
+
+def test_the_project_name_is_kept_where_compose_v1_accepts_it(base: Path, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
+              "--name", "gs-named"))  # fmt: skip
+    document = yaml.safe_load((project / "compose.yaml").read_text())
+    assert "name" not in document  # docker-compose 1.29: "'name' does not match any of ..."
+    assert document["x-graphserve-project"] == "gs-named"
 
 
 def test_model_name_serves_one_model_with_flags_and_gpus_0_reserves_none(
@@ -363,10 +392,14 @@ import json, os, sys
 args = sys.argv[1:]
 with open({log!r}, "a") as f:
     f.write(json.dumps(args) + "\\n")
-if args[:2] == ["compose", "version"]:
+if args[:1] == ["version"]:
+    print("20.10.24")
+elif args[:2] == ["compose", "version"]:
     print("Docker Compose version v2.29.7")
-elif args[5:6] == ["ps"]:
-    print(json.dumps({{"Service": "tfserving", "State": os.environ.get("FAKE_STATE", "running")}}))
+elif args[:1] == ["ps"] and "--quiet" in args:
+    print("c0ffee")
+elif args[:1] == ["inspect"]:
+    print("tfserving\\t" + os.environ.get("FAKE_STATE", "running") + "\\t1\\t0")
 elif args[5:6] == ["logs"]:
     print("tfserving-1  | fake TF Serving log: Loading servable mlp")
 """
@@ -411,11 +444,17 @@ def test_up_waits_for_available_then_down(
     assert [s["state"] for s in report["status"]["mlp"]] == ["AVAILABLE"]
     compose_file = str(project / "compose.yaml")
     calls = docker_calls(fake_docker)
-    assert calls[0] == ["compose", "version"]
+    assert calls[:2] == [["version", "--format", "{{.Server.Version}}"], ["compose", "version"]]
     assert ["compose", "-p", "gs-test", "-f", compose_file, "up", "-d"] in calls
+    assert report["compose"] == "Compose v2 (docker compose 2.29.7)"
+    assert "using Compose v2 (docker compose 2.29.7) with Docker Engine 20.10.24" in result.stderr
 
-    ok(deploy("down", "--project-dir", project))
-    assert docker_calls(fake_docker)[-1] == ["compose", "-p", "gs-test", "-f", compose_file, "down"]
+    down = ok(deploy("down", "--project-dir", project))
+    calls = docker_calls(fake_docker)
+    assert ["compose", "-p", "gs-test", "-f", compose_file, "down", "--volumes",
+            "--remove-orphans"] in calls  # fmt: skip
+    assert calls[-1][:2] == ["volume", "ls"]  # and then nothing of it was left
+    assert "gs-test: down, no container, network or volume of it left" in down.stderr
 
 
 def test_not_available_in_time_exits_1_with_the_logs(
@@ -436,7 +475,7 @@ def test_an_exited_container_fails_before_the_timeout(
     result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
                     "--grpc-port", free_port(), "--timeout", "120")  # fmt: skip
     assert result.exit_code == 1
-    assert "the tfserving container is exited" in result.stderr
+    assert "the tfserving container exited with code 1" in result.stderr
 
 
 def test_wait_reads_model_status_over_grpc(graph_server: int) -> None:
@@ -594,6 +633,7 @@ def test_every_k8s_manifest_is_valid_for_the_kubernetes_schemas(
         pytest.param(["--gpus", "2", "--monitoring", "--batching"], id="gpus-monitoring-batching"),
         pytest.param(["--gpus", "all", "--host", "0.0.0.0", "--grpc-port", "9500"], id="all-gpus"),
         pytest.param(["--gpus", "0", "--name", "cpu-only"], id="no-gpu"),
+        pytest.param(["--gpus", "0", "--network", "host"], id="host-network"),
     ],
 )
 def test_every_compose_file_is_valid_for_the_compose_specification(
@@ -677,47 +717,22 @@ def test_deploy_help_and_a_dry_run_import_no_tensorflow(base: Path, tmp_path: Pa
 
 
 @pytest.mark.docker
-def test_docker_compose_accepts_the_generated_project(base: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("network", ["bridge", "host"])
+def test_compose_here_accepts_the_generated_project(
+    base: Path, tmp_path: Path, network: str
+) -> None:
+    """Compose as this machine has it (v2, else v1: Debian 12's docker-compose 1.29, which
+    refuses what v2 allows, such as a top-level `name:` or ports beside the host's network)."""
+    from graphserve.deploy.docker import require_compose
+
     project = tmp_path / "project"
     ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
-              "--monitoring"))  # fmt: skip
+              "--monitoring", "--network", network))  # fmt: skip
+    _, tool = require_compose()
     result = subprocess.run(
-        ["docker", "compose", "-f", str(project / "compose.yaml"), "config", "--quiet"],
+        [*tool.command, "-f", str(project / "compose.yaml"), "config", "--quiet"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-
-
-@pytest.mark.docker
-def test_tf_serving_in_docker_serves_the_export(base: Path, tmp_path: Path) -> None:
-    """The CPU build of the pinned release (no GPU here), brought up, waited for, predicted."""
-    import grpc
-    import numpy as np
-    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
-
-    from graphserve.core.codec import array_from_proto, array_to_proto
-
-    project = tmp_path / "project"
-    grpc_port, rest_port = free_port(), free_port()
-    image = DEFAULT_TFSERVING_IMAGE.removesuffix("-gpu")
-    name = f"gs-test-{uuid.uuid4().hex[:8]}"
-    try:
-        result = deploy("tfserving", "--model-base-path", base, "--project-dir", project,
-                        "--image", image, "--gpus", "0", "--name", name,
-                        "--grpc-port", grpc_port, "--rest-port", rest_port,
-                        "--timeout", "300", "--output", "json")  # fmt: skip
-        report = summary(result)
-        assert [s["state"] for s in report["status"]["mlp"]] == ["AVAILABLE"]
-        images = np.random.default_rng(0).random((2, 784), dtype=np.float32)
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = "mlp"
-        request.inputs["images"].CopyFrom(array_to_proto(images))
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-            response = stub.Predict(request, timeout=30)
-        assert array_from_proto(response.outputs["logits"]).shape == (2, 10)
-    finally:
-        if (project / "compose.yaml").exists():
-            deploy("down", "--project-dir", project)

@@ -93,20 +93,31 @@ def defaults(value: str) -> str:
 def test_dockerfile_builds_graph_and_eager_servers_from_this_project() -> None:
     stages = dockerfile_stages()
     assert list(stages)[-1] == "graph"  # the default target
-    assert {"base", "graph", "eager"} <= set(stages)
-    assert instruction(stages[""], "ARG") == ["PYTHON_IMAGE=python:3.11-slim"]
+    assert {"venv", "base", "graph", "eager", "tfserving-standin"} <= set(stages)
+    # The base made from Debian's packages (docker/build-images), no registry image.
+    assert instruction(stages[""], "ARG") == ["PYTHON_IMAGE=graphserve-base:bookworm-python3.11"]
+    assert instruction(stages["venv"], "FROM") == ["${PYTHON_IMAGE} AS venv"]
     assert instruction(stages["base"], "FROM") == ["${PYTHON_IMAGE} AS base"]
+    # No frontend to pull (`# syntax=`), nothing only BuildKit has: the classic builder, which
+    # Compose v1 and a docker CLI without buildx use, builds it too.
+    assert not DOCKERFILE.read_text().startswith("# syntax")
+    assert not any("--mount" in rest for rest in instruction(stages["venv"], "RUN"))
 
+    # The wheels fetched on the host, installed with --no-index: the build downloads nothing.
+    (install, graphserve) = instruction(stages["venv"], "RUN")
+    assert "--no-index --find-links /wheels" in install and "-c /wheels/constraints.txt" in install
+    assert "--no-index --no-deps --no-build-isolation /src" in graphserve
     # What the wheel is built from is copied in and let through the ignore file: graphserve/
     # and every package folder it links in (graphserve.exporter is exporter/, ...).
     linked = [p.name for p in (ROOT / "graphserve").iterdir() if p.is_symlink()]
     packages = ["graphserve", *linked]
     assert {"exporter", "serving", "loadtest", "deploy"} <= set(linked)
-    copied = {rest.split()[0] for rest in instruction(stages["base"], "COPY")}
-    assert set(packages) <= copied
-    allowed = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+    copied = {rest.split()[0] for rest in instruction(stages["venv"], "COPY")}
+    assert set(packages) | {"docker/wheels"} <= copied
+    allowed = (ROOT / ".dockerignore").read_text().splitlines()
     assert "**" in allowed and {f"!{p}/" for p in packages} <= set(allowed)
-    assert any("pip install --no-deps ." in r for r in instruction(stages["base"], "RUN"))
+    assert {"!docker/wheels/*.whl", "!docker/standin/"} <= set(allowed)
+    assert instruction(stages["base"], "COPY") == ["--from=venv /opt/graphserve /opt/graphserve"]
     assert instruction(stages["base"], "USER") == ["graphserve"]  # not root
     assert instruction(stages["base"], "EXPOSE") == ["8500 8501"]
 
@@ -119,44 +130,71 @@ def test_dockerfile_builds_graph_and_eager_servers_from_this_project() -> None:
         assert params["model_name"] == "mlp"
 
 
+def test_the_standin_keeps_tf_servings_image_contract() -> None:
+    """TF Serving's image: `tensorflow_model_server` on PATH, its entrypoint script, MODEL_NAME
+    and MODEL_BASE_PATH, ports 8500/8501; our graph server takes the flags as they are."""
+    standin = dockerfile_stages()["tfserving-standin"]
+    assert instruction(standin, "FROM") == ["base AS tfserving-standin"]
+    assert instruction(standin, "USER") == ["root"]  # as TF Serving's image runs
+    assert instruction(standin, "ENV") == ["MODEL_NAME=model MODEL_BASE_PATH=/models"]
+    assert json.loads(instruction(standin, "ENTRYPOINT")[0]) == [
+        "/usr/bin/tf_serving_entrypoint.sh"
+    ]
+    (copy,) = instruction(standin, "COPY")
+    assert copy.split()[-1] == "/usr/bin/"
+    scripts = DOCKER / "standin"
+    entrypoint = (scripts / "tf_serving_entrypoint.sh").read_text()
+    assert "tensorflow_model_server --port=8500 --rest_api_port=8501" in entrypoint
+    assert "--model_name=${MODEL_NAME} --model_base_path=${MODEL_BASE_PATH}/${MODEL_NAME}" in (
+        entrypoint
+    )
+    wrapper = (scripts / "tensorflow_model_server").read_text()
+    assert 'exec graphserve serve graph --host "${STANDIN_HOST:-0.0.0.0}" "$@"' in wrapper
+    # What the entrypoint runs, through the wrapper, parsed by the real CLI.
+    params = parse_cli([
+        "serve", "graph", "--host", "0.0.0.0", "--port=8500", "--rest_api_port=8501",
+        "--model_name=model", "--model_base_path=/models/model",
+    ]).params  # fmt: skip
+    assert params["model_name"] == "model"
+
+
 def test_embedded_compose_runs_both_servers_and_the_comparison() -> None:
     project = yaml.safe_load(EMBEDDED.read_text())
+    assert "name" not in project  # Compose v1 refuses a top-level name
     services: dict[str, Any] = project["services"]
-    stages = dockerfile_stages()
-    entrypoints = {
-        target: json.loads(instruction(stages[target], "ENTRYPOINT")[0])
-        for target in ("graph", "eager")
-    }
-    for name in ("graph", "eager", "compare"):
+    for name in ("graph", "eager"):
         build = services[name]["build"]
         assert (EMBEDDED.parent / build["context"]).resolve() == ROOT
         assert ROOT / build["dockerfile"] == DOCKERFILE
-    assert services["compare"]["build"]["target"] == "graph"
+        assert build["target"] == name
+        assert defaults(build["args"]["PYTHON_IMAGE"]) == "graphserve-base:bookworm-python3.11"
 
+    # On the host's network: nothing published, the servers bound to loopback.
     ports = {}
     for name in ("graph", "eager"):
         service = services[name]
-        assert service["build"]["target"] == name
-        published = [defaults(p) for p in service["ports"]]
-        assert all(p.startswith("127.0.0.1:") for p in published)  # loopback only
-        ports[name] = [p.split(":")[1] for p in published]
-        assert [p.split(":")[2] for p in published] == ["8500", "8501"]
-        argv = entrypoints[name][1:] + [defaults(a) for a in service["command"]]
+        assert service["network_mode"] == "host" and "ports" not in service
+        argv = service["entrypoint"][1:] + [defaults(a) for a in service["command"]]
+        assert service["entrypoint"][:3] == ["graphserve", "serve", name]
         params = parse_cli(argv).params
-        assert (params["grpc_port"], params["rest_port"]) == (8500, 8501)
+        assert params["host"] == "127.0.0.1"
         assert params["model_name"] == "mlp"
+        ports[name] = (params["grpc_port"], params["rest_port"])
+        probe = defaults(service["healthcheck"]["test"][-1])
+        assert f"('127.0.0.1', {params['grpc_port']})" in probe
     # Both arms up at once, on the ports the README's `loadtest compare` line uses.
-    assert ports == {"graph": ["8500", "8501"], "eager": ["9500", "9501"]}
+    assert ports == {"graph": (8500, 8501), "eager": (9500, 9501)}
 
     (volume,) = services["graph"]["volumes"]
     assert volume["target"] == "/models" and volume["read_only"] is True
     assert (EMBEDDED.parent / defaults(volume["source"])).resolve() == ROOT / "models"
     graph_command = [defaults(a) for a in services["graph"]["command"]]
-    graph_params = parse_cli(entrypoints["graph"][1:] + graph_command).params
+    graph_params = parse_cli(services["graph"]["entrypoint"][1:] + graph_command).params
     assert str(graph_params["model_base_path"]) == "/models/mlp"
     assert defaults(services["eager"]["command"][0]) == "examples:mlp"
 
     compare = services["compare"]
+    assert compare["network_mode"] == "host" and compare["image"] == "graphserve-graph:local"
     assert compare["profiles"] == ["compare"]  # not started by `up`
     assert {d: c["condition"] for d, c in compare["depends_on"].items()} == {
         "graph": "service_healthy",
@@ -164,16 +202,20 @@ def test_embedded_compose_runs_both_servers_and_the_comparison() -> None:
     }
     argv = compare["entrypoint"][1:] + [defaults(a) for a in compare["command"]]
     params = parse_cli(argv).params
-    assert (params["graph"], params["eager"]) == ("graph:8500", "eager:8500")
-    assert params["allow_remote"] is True
-    assert str(params["out"]) == compare["volumes"][0]["target"] == "/reports"
+    assert (params["graph"], params["eager"]) == ("127.0.0.1:8500", "127.0.0.1:9500")
+    assert params["allow_remote"] is False  # loopback: nothing to allow
+    assert str(params["out"]) == compare["volumes"][0].split(":")[-1] == "/reports"
 
 
 @pytest.mark.docker
 @pytest.mark.parametrize("compose_file", [COMPOSE, EMBEDDED], ids=lambda p: p.name)
-def test_docker_compose_accepts_the_file(compose_file: Path) -> None:
+def test_compose_here_accepts_the_file(compose_file: Path) -> None:
+    """Compose as this machine has it (v2, else v1: Debian 12's docker-compose 1.29)."""
+    from graphserve.deploy.docker import require_compose
+
+    _, tool = require_compose()
     result = subprocess.run(
-        ["docker", "compose", "-f", str(compose_file), "config", "--quiet"],
+        [*tool.command, "-f", str(compose_file), "config", "--quiet"],
         capture_output=True,
         text=True,
         check=False,

@@ -1,8 +1,9 @@
 """What containers cost here: `python -m bench.containers [--out bench] [--skip-cold]`.
 
-- Image builds: the base from Debian's packages (debootstrap + docker import) and the graph and
-  TF Serving stand-in targets, cold (the base's tag removed; the targets with --no-cache) and
-  cached (built again with nothing changed);
+- Image builds: the base from Debian's packages (debootstrap + docker import), the wheels (pip
+  download; cold still has pip's own cache), and the graph and TF Serving stand-in targets, cold
+  (the base's tag removed, the wheels deleted, the targets built with --no-cache) and cached
+  (built again with nothing changed);
 - `graphserve deploy tfserving --network host` with the stand-in: from the command to every
   model AVAILABLE, and `deploy down`;
 - the same mlp load (gRPC Predict, 1 and 16 users) against the graph server started on the host
@@ -49,18 +50,21 @@ def _build(target: str, tag: str, *, cold: bool) -> float:
 
 def image_builds(skip_cold: bool) -> dict[str, dict[str, float | None]]:
     env = {**os.environ, "PYTHON": sys.executable}
+    wheels = ROOT / "docker" / "wheels"
     builds: dict[str, dict[str, float | None]] = {}
-    cold_base = None
+    cold: dict[str, float | None] = {"base": None, "wheels": None}
     if not skip_cold:
         subprocess.run(["docker", "image", "rm", BASE], capture_output=True, check=False)
-        cold_base = _timed(["docker/build-images", "--no-standin"], env=env)  # base + wheels...
-        cold_base -= _build("graph", GRAPH, cold=False)  # ... less the (cached) graph rebuild
-        cold_base -= _build("eager", "graphserve-eager:local", cold=False)
-    cached_base = _timed(["docker/build-images", "--no-standin"], env=env)
-    builds["base (+ wheels present)"] = {"cold_s": cold_base, "cached_s": cached_base}
+        cold["base"] = _timed(["docker/build-images", "--only", "base"], env=env)
+        for stale in [*wheels.glob("*.whl"), *wheels.glob(".fetched-*")]:
+            stale.unlink()
+        cold["wheels"] = _timed(["docker/build-images", "--only", "wheels"], env=env)
+    for step in ("base", "wheels"):
+        cached = _timed(["docker/build-images", "--only", step], env=env)
+        builds[step] = {"cold_s": cold[step], "cached_s": cached}
     for target, tag in (("graph", GRAPH), ("tfserving-standin", STANDIN)):
-        cold = None if skip_cold else _build(target, tag, cold=True)
-        builds[target] = {"cold_s": cold, "cached_s": _build(target, tag, cold=False)}
+        cold_s = None if skip_cold else _build(target, tag, cold=True)
+        builds[target] = {"cold_s": cold_s, "cached_s": _build(target, tag, cold=False)}
     return builds
 
 
@@ -145,7 +149,8 @@ def render(results: dict[str, Any]) -> str:
         "| image build | cold | cached |",
         "| --- | ---: | ---: |",
     ]
-    lines += [f"| {k} | {s(v['cold_s'])} | {s(v['cached_s'])} |" for k, v in results["builds"].items()]
+    for what, times in results["builds"].items():
+        lines.append(f"| {what} | {s(times['cold_s'])} | {s(times['cached_s'])} |")
     deploy = results["deploy"]
     lines += [
         "",

@@ -15,7 +15,12 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
-from graphserve.core.console import progress, stderr
+from graphserve.core.console import (
+    default_tensorflow_log_level,
+    progress,
+    quiet_tensorflow,
+    stderr,
+)
 
 __all__ = ["app"]
 
@@ -183,6 +188,11 @@ def tfserving(
     from graphserve.deploy.compose import ComposeOptions
     from graphserve.deploy.plan import TFServingSpec, plan_serving
 
+    # Waiting imports TensorFlow (its protos and the stubs): without its start-up lines. A dry
+    # run imports it only for a SavedModel with no manifest, and then at the quiet level.
+    default_tensorflow_log_level()
+    if not dry_run:
+        quiet_tensorflow()
     gpu_count = _parse_gpus(gpus)
     spec = TFServingSpec(
         model_base_path=model_base_path,

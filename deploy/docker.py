@@ -232,12 +232,14 @@ class Compose:
     project_name: str
 
     def _command(self, *args: str) -> list[str]:
-        file = str(self.compose_file)
+        # Absolute: compose runs in the file's directory (where `./config` is), and a relative
+        # --project-dir would otherwise name the file twice over.
+        file = str(self.compose_file.resolve())
         return [*self.tool.command, "-p", self.project_name, "-f", file, *args]
 
     def run(self, *args: str, timeout: float = 600.0) -> str:
         """Run a compose subcommand; its stdout. Raises DockerError with stderr's tail."""
-        result = _run(self._command(*args), timeout, cwd=self.compose_file.parent)
+        result = _run(self._command(*args), timeout, cwd=self.compose_file.resolve().parent)
         if result.returncode != 0:
             raise DockerError(
                 f"`{self.tool.program} {' '.join(args)}` failed (exit {result.returncode}):\n"

@@ -335,7 +335,7 @@ def test_deploy_down_leaves_no_container_network_or_volume(
 
 
 def test_a_model_that_fails_to_load_exits_1_with_the_log_and_leaves_the_container(
-    base: Path, readable_dir: Path, tmp_path: Path
+    base: Path, readable_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broken = readable_dir / unique("broken")
     readable_copy(base / "mlp", broken / "mlp")
@@ -343,6 +343,8 @@ def test_a_model_that_fails_to_load_exits_1_with_the_log_and_leaves_the_containe
     (broken / "bad" / "1" / "saved_model.pb").write_bytes(b"not a SavedModel")
     make_readable(broken)
     deployment = new_deployment(broken, tmp_path)
+    monkeypatch.chdir(tmp_path)  # the default --project-dir is relative: .graphserve/deploy
+    deployment.project_dir = Path(".graphserve/deploy")
     try:
         result = deployment.deploy(timeout=240)
         assert result.exit_code == 1, result.output

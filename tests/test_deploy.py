@@ -457,6 +457,20 @@ def test_up_waits_for_available_then_down(
     assert "gs-test: down, no container, network or volume of it left" in down.stderr
 
 
+def test_a_relative_project_dir_is_handed_to_compose_whole(
+    base: Path,
+    tmp_path: Path,
+    fake_docker: Path,
+    graph_server: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ok(deploy("tfserving", "--model-base-path", base, "--grpc-port", graph_server,
+              "--timeout", "30"))  # the default --project-dir, .graphserve/deploy  # fmt: skip
+    up = next(c for c in docker_calls(fake_docker) if c[5:] == ["up", "-d"])
+    assert up[4] == str(tmp_path / ".graphserve" / "deploy" / "compose.yaml")
+
+
 def test_not_available_in_time_exits_1_with_the_logs(
     base: Path, tmp_path: Path, fake_docker: Path
 ) -> None:

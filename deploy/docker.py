@@ -60,6 +60,16 @@ def _run(
         raise DockerError(f"`{' '.join(command)}` did not finish: {exc}") from None
 
 
+def _checked(command: list[str], shown: str, timeout: float, cwd: Path | None = None) -> str:
+    """Run `command`; its stdout. Raises DockerError naming it as `shown`, with stderr's tail."""
+    result = _run(command, timeout, cwd)
+    if result.returncode != 0:
+        raise DockerError(
+            f"`{shown}` failed (exit {result.returncode}):\n{_tail(result.stderr or result.stdout)}"
+        )
+    return result.stdout
+
+
 @dataclass(frozen=True)
 class ContainerState:
     """A container as the engine sees it: "running", "restarting", "exited", ...; the last exit
@@ -97,13 +107,7 @@ class Docker:
 
     def run(self, *args: str, timeout: float = 120.0) -> str:
         """Run `docker ARGS`; its stdout. Raises DockerError with stderr's tail."""
-        result = _run([self.executable, *args], timeout)
-        if result.returncode != 0:
-            raise DockerError(
-                f"`docker {' '.join(args)}` failed (exit {result.returncode}):\n"
-                f"{_tail(result.stderr or result.stdout)}"
-            )
-        return result.stdout
+        return _checked([self.executable, *args], f"docker {' '.join(args)}", timeout)
 
     def has_image(self, image: str) -> bool:
         return _run([self.executable, "image", "inspect", image], 60.0).returncode == 0
@@ -239,13 +243,8 @@ class Compose:
 
     def run(self, *args: str, timeout: float = 600.0) -> str:
         """Run a compose subcommand; its stdout. Raises DockerError with stderr's tail."""
-        result = _run(self._command(*args), timeout, cwd=self.compose_file.resolve().parent)
-        if result.returncode != 0:
-            raise DockerError(
-                f"`{self.tool.program} {' '.join(args)}` failed (exit {result.returncode}):\n"
-                f"{_tail(result.stderr or result.stdout)}"
-            )
-        return result.stdout
+        shown = f"{self.tool.program} {' '.join(args)}"
+        return _checked(self._command(*args), shown, timeout, self.compose_file.resolve().parent)
 
     def up(self, timeout: float = 600.0) -> None:
         """`up -d`: starts the service in the background (its image already here)."""

@@ -68,9 +68,14 @@ def readable_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def make_readable(path: Path) -> None:
+    """`path` and everything below it readable by anyone (directories 0755, files 0644)."""
+    for item in [path, *path.rglob("*")]:
+        item.chmod(0o755 if item.is_dir() else 0o644)
+
+
 def readable_copy(source: Path, target: Path) -> Path:
-    """Copy `source` to `target`, readable by anyone (directories 0755, files 0644)."""
+    """Copy `source` to `target`, readable by anyone."""
     shutil.copytree(source, target)
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
+    make_readable(target)
     return target

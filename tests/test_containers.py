@@ -54,6 +54,7 @@ from tests.containers import (
     compose_tool,
     docker,
     images,
+    make_readable,
     readable_copy,
     readable_dir,
     unique,
@@ -68,11 +69,6 @@ runner = CliRunner()
 
 def cli(*args: object) -> Result:
     return runner.invoke(app, [str(a) for a in args])
-
-
-def make_readable(path: Path) -> None:
-    for item in [path, *path.rglob("*")]:
-        item.chmod(0o755 if item.is_dir() else 0o644)
 
 
 @dataclass

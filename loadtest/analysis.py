@@ -175,7 +175,7 @@ def _arm_step(run: RawRun, plan: Plan, step: int, arm: int) -> tuple[ArmStep, np
         windows=summaries,
         stable=stable,
         stability=Stability(last_windows=plan.min_windows, spread_pct=spread),
-        generator=generator_load(summaries),
+        generator=generator_load(summaries, _cpu_per_request(run, windows, summaries)),
         server=_server(run, step, arm, windows, int(mine.sum()), latency.mean),
         open_loop=_open_loop(plan, step, r, measured, duration),
     )
@@ -197,7 +197,21 @@ def _window(run: RawRun, phase: Mapping[str, Any], timed: np.ndarray) -> Window:
     )
 
 
-def generator_load(windows: Sequence[Window]) -> GeneratorLoad:
+def _cpu_per_request(
+    run: RawRun, phases: Sequence[Mapping[str, Any]], windows: Sequence[Window]
+) -> float | None:
+    """Microseconds of generator CPU (all its processes) per request, median over `windows`."""
+    costs = []
+    for phase, window in zip(phases, windows, strict=True):
+        cpu = run.cpu.get(phase["seq"], {})
+        if cpu and window.throughput_rps:
+            costs.append(sum(cpu.values()) / 100 / window.throughput_rps * 1e6)
+    return float(np.median(costs)) if costs else None
+
+
+def generator_load(
+    windows: Sequence[Window], cpu_us_per_request: float | None = None
+) -> GeneratorLoad:
     """Whether the load generator may have been the limit in `windows` (their
     `generator_cpu_pct`, the busiest locust process, and `machine_cpu_pct`, every CPU of the
     machine): bound when either reached its limit in some window; none measured is not bound.
@@ -215,7 +229,11 @@ def generator_load(windows: Sequence[Window]) -> GeneratorLoad:
             f"the machine's CPUs were {machine:.0f}% busy (limit {MACHINE_CPU_LIMIT_PCT:.0f}%)"
         )
     return GeneratorLoad(
-        cpu_pct=cpu, machine_cpu_pct=machine, bound=bool(reasons), reason="; ".join(reasons) or None
+        cpu_pct=cpu,
+        machine_cpu_pct=machine,
+        bound=bool(reasons),
+        reason="; ".join(reasons) or None,
+        cpu_us_per_request=cpu_us_per_request,
     )
 
 

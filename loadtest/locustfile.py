@@ -15,17 +15,13 @@ only loopback targets are accepted). The payload is built and encoded once per p
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gevent
-import grpc
-import grpc.experimental.gevent as grpc_gevent
 from locust import FastHttpUser, User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
@@ -33,12 +29,10 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from graphserve.core.client import JSON_HEADERS, GrpcClient, http_failure, rest_path
 from graphserve.core.errors import LoadTestError
+from graphserve.loadtest.grpcloop import Completed, Completions, LoopThread, RealLock, timed_call
 from graphserve.loadtest.metadata import fetch_specs
 from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
 from graphserve.loadtest.targets import check_loopback
-
-# grpc's own threads would block gevent's loop; this makes its I/O cooperative. Before any channel.
-grpc_gevent.init_gevent()
 
 logger = logging.getLogger("graphserve.loadtest")
 
@@ -153,18 +147,21 @@ class RequestBudget:
     """At most `limit` requests are sent (0: no limit); `on_spent` runs when the last one is done.
 
     Sending is gated before the request and quitting waits for its completion, so the run neither
-    overshoots the count nor cuts off requests still in flight.
+    overshoots the count nor cuts off requests still in flight. `take` is safe from any thread
+    (the gRPC users send from their own); `complete` runs on the hub, as a request listener.
     """
 
     def __init__(self, limit: int = 0, on_spent: Callable[[], object] | None = None) -> None:
         self.limit, self.sent, self.done = limit, 0, 0
         self._on_spent = on_spent
+        self._lock = RealLock()
 
     def take(self) -> bool:
-        if self.limit and self.sent >= self.limit:
-            return False
-        self.sent += 1
-        return True
+        with self._lock:
+            if self.limit and self.sent >= self.limit:
+                return False
+            self.sent += 1
+            return True
 
     def complete(self, **_: Any) -> None:
         self.done += 1
@@ -206,32 +203,23 @@ def _on_init(environment: Environment, **_: Any) -> None:
 # gRPC
 
 
-class RequestEventInterceptor(grpc.UnaryUnaryClientInterceptor):
-    """Reports every unary call to locust's `request` event: its time, size and error."""
+_completions: dict[int, Completions] = {}  # id(request event) -> its pump
 
-    def __init__(self, environment: Environment) -> None:
-        self._request_event = environment.events.request
 
-    def intercept_unary_unary(
-        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
-    ) -> Any:
-        start = time.perf_counter()
-        outcome = continuation(client_call_details, request)  # blocks until the call has ended
-        exception = outcome.exception()
-        self._request_event.fire(
-            request_type="grpc",
-            name=client_call_details.method.rsplit("/", 1)[-1],
-            response_time=(time.perf_counter() - start) * 1000,
-            response_length=0 if exception else len(outcome.result()),
-            response=None,
-            context={},
-            exception=exception,
-        )
-        return outcome
+def completions(environment: Environment) -> Completions:
+    """The process's pump of finished gRPC calls into `environment`'s request event."""
+    event = environment.events.request
+    if id(event) not in _completions:
+        _completions[id(event)] = Completions(event)
+    pump = _completions[id(event)]
+    pump.start()
+    return pump
 
 
 class GrpcPredictUser(User):
-    """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back."""
+    """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back,
+    from a real OS thread of its own over a channel of its own (loadtest/grpcloop.py says why):
+    the bytes go out as they are, the reply is not parsed, and the call alone is timed."""
 
     host = "127.0.0.1:8500"  # TF Serving's default gRPC port
     protocol = "grpc"
@@ -240,22 +228,26 @@ class GrpcPredictUser(User):
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self._request = encoded_request(self.protocol, self.host, LoadOptions.of(environment))
-        channel = grpc.insecure_channel(self.host)
-        intercepted = grpc.intercept_channel(channel, RequestEventInterceptor(environment))
-        self._client = GrpcClient(intercepted, timeout=_RPC_TIMEOUT_S, owns_channel=True)
-        # Raw: the bytes go out as they are and the reply is not parsed, which keeps the
-        # client's work per call to a minimum (the stub would re-serialize every request).
+        self._client = GrpcClient.connect(self.host, timeout=_RPC_TIMEOUT_S)
         self._predict = self._client.raw("Predict")
+        self._completions = completions(environment)
+        self._loop = LoopThread(self._send)
 
     @task
     def predict(self) -> None:
+        self._loop.start().watch()  # until the budget is spent or the user stops
+        raise StopUser()
+
+    def _send(self) -> bool:
         if not _budget.take():
-            raise StopUser()
-        # A failed call is already reported by the interceptor; the user goes on.
-        with contextlib.suppress(grpc.RpcError):
-            self._predict(self._request, timeout=_RPC_TIMEOUT_S)
+            return False
+        start, ms, length, error = timed_call(self._predict, self._request, _RPC_TIMEOUT_S)
+        # A failed call is reported like any other; the user goes on.
+        self._completions.put(Completed("Predict", start, ms, length, error, {}))
+        return True
 
     def on_stop(self) -> None:
+        self._loop.join(_RPC_TIMEOUT_S)  # the call in flight ends before its channel closes
         self._client.close()
 
 

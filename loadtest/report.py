@@ -741,9 +741,11 @@ def _concerns(arm: ArmStep) -> list[tuple[str, str]]:
 
 
 def _generator(generator: GeneratorLoad) -> str:
+    cost = generator.cpu_us_per_request
+    spent = f" ({cost:.0f} µs CPU/request)" if cost is not None else ""
     if generator.bound:
-        return f"bound: {generator.reason or 'no reason given'}"
-    return "ok"
+        return f"bound: {generator.reason or 'no reason given'}{spent}"
+    return f"ok{spent}"
 
 
 def _breakdown(server: ServerBreakdown | None) -> str:

@@ -141,6 +141,9 @@ class GeneratorLoad(_Model):
     machine_cpu_pct: float | None = None  # older /2 reports did not measure it
     bound: bool
     reason: str | None
+    # The generator's own CPU per request (every locust process), median over the windows: what
+    # sending, timing and recording one request cost the client side (older reports: absent).
+    cpu_us_per_request: float | None = None
 
 
 class Breakdown(_Model):

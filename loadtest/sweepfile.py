@@ -49,8 +49,6 @@ from typing import Any
 
 import gevent
 import gevent.event
-import grpc
-import grpc.experimental.gevent as grpc_gevent
 import numpy as np
 import psutil
 from locust import LoadTestShape, User, constant, events, task
@@ -61,15 +59,23 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from graphserve import __version__
 from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text, http_failure
 from graphserve.core.errors import RemoteTargetError
+from graphserve.loadtest.grpcloop import (
+    Completed,
+    Completions,
+    LoopThread,
+    RealLock,
+    real_sleep,
+    timed_call,
+)
 from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
 from graphserve.loadtest.results import Window
 from graphserve.loadtest.scrape import scrape
 from graphserve.loadtest.stats import stability, window_summary
 from graphserve.loadtest.targets import check_loopback
 
-grpc_gevent.init_gevent()  # grpc's I/O must cooperate with gevent; before any channel
-
 _FLUSH_S = 0.5
+_IDLE_S = 0.005  # how often an idle gRPC thread looks for a phase that names an arm
+_POLL_S = 0.002  # the longest a gRPC thread sleeps towards an arrival before looking again
 _JSON = dict(JSON_HEADERS)
 # A worker given this in its environment may load targets off its own machine, when the
 # master's plan allows them too (`graphserve loadtest worker --allow-remote`).
@@ -132,12 +138,18 @@ class Arrivals:
 
 
 class Local:
-    """This process's view: the current phase, its arrivals, and the requests recorded."""
+    """This process's view: the current phase, its arrivals, and the requests recorded.
+
+    The hub changes phases and records requests; the gRPC users' threads (loadtest/grpcloop.py)
+    read `current` and count what they send through the methods that take `lock`.
+    """
 
     def __init__(self) -> None:
         self.phase = Phase(seq=0, kind="idle", step=0, window=-1, arm=-1, rate=0.0, started=0.0)
         self.changed = gevent.event.Event()
         self.arrivals: Arrivals | None = None
+        self.current: tuple[Phase, Arrivals | None] = (self.phase, None)  # one atomic read
+        self.lock = RealLock()
         self.columns: dict[str, list[float]] = {k: [] for k in _COLUMNS}
         self.errors: Counter[tuple[int, int, str]] = Counter()  # (arm, seq, message)
         self.in_flight: Counter[int] = Counter()  # seq -> requests not yet answered
@@ -170,6 +182,7 @@ class Local:
     def _arrive(self, phase: Phase) -> None:
         poisson = PLAN.arrivals == "poisson"
         self.arrivals = Arrivals(phase, poisson, PLAN.seed) if PLAN.mode == "open" else None
+        self.current = (phase, self.arrivals)
         self.changed.set()
         self.changed = gevent.event.Event()
 
@@ -177,10 +190,38 @@ class Local:
         """The whole request budget has been sent (reservations do not count)."""
         return bool(self.budget) and self.sent >= self.budget
 
+    def reserve(self) -> bool:
+        """Commit to one more request, unless the budget is all reserved."""
+        with self.lock:
+            if self.budget and self.reserved >= self.budget:
+                return False
+            self.reserved += 1
+            return True
+
+    def unreserve(self) -> None:
+        with self.lock:
+            self.reserved -= 1
+
+    def arrival(self, arrivals: Arrivals) -> float:
+        with self.lock:
+            return arrivals.take()
+
+    def begin(self, seq: int) -> None:
+        """A request of phase `seq` goes out now."""
+        with self.lock:
+            self.sent += 1
+            self.in_flight[seq] += 1
+
+    def end(self, seq: int) -> None:
+        """A request of phase `seq` has been answered and recorded."""
+        with self.lock:
+            self.in_flight[seq] -= 1
+
     def done_through(self) -> int:
         """The highest phase seq whose requests have all been answered here."""
         current = self.phase.seq
-        busy = [seq for seq, n in self.in_flight.items() if n > 0]
+        with self.lock:
+            busy = [seq for seq, n in self.in_flight.items() if n > 0]
         done = min(busy) - 1 if busy else current
         return done if self.phase.arm < 0 or busy else current - 1
 
@@ -233,25 +274,34 @@ def _on_request(
 # ---------------------------------------------------------------------------------------------
 # The user: one request at a time to the current phase's arm.
 
-_channels: dict[int, Any] = {}
+_completions: Completions | None = None
 
 
-def _grpc_call(arm: int) -> Any:
-    """One channel per arm per process (gRPC multiplexes the users' calls over it)."""
-    if arm not in _channels:
-        client = GrpcClient.connect(PLAN.arms[arm].target, max_message_bytes=-1)
-        _channels[arm] = client.raw("Predict")  # bytes in, bytes out: nothing parsed
-    return _channels[arm]
+def _pump(environment: Environment) -> Completions:
+    """The process's pump of the gRPC threads' finished calls into locust's request event."""
+    global _completions
+    if _completions is None:
+        _completions = Completions(environment.events.request)
+    _completions.start()
+    return _completions
 
 
 class SweepUser(User):
-    """Sends the plan's request to whichever arm the current phase names."""
+    """Sends the plan's request to whichever arm the current phase names.
+
+    Over gRPC the user's requests go out from a real OS thread of its own, one channel per arm
+    (loadtest/grpcloop.py says why); over REST from the user's greenlet.
+    """
 
     wait_time = constant(0)
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         self._sessions: dict[int, FastHttpSession] = {}
+        self._clients: dict[int, GrpcClient] = {}
+        self._calls: dict[int, Any] = {}
+        self._loop: LoopThread | None = None
+        self._completions = _pump(environment)
 
     @task
     def send(self) -> None:
@@ -259,43 +309,65 @@ class SweepUser(User):
         if phase.arm < 0 or (local.budget and local.reserved >= local.budget):
             local.changed.wait(timeout=0.25)
             return
-        local.reserved += 1  # taken before waiting for an arrival, so users never overshoot
+        if PLAN.protocol == "grpc":
+            self._loop = LoopThread(self._grpc_step).start()
+            self._loop.watch()  # until the user stops
+            return
+        if not local.reserve():
+            return
         lag_ms = 0.0
         if local.arrivals is not None:
-            due = local.arrivals.take()
+            due = local.arrival(local.arrivals)
             delay = due - time.time()
             if delay > 0 and local.changed.wait(timeout=delay):
-                local.reserved -= 1  # the phase changed first: this arrival belongs to no phase
+                local.unreserve()  # the phase changed first: this arrival belongs to no phase
                 return
             lag_ms = max(0.0, (time.time() - due) * 1000)
-        local.sent += 1
-        local.in_flight[phase.seq] += 1
+        local.begin(phase.seq)
         try:
-            if PLAN.protocol == "grpc":
-                self._grpc(phase, lag_ms)
-            else:
-                self._rest(phase, lag_ms)
+            self._rest(phase, lag_ms)
         finally:
-            local.in_flight[phase.seq] -= 1
+            local.end(phase.seq)
 
-    def _grpc(self, phase: Phase, lag_ms: float) -> None:
-        start, t0 = time.time(), time.perf_counter()
-        exception: Exception | None = None
-        length = 0
-        try:
-            length = len(_grpc_call(phase.arm)(BODY, timeout=PLAN.request_timeout_s))
-        except grpc.RpcError as exc:
-            exception = exc
-        self.environment.events.request.fire(
-            request_type="grpc",
-            name=PLAN.arms[phase.arm].name,
-            response_time=(time.perf_counter() - t0) * 1000,
-            response_length=length,
-            response=None,
-            context={"graphserve": (phase.arm, phase.seq, lag_ms)},
-            exception=exception,
-            start_time=start,
+    def on_stop(self) -> None:
+        if self._loop is not None:
+            self._loop.join(PLAN.request_timeout_s)  # the call in flight ends before its channel
+        for client in self._clients.values():
+            client.close()
+
+    # -- gRPC, on this user's thread
+
+    def _grpc_step(self) -> bool:
+        phase, arrivals = local.current
+        if phase.arm < 0 or not local.reserve():
+            real_sleep(_IDLE_S)
+            return True
+        lag_ms = 0.0
+        if arrivals is not None:
+            due = local.arrival(arrivals)
+            while (delay := due - time.time()) > 0:
+                if local.current[1] is not arrivals:
+                    local.unreserve()  # the phase changed first: this arrival belongs to no phase
+                    return True
+                real_sleep(min(delay, _POLL_S))
+            lag_ms = max(0.0, (time.time() - due) * 1000)
+        local.begin(phase.seq)
+        start, ms, length, error = timed_call(
+            self._grpc_call(phase.arm), BODY, PLAN.request_timeout_s
         )
+        tag = {"graphserve": (phase.arm, phase.seq, lag_ms)}
+        name = PLAN.arms[phase.arm].name
+        after = lambda: local.end(phase.seq)  # noqa: E731  # on the hub, once recorded
+        self._completions.put(Completed(name, start, ms, length, error, tag, after))
+        return True
+
+    def _grpc_call(self, arm: int) -> Any:
+        """This user's channel to `arm` (a channel shared by threads would serialize them)."""
+        if arm not in self._calls:
+            client = GrpcClient.connect(PLAN.arms[arm].target, max_message_bytes=-1)
+            self._clients[arm] = client
+            self._calls[arm] = client.raw("Predict")  # bytes in, bytes out: nothing parsed
+        return self._calls[arm]
 
     def _rest(self, phase: Phase, lag_ms: float) -> None:
         session = self._sessions.get(phase.arm)

@@ -1,0 +1,163 @@
+"""gRPC load from real OS threads inside a locust process.
+
+gevent's gRPC integration (`grpc.experimental.gevent.init_gevent`) runs every call's I/O through
+the gevent hub. Measured on this project's machine against Triton's perf_analyzer on the same
+server (bench/README.md, "The generator"), it added 0.2-0.5 ms to each call at one user and about
+a third more CPU per request. So each gRPC user here owns one real OS thread and one channel: the
+thread runs the user's request loop with grpc's plain blocking call, which waits in C with the GIL
+released, and times the call around nothing else. The users' greenlets only start, watch and stop
+their threads.
+
+Locust still sees every request: the threads hand their finished calls to one greenlet per
+process (`Completions`), which fires locust's `request` event for each on the hub, in order, a few
+milliseconds later. Everything that listens to that event (locust's stats, CSV and web UI, our
+recorders, plugins) runs on the hub as before and needs no lock.
+
+Nothing in a process that uses this module may call `init_gevent()`: grpc would then route these
+threads' calls through the hub too.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import grpc
+from gevent.monkey import get_original
+
+__all__ = ["Completed", "Completions", "LoopThread", "RealLock", "real_sleep"]
+
+# Locust monkey-patches threading and time: these are the originals, which block one OS thread.
+_start_new_thread = get_original("_thread", "start_new_thread")
+RealLock: Callable[[], Any] = get_original("_thread", "allocate_lock")
+real_sleep: Callable[[float], None] = get_original("time", "sleep")
+
+_PUMP_S = 0.005  # how often finished calls are fired as locust events
+_WATCH_S = 0.05  # how often a user's greenlet looks at its thread
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """One finished call, as locust's `request` event takes it."""
+
+    name: str
+    start_time: float  # time.time() at the send
+    response_time_ms: float
+    response_length: int
+    exception: BaseException | None
+    context: dict[str, Any]
+    after: Callable[[], None] | None = None  # runs on the hub right after the event
+
+
+class Completions:
+    """Finished calls from any thread, fired on the hub as `request_event` (one per process and
+    event hook). A deque's append and popleft are atomic, so threads never wait on the hub."""
+
+    def __init__(self, request_event: Any, request_type: str = "grpc") -> None:
+        self._event = request_event
+        self._type = request_type
+        self._items: collections.deque[Completed] = collections.deque()
+        self._pump: gevent.Greenlet | None = None
+
+    def put(self, item: Completed) -> None:
+        self._items.append(item)
+
+    def start(self) -> None:
+        """Start the pump greenlet (once; from the hub)."""
+        if self._pump is None or self._pump.dead:
+            self._pump = gevent.spawn(self._pump_forever)
+
+    def pump(self) -> int:
+        """Fire every call finished so far; returns how many."""
+        fired = 0
+        while self._items:
+            item = self._items.popleft()
+            self._event.fire(
+                request_type=self._type,
+                name=item.name,
+                response_time=item.response_time_ms,
+                response_length=item.response_length,
+                response=None,
+                context=item.context,
+                exception=item.exception,
+                start_time=item.start_time,
+            )
+            if item.after is not None:
+                item.after()
+            fired += 1
+        return fired
+
+    def _pump_forever(self) -> None:
+        while True:
+            gevent.sleep(_PUMP_S)
+            self.pump()
+
+
+def timed_call(
+    call: Callable[..., bytes], body: bytes, timeout: float
+) -> tuple[float, float, int, BaseException | None]:
+    """One blocking call: (time.time() at the send, milliseconds, reply bytes, the RpcError)."""
+    start, t0 = time.time(), time.perf_counter()
+    try:
+        length = len(call(body, timeout=timeout))
+        error: BaseException | None = None
+    except grpc.RpcError as exc:
+        length, error = 0, exc
+    return start, (time.perf_counter() - t0) * 1000, length, error
+
+
+class LoopThread:
+    """Runs `step()` again and again on a real OS thread until `stop()` or until `step` returns
+    False. `watch()` (from a user's greenlet) waits for the end without blocking the hub and
+    raises what the thread raised; a greenlet killed while watching stops the thread, which
+    finishes the call it is in first."""
+
+    def __init__(self, step: Callable[[], bool]) -> None:
+        self._step = step
+        self._stopping = False
+        self._started = False
+        self._finished = False
+        self._error: BaseException | None = None
+
+    def start(self) -> LoopThread:
+        self._started = True
+        _start_new_thread(self._run, ())
+        return self
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def watch(self) -> None:
+        try:
+            while not self._finished:
+                gevent.sleep(_WATCH_S)
+        finally:
+            self.stop()
+        if self._error is not None:
+            raise self._error
+
+    def join(self, timeout_s: float) -> bool:
+        """Stop the thread and wait (from a greenlet) until it has ended; False on the timeout.
+        A thread never started has ended."""
+        self.stop()
+        deadline = time.monotonic() + timeout_s
+        while self._started and not self._finished and time.monotonic() < deadline:
+            gevent.sleep(0.005)
+        return self._finished or not self._started
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping and self._step():
+                pass
+        except BaseException as exc:  # handed to the greenlet, which raises it where locust sees it
+            self._error = exc
+        finally:
+            self._finished = True

@@ -22,16 +22,24 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-from locust import FastHttpUser, User, constant, events, task
+from locust import User, constant, events, task
 from locust.env import Environment
 from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-from graphserve.core.client import JSON_HEADERS, GrpcClient, http_failure, rest_path
+from graphserve.core.client import JSON_HEADERS, GrpcClient, rest_path
 from graphserve.core.errors import LoadTestError
-from graphserve.loadtest.grpcloop import Completed, Completions, LoopThread, RealLock, timed_call
 from graphserve.loadtest.metadata import fetch_specs
 from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
+from graphserve.loadtest.senders import (
+    Completed,
+    Completions,
+    HttpSender,
+    LoopThread,
+    RealLock,
+    timed_call,
+    timed_post,
+)
 from graphserve.loadtest.targets import check_loopback
 
 logger = logging.getLogger("graphserve.loadtest")
@@ -203,22 +211,22 @@ def _on_init(environment: Environment, **_: Any) -> None:
 # gRPC
 
 
-_completions: dict[int, Completions] = {}  # id(request event) -> its pump
+_completions: dict[tuple[int, str], Completions] = {}  # (id(request event), type) -> pump
 
 
-def completions(environment: Environment) -> Completions:
-    """The process's pump of finished gRPC calls into `environment`'s request event."""
-    event = environment.events.request
-    if id(event) not in _completions:
-        _completions[id(event)] = Completions(event)
-    pump = _completions[id(event)]
+def completions(environment: Environment, request_type: str = "grpc") -> Completions:
+    """The process's pump of finished requests into `environment`'s request event."""
+    key = (id(environment.events.request), request_type)
+    if key not in _completions:
+        _completions[key] = Completions(environment.events.request, request_type)
+    pump = _completions[key]
     pump.start()
     return pump
 
 
 class GrpcPredictUser(User):
     """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back,
-    from a real OS thread of its own over a channel of its own (loadtest/grpcloop.py says why):
+    from a real OS thread of its own over a channel of its own (loadtest/senders.py says why):
     the bytes go out as they are, the reply is not parsed, and the call alone is timed."""
 
     host = "127.0.0.1:8500"  # TF Serving's default gRPC port
@@ -255,31 +263,35 @@ class GrpcPredictUser(User):
 # REST
 
 
-class RestPredictUser(FastHttpUser):
-    """POSTs one pre-encoded JSON body to `/v1/models/NAME:predict`; anything but 200 fails."""
+class RestPredictUser(User):
+    """POSTs one pre-encoded JSON body to `/v1/models/NAME:predict` over a keep-alive connection,
+    from a real OS thread of its own (loadtest/senders.py says why); anything but 200 fails."""
 
     host = "http://127.0.0.1:8501"  # TF Serving's default REST port
     protocol = "rest"
     wait_time = constant(0)
-    network_timeout = _RPC_TIMEOUT_S
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         options = LoadOptions.of(environment)
-        self._body = encoded_request(self.protocol, self.host, options)
-        self._path = rest_path(options.model_name, "predict")
-        self._headers = dict(JSON_HEADERS)
+        body = encoded_request(self.protocol, self.host, options)
+        path = rest_path(options.model_name, "predict")
+        self._sender = HttpSender(self.host, path, body, JSON_HEADERS, _RPC_TIMEOUT_S)
+        self._completions = completions(environment, "POST")
+        self._loop = LoopThread(self._send)
 
     @task
     def predict(self) -> None:
+        self._loop.start().watch()  # until the budget is spent or the user stops
+        raise StopUser()
+
+    def _send(self) -> bool:
         if not _budget.take():
-            raise StopUser()
-        with self.client.post(
-            self._path,
-            data=self._body,  # type: ignore[arg-type]  # bytes are sent as they are
-            headers=self._headers,
-            name="Predict",
-            catch_response=True,
-        ) as response:
-            if response.status_code != 200:
-                response.failure(http_failure(response.status_code, response.text or ""))
+            return False
+        start, ms, length, error = timed_post(self._sender)
+        self._completions.put(Completed("Predict", start, ms, length, error, {}))
+        return True
+
+    def on_stop(self) -> None:
+        self._loop.join(_RPC_TIMEOUT_S)  # the request in flight ends before its connection
+        self._sender.close()

@@ -52,24 +52,25 @@ import gevent.event
 import numpy as np
 import psutil
 from locust import LoadTestShape, User, constant, events, task
-from locust.contrib.fasthttp import FastHttpSession
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from graphserve import __version__
-from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text, http_failure
+from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text
 from graphserve.core.errors import RemoteTargetError
-from graphserve.loadtest.grpcloop import (
+from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
+from graphserve.loadtest.results import Window
+from graphserve.loadtest.scrape import scrape
+from graphserve.loadtest.senders import (
     Completed,
     Completions,
+    HttpSender,
     LoopThread,
     RealLock,
     real_sleep,
     timed_call,
+    timed_post,
 )
-from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
-from graphserve.loadtest.results import Window
-from graphserve.loadtest.scrape import scrape
 from graphserve.loadtest.stats import stability, window_summary
 from graphserve.loadtest.targets import check_loopback
 
@@ -140,7 +141,7 @@ class Arrivals:
 class Local:
     """This process's view: the current phase, its arrivals, and the requests recorded.
 
-    The hub changes phases and records requests; the gRPC users' threads (loadtest/grpcloop.py)
+    The hub changes phases and records requests; the users' threads (loadtest/senders.py)
     read `current` and count what they send through the methods that take `lock`.
     """
 
@@ -278,66 +279,48 @@ _completions: Completions | None = None
 
 
 def _pump(environment: Environment) -> Completions:
-    """The process's pump of the gRPC threads' finished calls into locust's request event."""
+    """The process's pump of the users' finished requests into locust's request event."""
     global _completions
     if _completions is None:
-        _completions = Completions(environment.events.request)
+        kind = "grpc" if PLAN.protocol == "grpc" else "POST"  # locust's request_type
+        _completions = Completions(environment.events.request, kind)
     _completions.start()
     return _completions
 
 
 class SweepUser(User):
-    """Sends the plan's request to whichever arm the current phase names.
-
-    Over gRPC the user's requests go out from a real OS thread of its own, one channel per arm
-    (loadtest/grpcloop.py says why); over REST from the user's greenlet.
-    """
+    """Sends the plan's request to whichever arm the current phase names, from a real OS thread
+    of its own with a connection of its own per arm (loadtest/senders.py says why)."""
 
     wait_time = constant(0)
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
-        self._sessions: dict[int, FastHttpSession] = {}
-        self._clients: dict[int, GrpcClient] = {}
+        self._grpc: dict[int, GrpcClient] = {}
         self._calls: dict[int, Any] = {}
+        self._rest: dict[int, HttpSender] = {}
         self._loop: LoopThread | None = None
-        self._completions = _pump(environment)
 
     @task
     def send(self) -> None:
-        phase = local.phase
-        if phase.arm < 0 or (local.budget and local.reserved >= local.budget):
+        if local.phase.arm < 0:  # on a worker: no plan yet, or nothing to send to
             local.changed.wait(timeout=0.25)
             return
-        if PLAN.protocol == "grpc":
-            self._loop = LoopThread(self._grpc_step).start()
-            self._loop.watch()  # until the user stops
-            return
-        if not local.reserve():
-            return
-        lag_ms = 0.0
-        if local.arrivals is not None:
-            due = local.arrival(local.arrivals)
-            delay = due - time.time()
-            if delay > 0 and local.changed.wait(timeout=delay):
-                local.unreserve()  # the phase changed first: this arrival belongs to no phase
-                return
-            lag_ms = max(0.0, (time.time() - due) * 1000)
-        local.begin(phase.seq)
-        try:
-            self._rest(phase, lag_ms)
-        finally:
-            local.end(phase.seq)
+        self._completions = _pump(self.environment)
+        self._loop = LoopThread(self._step).start()
+        self._loop.watch()  # until the user stops
 
     def on_stop(self) -> None:
-        if self._loop is not None:
-            self._loop.join(PLAN.request_timeout_s)  # the call in flight ends before its channel
-        for client in self._clients.values():
+        if self._loop is not None:  # the request in flight ends before its connection
+            self._loop.join(PLAN.request_timeout_s)
+        for client in self._grpc.values():
             client.close()
+        for connection in self._rest.values():
+            connection.close()
 
-    # -- gRPC, on this user's thread
+    # -- on this user's thread
 
-    def _grpc_step(self) -> bool:
+    def _step(self) -> bool:
         phase, arrivals = local.current
         if phase.arm < 0 or not local.reserve():
             real_sleep(_IDLE_S)
@@ -352,9 +335,12 @@ class SweepUser(User):
                 real_sleep(min(delay, _POLL_S))
             lag_ms = max(0.0, (time.time() - due) * 1000)
         local.begin(phase.seq)
-        start, ms, length, error = timed_call(
-            self._grpc_call(phase.arm), BODY, PLAN.request_timeout_s
-        )
+        if PLAN.protocol == "grpc":
+            start, ms, length, error = timed_call(
+                self._grpc_call(phase.arm), BODY, PLAN.request_timeout_s
+            )
+        else:
+            start, ms, length, error = timed_post(self._rest_sender(phase.arm))
         tag = {"graphserve": (phase.arm, phase.seq, lag_ms)}
         name = PLAN.arms[phase.arm].name
         after = lambda: local.end(phase.seq)  # noqa: E731  # on the hub, once recorded
@@ -365,32 +351,15 @@ class SweepUser(User):
         """This user's channel to `arm` (a channel shared by threads would serialize them)."""
         if arm not in self._calls:
             client = GrpcClient.connect(PLAN.arms[arm].target, max_message_bytes=-1)
-            self._clients[arm] = client
+            self._grpc[arm] = client
             self._calls[arm] = client.raw("Predict")  # bytes in, bytes out: nothing parsed
         return self._calls[arm]
 
-    def _rest(self, phase: Phase, lag_ms: float) -> None:
-        session = self._sessions.get(phase.arm)
-        if session is None:
-            session = FastHttpSession(
-                base_url=PLAN.arms[phase.arm].target,
-                request_event=self.environment.events.request,
-                user=self,
-                network_timeout=PLAN.request_timeout_s,
-                connection_timeout=10.0,
-                max_retries=0,
-            )
-            self._sessions[phase.arm] = session
-        with session.post(
-            PLAN.rest_path,
-            data=BODY,  # type: ignore[arg-type]  # bytes go out as they are
-            headers=_JSON,
-            name=PLAN.arms[phase.arm].name,
-            context={"graphserve": (phase.arm, phase.seq, lag_ms)},
-            catch_response=True,
-        ) as response:
-            if response.status_code != 200:
-                response.failure(http_failure(response.status_code, response.text or ""))
+    def _rest_sender(self, arm: int) -> HttpSender:
+        if arm not in self._rest:
+            target, timeout = PLAN.arms[arm].target, PLAN.request_timeout_s
+            self._rest[arm] = HttpSender(target, PLAN.rest_path, BODY, _JSON, timeout)
+        return self._rest[arm]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,290 @@
+"""Load from real OS threads inside a locust process: the senders of our users.
+
+gevent's gRPC integration (`grpc.experimental.gevent.init_gevent`) runs every call's I/O through
+the gevent hub, and locust's FastHttpSession runs each request through greenlets, event hooks and
+a response wrapper. Measured on this project's machine against the field's reference generators
+on the same server (Triton's perf_analyzer for gRPC, wrk for REST; bench/generator.py), they
+added 0.2-0.5 ms to each request at one user. So each user here owns one real OS thread and its
+own connections: the thread runs the user's request loop with grpc's plain blocking call, or a
+keep-alive HTTP/1.1 connection on an unpatched socket (`HttpSender`), both of which wait with the
+GIL released, and times the call around nothing else. The users' greenlets only start,
+watch and stop their threads.
+
+Locust still sees every request: the threads hand their finished calls to one greenlet per
+process (`Completions`), which fires locust's `request` event for each on the hub, in order, a few
+milliseconds later. Everything that listens to that event (locust's stats, CSV and web UI, our
+recorders, plugins) runs on the hub as before and needs no lock.
+
+Nothing in a process that uses this module may call `init_gevent()`: grpc would then route these
+threads' calls through the hub too.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import struct
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import gevent
+import grpc
+import httptools
+from gevent.monkey import get_original
+from locust.exception import CatchResponseError
+
+from graphserve.core.client import http_failure
+
+__all__ = [
+    "Completed",
+    "Completions",
+    "HttpSender",
+    "LoopThread",
+    "RealLock",
+    "real_sleep",
+    "timed_call",
+    "timed_post",
+]
+
+# Locust monkey-patches threading and time: these are the originals, which block one OS thread.
+_start_new_thread = get_original("_thread", "start_new_thread")
+RealLock: Callable[[], Any] = get_original("_thread", "allocate_lock")
+real_sleep: Callable[[float], None] = get_original("time", "sleep")
+_RealSocket = get_original("socket", "socket")
+_real_getaddrinfo = get_original("socket", "getaddrinfo")
+
+
+def _create_connection(
+    address: tuple[str, int], timeout: float | None = None, source_address: Any = None
+) -> Any:
+    """socket.create_connection with the operating system's socket class: the original function
+    would build gevent's, whose every call goes through the hub of the calling thread."""
+    host, port = address
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in _real_getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = _RealSocket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            error = exc
+            sock.close()
+    raise error or OSError(f"no address for {host}:{port}")
+
+
+_PUMP_S = 0.005  # how often finished calls are fired as locust events
+_WATCH_S = 0.05  # how often a user's greenlet looks at its thread
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """One finished call, as locust's `request` event takes it."""
+
+    name: str
+    start_time: float  # time.time() at the send
+    response_time_ms: float
+    response_length: int
+    exception: BaseException | None
+    context: dict[str, Any]
+    after: Callable[[], None] | None = None  # runs on the hub right after the event
+
+
+class Completions:
+    """Finished calls from any thread, fired on the hub as `request_event` (one per process and
+    event hook). A deque's append and popleft are atomic, so threads never wait on the hub."""
+
+    def __init__(self, request_event: Any, request_type: str = "grpc") -> None:
+        self._event = request_event
+        self._type = request_type
+        self._items: collections.deque[Completed] = collections.deque()
+        self._pump: gevent.Greenlet | None = None
+
+    def put(self, item: Completed) -> None:
+        self._items.append(item)
+
+    def start(self) -> None:
+        """Start the pump greenlet (once; from the hub)."""
+        if self._pump is None or self._pump.dead:
+            self._pump = gevent.spawn(self._pump_forever)
+
+    def pump(self) -> int:
+        """Fire every call finished so far; returns how many."""
+        fired = 0
+        while self._items:
+            item = self._items.popleft()
+            self._event.fire(
+                request_type=self._type,
+                name=item.name,
+                response_time=item.response_time_ms,
+                response_length=item.response_length,
+                response=None,
+                context=item.context,
+                exception=item.exception,
+                start_time=item.start_time,
+            )
+            if item.after is not None:
+                item.after()
+            fired += 1
+        return fired
+
+    def _pump_forever(self) -> None:
+        while True:
+            gevent.sleep(_PUMP_S)
+            self.pump()
+
+
+def timed_call(
+    call: Callable[..., bytes], body: bytes, timeout: float
+) -> tuple[float, float, int, BaseException | None]:
+    """One blocking call: (time.time() at the send, milliseconds, reply bytes, the RpcError)."""
+    start, t0 = time.time(), time.perf_counter()
+    try:
+        length = len(call(body, timeout=timeout))
+        error: BaseException | None = None
+    except grpc.RpcError as exc:
+        length, error = 0, exc
+    return start, (time.perf_counter() - t0) * 1000, length, error
+
+
+class HttpSender:
+    """One keep-alive HTTP/1.1 connection that POSTs one pre-encoded request again and again: the
+    request line, headers and body are bytes built once, the answer is parsed by httptools (the
+    parser under uvicorn, which our REST front end uses too). The standard library's
+    http.client spent about 190 µs of CPU per request here, most of it building headers and
+    parsing the answer's with the email package; this, as wrk does, spends a few tens.
+
+    Reconnects when the server closes the connection; a failed exchange closes it and raises
+    OSError (or httptools.HttpParserError for an answer that is not HTTP).
+    """
+
+    def __init__(
+        self, address: str, path: str, body: bytes, headers: Mapping[str, str], timeout: float
+    ) -> None:
+        parts = urlsplit(address if "://" in address else f"http://{address}")
+        if parts.hostname is None or parts.port is None or parts.scheme != "http":
+            raise ValueError(f"{address!r}: expected HOST:PORT or http://HOST:PORT")
+        self._where, self._timeout = (parts.hostname, parts.port), timeout
+        lines = [f"POST {path} HTTP/1.1", f"Host: {parts.netloc}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines += [f"Content-Length: {len(body)}", "", ""]
+        self._request = "\r\n".join(lines).encode("latin-1") + body
+        self._sock: Any = None
+        self._parser: Any = None
+        self._chunks: list[bytes] = []
+        self._complete, self._status, self._keep_alive = False, 0, False
+
+    # httptools' callbacks
+    def on_body(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+
+    def on_message_complete(self) -> None:
+        # Read here: once the message is complete the parser resets for the next one.
+        self._status = int(self._parser.get_status_code())
+        self._keep_alive = bool(self._parser.should_keep_alive())
+        self._complete = True
+
+    def post(self) -> tuple[int, bytes]:
+        """Send the request, read the whole answer: (status, body)."""
+        if self._sock is None:
+            self._sock = _create_connection(self._where, self._timeout)
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A blocking socket whose timeout the kernel keeps: Python's own timeout polls
+            # before every send and receive, which doubled the system calls per request.
+            self._sock.settimeout(None)
+            limit = struct.pack("ll", int(self._timeout), int(self._timeout % 1 * 1e6))
+            for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+                self._sock.setsockopt(socket.SOL_SOCKET, option, limit)
+            self._parser = httptools.HttpResponseParser(self)
+        self._chunks, self._complete = [], False
+        try:
+            self._sock.sendall(self._request)
+            while not self._complete:
+                data = self._sock.recv(65536)
+                if not data:
+                    raise ConnectionError("the server closed the connection mid-answer")
+                self._parser.feed_data(data)
+        except (OSError, httptools.HttpParserError):
+            self.close()
+            raise
+        if not self._keep_alive:
+            self.close()
+        return self._status, b"".join(self._chunks)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock, self._parser = None, None
+
+
+def timed_post(sender: HttpSender) -> tuple[float, float, int, BaseException | None]:
+    """One POST: (time.time() at the send, milliseconds, reply bytes, the failure). Anything but
+    a 200 fails with `HTTP <status>: <start of the body>`, as locust's catch_response reports."""
+    start, t0 = time.time(), time.perf_counter()
+    try:
+        status, body = sender.post()
+    except (OSError, httptools.HttpParserError) as exc:
+        return start, (time.perf_counter() - t0) * 1000, 0, exc
+    ms = (time.perf_counter() - t0) * 1000
+    if status != 200:
+        failure = http_failure(status, body.decode(errors="replace"))
+        return start, ms, len(body), CatchResponseError(failure)
+    return start, ms, len(body), None
+
+
+class LoopThread:
+    """Runs `step()` again and again on a real OS thread until `stop()` or until `step` returns
+    False. `watch()` (from a user's greenlet) waits for the end without blocking the hub and
+    raises what the thread raised; a greenlet killed while watching stops the thread, which
+    finishes the call it is in first."""
+
+    def __init__(self, step: Callable[[], bool]) -> None:
+        self._step = step
+        self._stopping = False
+        self._started = False
+        self._finished = False
+        self._error: BaseException | None = None
+
+    def start(self) -> LoopThread:
+        self._started = True
+        _start_new_thread(self._run, ())
+        return self
+
+    def stop(self) -> None:
+        self._stopping = True
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def watch(self) -> None:
+        try:
+            while not self._finished:
+                gevent.sleep(_WATCH_S)
+        finally:
+            self.stop()
+        if self._error is not None:
+            raise self._error
+
+    def join(self, timeout_s: float) -> bool:
+        """Stop the thread and wait (from a greenlet) until it has ended; False on the timeout.
+        A thread never started has ended."""
+        self.stop()
+        deadline = time.monotonic() + timeout_s
+        while self._started and not self._finished and time.monotonic() < deadline:
+            gevent.sleep(0.005)
+        return self._finished or not self._started
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping and self._step():
+                pass
+        except BaseException as exc:  # handed to the greenlet, which raises it where locust sees it
+            self._error = exc
+        finally:
+            self._finished = True

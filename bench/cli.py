@@ -3,7 +3,9 @@ written. A development tool run from a clone: bench/ is not part of the wheel.""
 
 from __future__ import annotations
 
+import json
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +19,7 @@ EXIT_MISSED = 3  # as a missed SLO gate in `loadtest compare`: the run worked, a
 
 
 def bench(
+    ctx: typer.Context,
     out: Annotated[
         Path, typer.Option("--out", help="Where results.json and results.md are written.")
     ] = Path("bench"),
@@ -34,8 +37,11 @@ def bench(
         bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
     ] = False,
 ) -> None:
-    """Measure graph vs eager in-process and served, batching, codec, cold start and a plain
-    Flask peer; print every goal ratio with pass/miss; write OUT/results.json and results.md."""
+    """Measure graph vs eager in-process and served, batching, codec, cold start, a plain Flask
+    peer and the load generator; print every goal ratio with pass/miss; write OUT/results.json
+    and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk."""
+    if ctx.invoked_subcommand is not None:
+        return
     quiet_tensorflow()
     from bench.render import goal_lines
     from bench.run import MODELS, BenchSpec, run_bench, write_results
@@ -66,5 +72,86 @@ def bench(
         raise typer.Exit(EXIT_MISSED)
 
 
+def generator(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where generator.json and generator.md are written.")
+    ] = Path("bench"),
+    clients: Annotated[
+        str, typer.Option("--clients", help="Numbers of concurrent clients, e.g. 1,4,16.")
+    ] = "1,4,16",
+    rounds: Annotated[
+        int, typer.Option("--rounds", min=1, help="Rounds, the generators' order alternating.")
+    ] = 2,
+    window_s: Annotated[
+        float, typer.Option("--window", min=0.5, help="Seconds per measurement window.")
+    ] = 2.0,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="The export, server logs, reports (default: temporary)."),
+    ] = None,
+) -> None:
+    """Our generator (`loadtest compare`) against Triton's perf_analyzer (gRPC) and wrk (REST) on
+    the same graph and null servers of the mlp, and one locust process's requests per core;
+    print the agreement; write OUT/generator.json and generator.md. perf_analyzer and wrk are
+    installed on first use (bench/tools.py)."""
+    quiet_tensorflow()
+    from bench.generator import AgreementPlan, agreements, generator_capacity
+    from bench.render import agreement_lines
+    from bench.run import MODELS
+    from bench.served import model_servers
+    from graphserve.exporter.api import ExportSpec, export_model
+    from graphserve.loadtest.compare import environment
+
+    try:
+        counts = tuple(int(c) for c in clients.split(",") if c.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        stderr.print(f"[red]error:[/] --clients {clients!r}: expected numbers like 1,4,16")
+        raise typer.Exit(2)
+    mlp = next(m for m in MODELS if m.name == "mlp")
+    plan = AgreementPlan(clients=counts, rounds=rounds, window_s=window_s)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="graphserve-bench-") as tmp:
+        where = work_dir or Path(tmp)
+        try:
+            export_model(
+                ExportSpec(mlp.source, mlp.name, base_path=where / "models", overwrite=True)
+            )
+            with model_servers(
+                mlp.name, where / "models" / mlp.name, mlp.source, where, ("graph", "null")
+            ) as servers:
+                capacity = {
+                    protocol: generator_capacity(protocol, address, mlp.name).to_json()
+                    for protocol, address in (
+                        ("grpc", servers["null"].grpc_address),
+                        ("rest", str(servers["null"].rest_address)),
+                    )
+                }
+                agreed = agreements(servers, mlp.name, plan, where / "agreement", progress)
+        except (RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    results = {
+        "environment": environment().to_json(),
+        "seconds": time.perf_counter() - started,
+        "generator": capacity,
+        "agreement": agreed,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "generator.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = agreement_lines(agreed)
+    lines += [
+        f"One locust process against the null server: {g['requests_per_core_s']:,.0f} {p} "
+        f"req/s per core ({g['requests_per_s']:,.0f} req/s on {g['cpu_s'] / g['seconds']:.2f} "
+        "cores)."
+        for p, g in capacity.items()
+    ]
+    (out / "generator.md").write_text("\n".join(lines) + "\n")
+    typer.echo("\n".join(lines))
+    typer.echo(f"results: {out / 'generator.json'} and {out / 'generator.md'}")
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-app.command()(bench)
+app.callback(invoke_without_command=True)(bench)
+app.command("generator")(generator)

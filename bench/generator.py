@@ -1,27 +1,364 @@
-"""What one locust process can generate: requests per second per CPU core it burns, for the gRPC
-and the REST user of loadtest/locustfile.py, against the null server (no model work, so the
-server is never what limits). A user learns from it how many worker cores a load test needs to
-drive a server at a given rate before the generator, not the server, is what gets measured.
+"""Our load generator against the field's reference generators, and what it can generate.
 
-The users run in a child process of their own (`python -m bench.generator`), as in a locust
-worker: it lets them settle, then reads its own CPU clock and locust's request count at the start
-and at the end of a steady stretch, and prints what it measured.
+Agreement (`python -m bench generator`, and in `make bench`): Triton's perf_analyzer (C++, TF
+Serving's gRPC Predict) and wrk (C, HTTP) load the same server as `graphserve loadtest compare`
+does, one after the other in alternating order, at the same numbers of clients. Where both
+generators cost nothing, both report the server: the ratios say how much of what we report is our
+generator. The compare runs also give our generator's CPU per request (loadtest/analysis.py).
+
+Capacity: requests per second per CPU core that one locust process generates, for the gRPC and
+the REST user of loadtest/locustfile.py, against the null server (no model work, so the server is
+never what limits). A user learns from it how many worker cores a load test needs to drive a
+server at a given rate before the generator, not the server, is what gets measured. The users run
+in a child process of their own (`python -m bench.generator`), as in a locust worker: it lets them
+settle, then reads its own CPU clock and locust's request count at the start and at the end of a
+steady stretch, and prints what it measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from bench.tools import Tool
+from graphserve.core.processes import ServerProcess
 from graphserve.core.results import JsonResult
 
-__all__ = ["GeneratorCapacity", "generator_capacity"]
+__all__ = [
+    "Agreement",
+    "AgreementPlan",
+    "GeneratorCapacity",
+    "Point",
+    "agreement",
+    "agreements",
+    "generator_capacity",
+]
 
 USERS = {"grpc": "GrpcPredictUser", "rest": "RestPredictUser"}
+
+
+@dataclass(frozen=True)
+class Point(JsonResult):
+    """One generator at one number of clients."""
+
+    generator: str
+    clients: int
+    p50_ms: float | None
+    p99_ms: float | None
+    requests_per_s: float | None
+    cpu_us_per_request: float | None = None  # ours: every locust process's CPU per request
+    generator_bound: bool | None = None  # ours: the report's generator-bound flag
+    note: str = ""
+
+
+@dataclass
+class Agreement(JsonResult):
+    """Ours against a reference generator on one server over one protocol, per round."""
+
+    server: str
+    protocol: str
+    reference: str  # "perf_analyzer 2.41.0"
+    clients: tuple[int, ...]
+    rounds: list[dict[str, list[Point]]] = field(default_factory=list)  # {"ours", "reference"}
+
+    def rows(self) -> list[dict[str, float | int | None]]:
+        """Per number of clients: medians over the rounds, and ours / reference."""
+        out = []
+        for i, clients in enumerate(self.clients):
+            ours = [r["ours"][i] for r in self.rounds]
+            ref = [r["reference"][i] for r in self.rounds]
+            p50 = _ratios([o.p50_ms for o in ours], [r.p50_ms for r in ref])
+            rps = _ratios([o.requests_per_s for o in ours], [r.requests_per_s for r in ref])
+            out.append(
+                {
+                    "clients": clients,
+                    "ours_p50_ms": _median([o.p50_ms for o in ours]),
+                    "reference_p50_ms": _median([r.p50_ms for r in ref]),
+                    "p50_ratio": _median(p50),
+                    "ours_rps": _median([o.requests_per_s for o in ours]),
+                    "reference_rps": _median([r.requests_per_s for r in ref]),
+                    "rps_ratio": _median(rps),
+                    "cpu_us_per_request": _median([o.cpu_us_per_request for o in ours]),
+                    "generator_bound": any(bool(o.generator_bound) for o in ours),
+                }
+            )
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "server": self.server,
+            "protocol": self.protocol,
+            "reference": self.reference,
+            "clients": list(self.clients),
+            "rows": self.rows(),
+            "rounds": [{k: [p.to_json() for p in v] for k, v in r.items()} for r in self.rounds],
+        }
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    measured = sorted(v for v in values if v is not None)
+    if not measured:
+        return None
+    mid = len(measured) // 2
+    return measured[mid] if len(measured) % 2 else (measured[mid - 1] + measured[mid]) / 2
+
+
+def _ratios(ours: Sequence[float | None], ref: Sequence[float | None]) -> list[float | None]:
+    """Ratios within each round (the two generators ran back to back), not of medians."""
+    return [o / r if o is not None and r else None for o, r in zip(ours, ref, strict=True)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference generators
+
+
+def perf_analyzer_point(
+    tool: Tool,
+    address: str,
+    model_name: str,
+    shapes: Sequence[str],
+    clients: int,
+    *,
+    window_ms: int,
+    max_trials: int = 10,
+) -> Point:
+    """perf_analyzer at `clients` concurrent synchronous gRPC Predict calls (`shapes` like
+    'images:1,784', one per input), in windows of `window_ms` until three agree within 10 %
+    (its default criterion). perf_analyzer reports nothing when they never agree: then it runs
+    once more with a 25 % tolerance, and the point says so."""
+    for tolerance in (10, 25):
+        command = [
+            str(tool.program), "-m", model_name, "--service-kind", "tfserving", "-i", "grpc",
+            "-u", address, "-b", "1", *(f"--shape={shape}" for shape in shapes),
+            "--concurrency-range", f"{clients}:{clients}", "-p", str(window_ms),
+            "--max-trials", str(max_trials), "-s", str(tolerance),
+        ]  # fmt: skip
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, check=False, env=tool.environ()
+        )
+        text = done.stdout + done.stderr
+        p50 = _number(r"p50 latency: (\d+) usec", text)
+        p99 = _number(r"p99 latency: (\d+) usec", text)
+        rps = _number(r"Throughput: ([\d.]+) infer/sec", text)
+        if p50 is not None and rps is not None:
+            note = "" if tolerance == 10 else f"stable only within {tolerance} %"
+            return Point(
+                "perf_analyzer", clients, p50 / 1000, p99 / 1000 if p99 else None, rps, note=note
+            )
+        if "Failed to obtain stable measurement" not in text:
+            break
+    raise RuntimeError(f"perf_analyzer measured nothing (exit {done.returncode}): {text[-800:]}")
+
+
+_WRK_SCRIPT = """wrk.method = "POST"
+local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def wrk_point(
+    tool: Tool, url: str, body_file: Path, clients: int, *, seconds: float, work_dir: Path
+) -> Point:
+    """wrk on one thread with `clients` keep-alive connections, POSTing `body_file` to `url`."""
+    script = work_dir / "wrk-post.lua"
+    script.write_text(_WRK_SCRIPT.format(body=body_file.resolve()))
+    command = [
+        str(tool.program), "-t1", f"-c{clients}", f"-d{max(1, round(seconds))}s", "--latency",
+        "-s", str(script), url,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=seconds + 60, check=False
+    )
+    text = done.stdout + done.stderr
+    if done.returncode != 0 or "Non-2xx" in text:
+        raise RuntimeError(f"wrk failed or got errors (exit {done.returncode}): {text[-800:]}")
+    rps = _number(r"Requests/sec:\s+([\d.]+)", text)
+    return Point("wrk", clients, _wrk_ms("50%", text), _wrk_ms("99%", text), rps)
+
+
+def _number(pattern: str, text: str) -> float | None:
+    found = re.findall(pattern, text)
+    return float(found[-1]) if found else None
+
+
+def _wrk_ms(percentile: str, text: str) -> float | None:
+    found = re.search(rf"^\s*{percentile}\s+([\d.]+)(us|ms|s)\s*$", text, re.MULTILINE)
+    if found is None:
+        return None
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[found.group(2)]
+    return float(found.group(1)) * scale
+
+
+# ---------------------------------------------------------------------------------------------
+# Ours: `graphserve loadtest compare`, one arm, the same clients
+
+
+def ours_points(
+    server: str,
+    address: str,
+    protocol: str,
+    model_name: str,
+    clients: Sequence[int],
+    *,
+    window_s: float,
+    out_dir: Path,
+) -> tuple[list[Point], Path]:
+    """One `loadtest compare` run of one arm over `clients` users; the points and the encoded
+    request it sent (the reference generators send the same body where they can)."""
+    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+
+    target = address if protocol == "grpc" else f"http://{address}"
+    spec = CompareSpec(
+        arms=(Arm(server, target),),
+        protocol=protocol,
+        model_name=model_name,
+        load=LoadSpec(
+            loads=tuple(float(c) for c in clients),
+            warmup_s=window_s / 2,
+            window_s=window_s,
+            min_windows=3,
+            max_windows=6,
+        ),
+    )
+    report = compare(spec, out_dir)
+    points = []
+    for clients_n, step in zip(clients, report.steps, strict=True):
+        arm = step.arms[server]
+        points.append(
+            Point(
+                "graphserve",
+                clients_n,
+                arm.latency_ms.p50,
+                arm.latency_ms.p99,
+                arm.throughput_rps,
+                cpu_us_per_request=arm.generator.cpu_us_per_request,
+                generator_bound=arm.generator.bound,
+                note=arm.generator.reason or "",
+            )
+        )
+    return points, out_dir / "request.bin"
+
+
+def agreement(
+    server: str,
+    address: str,
+    protocol: str,
+    model_name: str,
+    reference: Tool,
+    shapes: Sequence[str],
+    *,
+    clients: Sequence[int] = (1, 4, 16),
+    rounds: int = 2,
+    window_s: float = 3.0,
+    work_dir: Path,
+    say: Callable[[str], None] = lambda _m: None,
+) -> Agreement:
+    """`rounds` rounds of ours and `reference` on the same server, the order reversed each round
+    (ours first, then the reference first, ...), so a drift of the machine hits both alike."""
+    result = Agreement(server, protocol, f"{reference.name} {reference.version}", tuple(clients))
+    for index in range(rounds):
+        order = ("ours", "reference") if index % 2 == 0 else ("reference", "ours")
+        measured: dict[str, list[Point]] = {}
+        body = work_dir / f"{server}-{protocol}-body.bin"
+        for who in order:
+            say(f"generator agreement: {who} on the {server} server, {protocol}, round {index + 1}")
+            if who == "ours":
+                out = work_dir / f"{server}-{protocol}-round{index + 1}"
+                measured[who], sent = ours_points(
+                    server, address, protocol, model_name, clients, window_s=window_s, out_dir=out
+                )
+                body.write_bytes(sent.read_bytes())
+            elif protocol == "grpc":
+                measured[who] = [
+                    perf_analyzer_point(
+                        reference, address, model_name, shapes, c, window_ms=int(window_s * 1000)
+                    )
+                    for c in clients
+                ]
+            else:
+                if not body.exists():  # the reference went first: ours writes the body later
+                    _rest_body(address, model_name, body)
+                url = f"http://{address}/v1/models/{model_name}:predict"
+                measured[who] = [
+                    wrk_point(reference, url, body, c, seconds=3 * window_s, work_dir=work_dir)
+                    for c in clients
+                ]
+        result.rounds.append(measured)
+    return result
+
+
+@dataclass(frozen=True)
+class AgreementPlan:
+    """Which agreements to run and how long: `make bench` runs a short one, `python -m bench
+    generator` the whole matrix."""
+
+    runs: tuple[tuple[str, str], ...] = (
+        ("graph", "grpc"), ("graph", "rest"), ("null", "grpc"), ("null", "rest"),
+    )  # fmt: skip
+    clients: tuple[int, ...] = (1, 4, 16)
+    rounds: int = 2
+    window_s: float = 2.0
+
+
+def agreements(
+    servers: Mapping[str, ServerProcess],
+    model_name: str,
+    plan: AgreementPlan,
+    work_dir: Path,
+    say: Callable[[str], None] = lambda _m: None,
+) -> list[dict[str, Any]]:
+    """Every (server, protocol) of `plan` against its reference generator. A reference that is
+    missing here (bench.tools.ToolMissing) or a run that fails is recorded with the reason
+    (`not_measured`), not raised."""
+    from bench.tools import ToolMissing, perf_analyzer, wrk
+    from graphserve.loadtest.metadata import fetch_specs
+
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out: list[dict[str, Any]] = []
+    tools: dict[str, Tool | str] = {}
+    for server, protocol in plan.runs:
+        if protocol not in tools:
+            try:
+                tools[protocol] = perf_analyzer() if protocol == "grpc" else wrk()
+            except ToolMissing as exc:
+                tools[protocol] = str(exc)
+        tool = tools[protocol]
+        if isinstance(tool, str):
+            out.append({"server": server, "protocol": protocol, "not_measured": tool})
+            continue
+        process = servers[server]
+        address = process.grpc_address if protocol == "grpc" else str(process.rest_address)
+        specs = fetch_specs("grpc", process.grpc_address, model_name, "serving_default")
+        shapes = [
+            f"{s.name}:{','.join(str(d or 1) for d in (1, *(s.shape or ())[1:]))}" for s in specs
+        ]
+        try:
+            result = agreement(
+                server, address, protocol, model_name, tool, shapes, clients=plan.clients,
+                rounds=plan.rounds, window_s=plan.window_s, work_dir=work_dir, say=say,
+            )  # fmt: skip
+        except RuntimeError as exc:  # one generator failed: the others still run
+            out.append({"server": server, "protocol": protocol, "not_measured": str(exc)})
+            continue
+        out.append(result.to_json())
+    return out
+
+
+def _rest_body(address: str, model_name: str, out: Path) -> None:
+    """The REST body `loadtest compare` sends (built from the server's metadata, seed 0)."""
+    from graphserve.loadtest.metadata import fetch_specs
+    from graphserve.loadtest.payloads import build_payload, rest_body
+
+    specs = fetch_specs("rest", f"http://{address}", model_name, "serving_default")
+    out.write_bytes(rest_body(build_payload(specs, 1, 0), "serving_default"))
 
 
 @dataclass(frozen=True)

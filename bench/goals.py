@@ -156,6 +156,45 @@ def _g12(r: Results) -> tuple[float, str]:
     return new / before, f"{new:.3f} ms more than keep-alive / {before:.3f} ms before"
 
 
+def _agreement_row(r: Results, server: str, protocol: str, clients: int) -> dict[str, Any]:
+    for entry in r["agreement"]:
+        if entry["server"] == server and entry["protocol"] == protocol:
+            if "not_measured" in entry:
+                raise KeyError(f"{server}/{protocol}: {entry['not_measured']}")
+            for row in entry["rows"]:
+                if row["clients"] == clients:
+                    return dict(row)
+    raise KeyError(f"agreement {server}/{protocol} at {clients} clients")
+
+
+def _g13(r: Results) -> tuple[float, str]:
+    row = _agreement_row(r, "graph", "grpc", 1)
+    return float(row["p50_ratio"]), (
+        f"ours {row['ours_p50_ms']:.3f} ms / perf_analyzer {row['reference_p50_ms']:.3f} ms "
+        f"(p50, graph server, mlp b1); our generator's CPU {row['cpu_us_per_request']:.0f} µs "
+        "per request"
+    )
+
+
+def _g14(r: Results) -> tuple[float, str]:
+    row = _agreement_row(r, "graph", "grpc", 16)
+    bound = "; generator-bound flag set" if row["generator_bound"] else ""
+    return float(row["rps_ratio"]), (
+        f"ours {row['ours_rps']:,.0f} / perf_analyzer {row['reference_rps']:,.0f} req/s{bound}"
+    )
+
+
+def _per_core(protocol: str) -> Callable[[Results], tuple[float, str]]:
+    def measure(r: Results) -> tuple[float, str]:
+        g = r["generator"][protocol]
+        return float(g["requests_per_core_s"]), (
+            f"{g['requests_per_s']:,.0f} req/s on {g['cpu_s'] / g['seconds']:.2f} cores, "
+            f"{g['users']} users, one locust process against the null server"
+        )
+
+    return measure
+
+
 GOALS: tuple[Goal, ...] = (
     Goal("G1", "served graph / served eager p50, mlp b1, gRPC", "<=", 0.45, _g1),
     Goal("G2", "served graph / (in-process concrete + bare round trip)", "<=", 1.25, _g2),
@@ -204,6 +243,12 @@ GOALS: tuple[Goal, ...] = (
         0.75,
         _g12,
     ),
+    # Our generator must be close to invisible: it agrees with the field's reference generator
+    # on the same server, and one locust process drives far more than a 2-core server answers.
+    Goal("G13", "our p50 / perf_analyzer's, 1 client, gRPC, mlp", "<=", 1.05, _g13),
+    Goal("G14", "our req/s / perf_analyzer's, 16 clients, gRPC, mlp", ">=", 0.90, _g14),
+    Goal("G15a", "gRPC req/s per generator core, null server", ">=", 10_000, _per_core("grpc")),
+    Goal("G15b", "REST req/s per generator core, null server", ">=", 15_000, _per_core("rest")),
 )
 
 

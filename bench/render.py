@@ -28,7 +28,10 @@ def _ms(value: float | None, digits: int = 3) -> str:
 
 
 def _x(value: float | None) -> str:
-    return _DASH if value is None else f"{value:.3g}×"
+    """A ratio as 0.45×; a rate (a goal in requests per second) as 10,250."""
+    if value is None:
+        return _DASH
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}×"
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> list[str]:
@@ -82,6 +85,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += _json_codec(results.get("json") or {})
     lines += _cold_start(results["cold_start"])
     lines += _generator(results.get("generator") or {})
+    lines += agreement_lines(results.get("agreement") or [])
     lines += _http(results.get("http"))
     return "\n".join(lines)
 
@@ -275,6 +279,60 @@ def _generator(suite: dict[str, Any]) -> list[str]:
         *_table(["user", "users", "req/s", "cores used", "req/s per core"], rows, "lrrrr"),
         "",
     ]
+
+
+AGREEMENT_HEADER = (
+    "server", "protocol", "reference", "clients", "p50 ours / ref (ms)", "p50 ratio",
+    "req/s ours / ref", "req/s ratio", "our CPU µs/req", "generator-bound",
+)  # fmt: skip
+
+
+def agreement_lines(entries: Sequence[dict[str, Any]]) -> list[str]:
+    """Ours against the reference generators (bench/generator.py), one table."""
+    if not entries:
+        return []
+    rows, missing = [], []
+    for e in entries:
+        if "not_measured" in e:
+            missing.append(f"{e['server']}/{e['protocol']}: {e['not_measured']}")
+            continue
+        for row in e["rows"]:
+            cost = row["cpu_us_per_request"]
+            rows.append(
+                [
+                    e["server"],
+                    e["protocol"],
+                    e["reference"],
+                    str(row["clients"]),
+                    f"{_ms(row['ours_p50_ms'])} / {_ms(row['reference_p50_ms'])}",
+                    _x(row["p50_ratio"]),
+                    f"{_rate(row['ours_rps'])} / {_rate(row['reference_rps'])}",
+                    _x(row["rps_ratio"]),
+                    _DASH if cost is None else f"{cost:.0f}",
+                    "yes" if row["generator_bound"] else "no",
+                ]
+            )
+    rounds = max((len(e.get("rounds", [])) for e in entries), default=0)
+    lines = [
+        "## Our generator against the reference generators (bench/generator.py)",
+        "",
+        "`graphserve loadtest compare` (one arm) and the field's reference generator load the "
+        "same server one after the other, in alternating order; medians of "
+        f"{rounds} round(s), ratios taken within a round. Ours / reference: a p50 ratio above 1 "
+        "is latency our generator adds, a req/s ratio below 1 throughput it costs. CPU is our "
+        "generator's own, per request (every locust process).",
+        "",
+        *_table(
+            AGREEMENT_HEADER,
+            rows,
+            "lllrrrrrrl",
+        ),
+    ]
+    return lines + [f"Not measured: {m}" for m in missing] + ([""] if missing else [])
+
+
+def _rate(value: float | None) -> str:
+    return _DASH if value is None else f"{value:,.0f}"
 
 
 def _cold_start(cold: dict[str, Any]) -> list[str]:

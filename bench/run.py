@@ -9,7 +9,8 @@
                  MobileNetV2 (graph and null at concurrency 1, graph batching off vs on), the
                  model whose own time dominates, for the first batching goal
     generator    one locust process per protocol against mlp's null server: requests per second
-                 per CPU core the load generator spends (bench/generator.py)
+                 per CPU core the load generator spends; and our generator against perf_analyzer
+                 (gRPC) and wrk (REST) on mlp's graph and null servers (bench/generator.py)
     http         mlp b1 over REST on the front end before issue 15, on graphserve's transport and
                  on the other HTTP servers it was chosen from (bench/httpcompare.py)
 
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.generator import AgreementPlan
 from bench.goals import evaluate
 from bench.served import SERVER_KINDS
 
@@ -89,6 +91,16 @@ class BenchSpec:
     http_probes: bool = True
     http_clients: int = 16
     generator_s: float = 6.0  # per protocol: one locust process against the null server
+    # Ours against perf_analyzer (gRPC) and wrk (REST) on mlp's graph and null servers (both
+    # installed on first use, bench/tools.py); None: not run. `python -m bench generator` runs
+    # the whole matrix.
+    agreement: AgreementPlan | None = field(
+        default_factory=lambda: AgreementPlan(
+            runs=(("graph", "grpc"), ("graph", "rest"), ("null", "grpc")),
+            clients=(1, 16),
+            rounds=1,
+        )
+    )
 
     @classmethod
     def quick(cls, work_dir: Path, models: tuple[BenchModel, ...] = MODELS[:1]) -> BenchSpec:
@@ -107,6 +119,9 @@ class BenchSpec:
             http_probes=False,
             http_clients=4,
             generator_s=1.0,
+            agreement=AgreementPlan(
+                runs=(("graph", "grpc"), ("graph", "rest")), clients=(1, 16), rounds=1, window_s=0.5
+            ),
         )
 
 
@@ -254,16 +269,22 @@ def _served(
                     ).to_json()
             run.results["served"][key] = entry
         if model.name == "mlp" and "null" in servers:
-            _generator(run, servers["null"], model.name)
+            _generator(run, servers, model.name)
 
 
-def _generator(run: _Run, null: ServerProcess, model_name: str) -> None:
-    from bench.generator import generator_capacity
+def _generator(run: _Run, servers: Mapping[str, ServerProcess], model_name: str) -> None:
+    from bench.generator import agreements, generator_capacity
 
+    null = servers["null"]
     for protocol, address in (("grpc", null.grpc_address), ("rest", str(null.rest_address))):
         run.say(f"load generator: one locust process, {protocol} user, against the null server")
         capacity = generator_capacity(protocol, address, model_name, seconds=run.spec.generator_s)
         run.results["generator"][protocol] = capacity.to_json()
+    if run.spec.agreement is not None:
+        work = run.spec.work_dir / "agreement"
+        run.results["agreement"] = agreements(
+            servers, model_name, run.spec.agreement, work, run.say
+        )
 
 
 def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:

@@ -307,6 +307,9 @@ class SweepUser(User):
             local.changed.wait(timeout=0.25)
             return
         self._completions = _pump(self.environment)
+        if PLAN.protocol == "grpc":  # the channels made here, on the hub, not on the thread
+            for arm in range(len(PLAN.arms)):
+                self._grpc_call(arm)
         self._loop = LoopThread(self._step).start()
         self._loop.watch()  # until the user stops
 

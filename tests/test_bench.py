@@ -62,6 +62,13 @@ def test_goal_values_are_the_ratios_of_the_measurements(quick_results: dict[str,
     assert goals["G6"] == pytest.approx(
         codec["typed_fields"]["total_ms"] / codec["tensor_content"]["total_ms"]
     )
+    grpc = next(a for a in quick_results["agreement"] if a["protocol"] == "grpc")
+    (round_,) = grpc["rounds"]  # the quick run: one round, so the medians are that round's
+    ours, ref = ({p["clients"]: p for p in round_[k]} for k in ("ours", "reference"))
+    assert goals["G13"] == pytest.approx(ours[1]["p50_ms"] / ref[1]["p50_ms"])
+    assert goals["G14"] == pytest.approx(ours[16]["requests_per_s"] / ref[16]["requests_per_s"])
+    for key, protocol in (("G15a", "grpc"), ("G15b", "rest")):
+        assert goals[key] == quick_results["generator"][protocol]["requests_per_core_s"]
 
 
 def test_every_part_ran_against_real_servers(quick_results: dict[str, Any]) -> None:
@@ -97,6 +104,18 @@ def test_every_part_ran_against_real_servers(quick_results: dict[str, Any]) -> N
         assert capacity["requests_per_core_s"] == pytest.approx(
             capacity["requests"] / capacity["cpu_s"]
         )
+    agreement = {(a["server"], a["protocol"]): a for a in quick_results["agreement"]}
+    assert set(agreement) == {("graph", "grpc"), ("graph", "rest")}
+    assert agreement["graph", "grpc"]["reference"] == "perf_analyzer 2.41.0"
+    assert agreement["graph", "rest"]["reference"].startswith("wrk ")
+    for entry in agreement.values():  # both generators measured the same server at 1 and 16
+        for who, points in entry["rounds"][0].items():
+            assert [p["clients"] for p in points] == [1, 16], who
+            for point in points:
+                assert 0 < point["p50_ms"] <= point["p99_ms"] and point["requests_per_s"] > 0
+        for point in entry["rounds"][0]["ours"]:
+            assert point["generator"] == "graphserve" and point["cpu_us_per_request"] > 0
+            assert isinstance(point["generator_bound"], bool)
     starts = quick_results["cold_start"]["mlp"]
     assert {(c["server"], c["warmup_records"]) for c in starts} == {
         ("graph", True),
@@ -114,6 +133,8 @@ def test_results_files_agree(quick_results: dict[str, Any], tmp_path: Path) -> N
     for section in ("In-process", "Served", "Batching", "Codec", "Cold start", "Load generator"):
         assert f"## {section}" in markdown
     assert "| mobilenet/b1 | graph | 16 |" in markdown
+    assert "## Our generator against the reference generators" in markdown
+    assert "| graph | grpc | perf_analyzer 2.41.0 | 1 |" in markdown
     assert f"batching parameters: `{' '.join(BATCHING_PARAMETERS.split())}`" in markdown
     lines = goal_lines(quick_results)
     assert len(lines) == len(GOALS)

@@ -56,7 +56,7 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
-bench: $(STAMP) ## the benchmark suite (under 10 min): goals with pass/miss, bench/results.{json,md}
+bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/results.{json,md}
 	$(BIN)/python -m bench --out bench
 
 test: $(STAMP) chromium ## run the test suite

@@ -211,19 +211,6 @@ def _on_init(environment: Environment, **_: Any) -> None:
 # gRPC
 
 
-_completions: dict[tuple[int, str], Completions] = {}  # (id(request event), type) -> pump
-
-
-def completions(environment: Environment, request_type: str = "grpc") -> Completions:
-    """The process's pump of finished requests into `environment`'s request event."""
-    key = (id(environment.events.request), request_type)
-    if key not in _completions:
-        _completions[key] = Completions(environment.events.request, request_type)
-    pump = _completions[key]
-    pump.start()
-    return pump
-
-
 class GrpcPredictUser(User):
     """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back,
     from a real OS thread of its own over a channel of its own (loadtest/senders.py says why):
@@ -238,7 +225,7 @@ class GrpcPredictUser(User):
         self._request = encoded_request(self.protocol, self.host, LoadOptions.of(environment))
         self._client = GrpcClient.connect(self.host, timeout=_RPC_TIMEOUT_S)
         self._predict = self._client.raw("Predict")
-        self._completions = completions(environment)
+        self._completions = Completions.of(environment, "grpc")
         self._loop = LoopThread(self._send)
 
     @task
@@ -277,7 +264,7 @@ class RestPredictUser(User):
         body = encoded_request(self.protocol, self.host, options)
         path = rest_path(options.model_name, "predict")
         self._sender = HttpSender(self.host, path, body, JSON_HEADERS, _RPC_TIMEOUT_S)
-        self._completions = completions(environment, "POST")
+        self._completions = Completions.of(environment, "POST")
         self._loop = LoopThread(self._send)
 
     @task

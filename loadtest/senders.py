@@ -27,7 +27,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import gevent
@@ -97,7 +97,20 @@ class Completed:
 
 class Completions:
     """Finished calls from any thread, fired on the hub as `request_event` (one per process and
-    event hook). A deque's append and popleft are atomic, so threads never wait on the hub."""
+    event hook: `Completions.of`). A deque's append and popleft are atomic, so threads never
+    wait on the hub."""
+
+    _pumps: ClassVar[dict[tuple[int, str], Completions]] = {}
+
+    @classmethod
+    def of(cls, environment: Any, request_type: str) -> Completions:
+        """The process's running pump into `environment`'s request event (call on the hub)."""
+        key = (id(environment.events.request), request_type)
+        if key not in cls._pumps:
+            cls._pumps[key] = cls(environment.events.request, request_type)
+        pump = cls._pumps[key]
+        pump.start()
+        return pump
 
     def __init__(self, request_event: Any, request_type: str = "grpc") -> None:
         self._event = request_event

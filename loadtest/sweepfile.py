@@ -149,10 +149,9 @@ class Local:
     """
 
     def __init__(self) -> None:
-        self.phase = Phase(seq=0, kind="idle", step=0, window=-1, arm=-1, rate=0.0, started=0.0)
+        idle = Phase(seq=0, kind="idle", step=0, window=-1, arm=-1, rate=0.0, started=0.0)
+        self.current: tuple[Phase, Arrivals | None] = (idle, None)  # one atomic read for threads
         self.changed = gevent.event.Event()
-        self.arrivals: Arrivals | None = None
-        self.current: tuple[Phase, Arrivals | None] = (self.phase, None)  # one atomic read
         self.lock = RealLock()
         self.columns: dict[str, list[float]] = {k: [] for k in _COLUMNS}
         self.errors: Counter[tuple[int, int, str]] = Counter()  # (arm, seq, message)
@@ -175,20 +174,22 @@ class Local:
             busy = machine[0] - self._machine_mark[0]
             self.machine_cpu[self.phase.seq] = 100.0 * busy / spent_machine
         self._cpu_mark, self._machine_mark = (cpu, wall), machine
-        self.phase = phase
         self._arrive(phase)
 
     def rerate(self, phase: Phase) -> None:
         """The same phase at a new open-loop rate (a worker was lost), arrivals from now on."""
-        self.phase = phase
         self._arrive(phase)
 
     def _arrive(self, phase: Phase) -> None:
         poisson = PLAN.arrivals == "poisson"
-        self.arrivals = Arrivals(phase, poisson, PLAN.seed) if PLAN.mode == "open" else None
-        self.current = (phase, self.arrivals)
+        arrivals = Arrivals(phase, poisson, PLAN.seed) if PLAN.mode == "open" else None
+        self.current = (phase, arrivals)
         self.changed.set()
         self.changed = gevent.event.Event()
+
+    @property
+    def phase(self) -> Phase:
+        return self.current[0]
 
     def spent(self) -> bool:
         """The whole request budget has been sent (reservations do not count)."""
@@ -278,18 +279,6 @@ def _on_request(
 # ---------------------------------------------------------------------------------------------
 # The user: one request at a time to the current phase's arm.
 
-_completions: Completions | None = None
-
-
-def _pump(environment: Environment) -> Completions:
-    """The process's pump of the users' finished requests into locust's request event."""
-    global _completions
-    if _completions is None:
-        kind = "grpc" if PLAN.protocol == "grpc" else "POST"  # locust's request_type
-        _completions = Completions(environment.events.request, kind)
-    _completions.start()
-    return _completions
-
 
 class SweepUser(User):
     """Sends the plan's request to whichever arm the current phase names, from a real OS thread
@@ -309,7 +298,8 @@ class SweepUser(User):
         if local.phase.arm < 0:  # on a worker: no plan yet, or nothing to send to
             local.changed.wait(timeout=0.25)
             return
-        self._completions = _pump(self.environment)
+        kind = "grpc" if PLAN.protocol == "grpc" else "POST"  # locust's request_type
+        self._completions = Completions.of(self.environment, kind)
         if PLAN.protocol == "grpc":  # the channels made here, on the hub, not on the thread
             for arm in range(len(PLAN.arms)):
                 self._grpc_call(arm)

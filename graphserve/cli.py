@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from graphserve import __version__
+from graphserve.conformance.cli import app as conformance_app
 from graphserve.core.console import default_tensorflow_log_level
 from graphserve.demo import demo
 from graphserve.deploy.cli import app as deploy_app
@@ -31,6 +32,7 @@ app.add_typer(serve_app, name="serve")
 app.add_typer(loadtest_app, name="loadtest")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(tune_app, name="tune")
+app.add_typer(conformance_app, name="conformance")
 app.command("demo")(demo)
 
 

@@ -200,6 +200,25 @@ def test_the_projects_client_gets_every_api_from_the_deployment(
         assert metadata_reply.json()["model_spec"]["version"] == "1"
 
 
+def test_graphserve_conformance_holds_against_the_deployment(
+    standin: tuple[Deployment, dict[str, Any]],
+) -> None:
+    """`graphserve conformance` against the stand-in in its container: the model-independent
+    cases of TF Serving's tests on the exported mlp and on TF Serving's TF1 half_plus_two."""
+    deployment, _ = standin
+    for model in ("mlp", "half"):
+        result = cli("conformance", deployment.grpc, "--rest", deployment.rest, "--model", model,
+                     "--output", "json")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert report["counts"]["fail"] == 0, report
+        passed = {r["case"] for r in report["results"] if r["outcome"] == "pass"}
+        assert f"REST POST /v1/models/{model}:predict (gzip body, equal to gRPC's answer)" in (
+            passed
+        )
+        assert "gRPC Predict (extra and missing inputs)" in passed
+
+
 def test_a_load_test_through_the_deployment(
     standin: tuple[Deployment, dict[str, Any]], tmp_path: Path
 ) -> None:

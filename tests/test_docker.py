@@ -114,7 +114,7 @@ def test_dockerfile_builds_graph_and_eager_servers_from_this_project() -> None:
     # and every package folder it links in (graphserve.exporter is exporter/, ...).
     linked = [p.name for p in (ROOT / "graphserve").iterdir() if p.is_symlink()]
     packages = ["graphserve", *linked]
-    assert {"exporter", "serving", "loadtest", "deploy"} <= set(linked)
+    assert {"exporter", "serving", "loadtest", "deploy", "conformance"} <= set(linked)
     assert instruction(stages["venv"], "COPY") == ["docker/wheels /wheels"]
     copied = {rest.split()[0] for rest in instruction(stages["base"], "COPY")}
     assert set(packages) <= copied

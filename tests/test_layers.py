@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("exporter", "serving", "loadtest", "deploy", "bench", "fuzz")
+FOLDERS = ("exporter", "serving", "loadtest", "deploy", "conformance", "bench", "fuzz")
 # What the core may take from TensorFlow's packages: generated protocol buffers, nothing else.
 PROTO_PACKAGES = ("tensorflow.core.", "tensorflow_serving.")
 
@@ -64,10 +64,10 @@ def test_nothing_imports_a_package_by_its_folder_name() -> None:
     on. An import by the folder name works from a clone and breaks in the installed wheel."""
     offending = [
         f"{path.relative_to(ROOT)}:{line} imports {module}"
-        for path in _python_files("exporter", "serving", "loadtest", "deploy", "tests")
+        for path in _python_files(*FOLDERS[:5], "tests")
         + _python_files("graphserve/core", "graphserve/model")
         for line, module in _imports(path)
-        if module.split(".")[0] in FOLDERS[:4]
+        if module.split(".")[0] in FOLDERS[:5]
     ]
     assert offending == []
 
@@ -84,7 +84,7 @@ def test_the_wheel_installs_only_graphserve(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"graphserve"}
-    for package in ("core", "model", "exporter", "serving", "loadtest", "deploy"):
+    for package in ("core", "model", *FOLDERS[:5]):
         assert f"graphserve/{package}/__init__.py" in names
     assert "graphserve/loadtest/locustfile.py" in names
     assert "graphserve/loadtest/py.typed" in names

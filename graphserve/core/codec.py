@@ -43,6 +43,7 @@ __all__ = [
     "shape_hint",
     "signature_name_of",
     "tensor_json_values",
+    "tf_type_name",
     "to_json_value",
     "validate_inputs",
 ]
@@ -210,8 +211,8 @@ def validate_inputs(
             arg = sorted(specs).index(name)
             raise InvalidInput(
                 f"input {name!r} expects {spec.describe()}, got {got} of shape "
-                f"{list(array.shape)}: Expects arg[{arg}] to be {_tf_type(spec.dtype)} but "
-                f"{_tf_type(got)} is provided"
+                f"{list(array.shape)}: Expects arg[{arg}] to be {tf_type_name(spec.dtype)} but "
+                f"{tf_type_name(got)} is provided"
             )
         checked[name] = array
     return checked
@@ -448,7 +449,7 @@ def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray
     if array.dtype.kind in "US":
         raise InvalidInput(
             f"input {spec.name!r} expects {spec.describe()}, got strings (JSON value not of "
-            f"expected type: {_tf_type(spec.dtype)})"
+            f"expected type: {tf_type_name(spec.dtype)})"
         )
     return _cast(array, spec)
 
@@ -457,7 +458,9 @@ def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray
 _TF_TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half"}
 
 
-def _tf_type(dtype: str) -> str:
+def tf_type_name(dtype: str) -> str:
+    """TensorFlow's name of a dtype (DataTypeString: `float`, `double`, `int32`), as its
+    messages and TF Serving's spell it."""
     return _TF_TYPE_NAMES.get(dtype, dtype)
 
 
@@ -500,11 +503,12 @@ def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     if target.kind in "iu":
         if kind == "f":
             raise InvalidInput(
-                f"input {spec.name!r} expects {spec.describe()}, got floating-point values"
+                f"input {spec.name!r} expects {spec.describe()}, got floating-point values "
+                f"(JSON value not of expected type: {tf_type_name(spec.dtype)})"
             )
         info = np.iinfo(target)
         if array.size and (array.min() < info.min or array.max() > info.max):
-            raise _out_of_range(spec, info.min, info.max)
+            raise _out_of_range(spec, info.min, info.max, integer=True)
         return array.astype(target, copy=False)
     with np.errstate(over="ignore"):  # overflow is checked, and reported, below
         cast = array.astype(target, copy=False)
@@ -521,9 +525,14 @@ def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return cast
 
 
-def _out_of_range(spec: TensorSpec, low: float, high: float) -> InvalidInput:
+def _out_of_range(
+    spec: TensorSpec, low: float, high: float, integer: bool = False
+) -> InvalidInput:
+    # TF Serving refuses an integer that does not fit in words of its own (json_tensor.cc); a
+    # float past float32's range it reads as infinity, where we refuse it.
+    words = f" (JSON value not of expected type: {spec.dtype})" if integer else ""
     return InvalidInput(
-        f"input {spec.name!r}: values out of range for {spec.dtype} [{low}, {high}]"
+        f"input {spec.name!r}: values out of range for {spec.dtype} [{low}, {high}]{words}"
     )
 
 
@@ -541,7 +550,7 @@ def _numbers(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
             raise InvalidInput(f"input {spec.name!r} expects {spec.describe()}, got {what}")
     if spec.np_dtype.kind in "iu":  # only integers past int64 make numpy fall back to objects
         info = np.iinfo(spec.np_dtype)
-        raise _out_of_range(spec, info.min, info.max)
+        raise _out_of_range(spec, info.min, info.max, integer=True)
     try:
         return np.array(values.tolist(), dtype=np.float64).reshape(array.shape)
     except OverflowError:

@@ -16,6 +16,7 @@ GraphserveError                  exit 1 · INTERNAL / 500
 │   ├── MonitoringConfigError    --monitoring_config_file
 │   └── BatchingConfigError      --batching_parameters_file or batching flags
 ├── ModelLoadError               a model version failed to load (the manager keeps serving others)
+├── ServerUnreachable            a server to test or measure does not answer, or lacks the model
 ├── ServingError                 a request failed; `message` is what the client sees
 │   ├── InvalidInput             INVALID_ARGUMENT / 400: the request does not fit the signature
 │   ├── FailedPrecondition       FAILED_PRECONDITION / 400: e.g. unknown signature name
@@ -79,6 +80,7 @@ __all__ = [
     "RetraceError",
     "SavedModelError",
     "ServerStartError",
+    "ServerUnreachable",
     "ServingError",
     "SignatureError",
     "SloError",
@@ -168,6 +170,10 @@ class BatchingConfigError(ConfigError):
 
 class ModelLoadError(GraphserveError):
     pass
+
+
+class ServerUnreachable(GraphserveError):
+    """Nothing answers at the address given, or the server there does not serve the model."""
 
 
 # -- requests -----------------------------------------------------------------------------------

@@ -1,0 +1,199 @@
+"""`graphserve conformance ADDRESS` and `graphserve conformance write-models DIR`.
+
+Parses arguments and prints results; the work is in conformance.run and conformance.models.
+Exit codes: 0 every case passed (or was n/a), 1 the server cannot be reached or does not serve
+the model, 2 bad arguments, 3 a case failed.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from typer.core import TyperGroup
+
+from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.core.errors import GraphserveError
+
+__all__ = ["EXIT_CASE_FAILED", "app"]
+
+EXIT_CASE_FAILED = 3  # the server answered, and some answer is not TF Serving's
+
+
+class _RunByDefault(TyperGroup):
+    """`conformance ADDRESS ...` runs the cases; `conformance write-models DIR` writes the
+    models: a first argument that is not a subcommand's name is the address of `run`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # click's Context
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_RunByDefault,
+    help="Run TF Serving's own test cases against any server that speaks its APIs.",
+    no_args_is_help=True,
+)
+
+
+class Output(StrEnum):
+    text = "text"
+    json = "json"
+
+
+_SHORT = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "n/a": "[dim]n/a [/]"}
+
+
+@app.command("run")
+def run(
+    address: Annotated[str, typer.Argument(help="the server's gRPC address, HOST:PORT")],
+    rest: Annotated[
+        str | None,
+        typer.Option(help="its REST address, HOST:PORT [default: REST cases are n/a]"),
+    ] = None,
+    model: Annotated[str, typer.Option(help="the model to test (TF Serving's default name)")] = (
+        "default"
+    ),
+    signature: Annotated[
+        str | None,
+        typer.Option(
+            help="the signature Predict uses [default: serving_default, else the "
+            "first predict signature]"
+        ),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a version label to route through (repeat); TF Serving's API does not list labels"
+        ),
+    ] = None,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference",
+            help="the server serves write-models' models (tf1.config "
+            "or tf2.config): run TF Serving's whole table too",
+        ),
+    ] = False,
+    output: Annotated[Output, typer.Option(help="'json': only the report on stdout")] = (
+        Output.text
+    ),
+    out: Annotated[
+        Path | None, typer.Option(help="also write conformance.json and conformance.md here")
+    ] = None,
+    timeout: Annotated[float, typer.Option(min=0.1, help="seconds per request")] = 10.0,
+) -> None:
+    """Run the cases of TF Serving's own tests against the server at ADDRESS: the ones that
+    hold for any model (status, metadata, Predict in every form, routing, every model-free
+    error), driven by the server's own metadata; with --reference, TF Serving's whole table on
+    its half_plus_two models. One line per case; exit 3 when a case fails, 1 when the server
+    cannot be reached or does not serve the model."""
+    quiet_tensorflow()
+    from graphserve.conformance.run import ConformanceSpec, run_conformance
+
+    spec = ConformanceSpec(
+        address=address,
+        rest=rest,
+        model=model,
+        signature=signature,
+        labels=tuple(label or ()),
+        reference=reference,
+        timeout=timeout,
+    )
+    try:
+        report = run_conformance(spec)
+    except GraphserveError as exc:
+        stderr.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(exc.exit_code) from None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "conformance.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        (out / "conformance.md").write_text(markdown(report))
+    if output is Output.json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        _print(report)
+    if report.failed:
+        raise typer.Exit(EXIT_CASE_FAILED)
+
+
+def _print(report: Any) -> None:
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    for result in report.results:
+        where = f"[dim]{escape(result.source)}[/] {escape(result.test)}"
+        console.print(f"{_SHORT[result.outcome]}  {escape(result.case)}  {where}")
+        if result.outcome == "fail":
+            console.print(f"        expected: {escape(result.expected)}")
+            console.print(f"        got:      {escape(result.got)}")
+        elif result.outcome == "n/a":
+            console.print(f"        [dim]{escape(result.reason)}[/]")
+    console.print(summary(report))
+
+
+def summary(report: Any) -> str:
+    counts = report.counts()
+    models = ", ".join(report.models)
+    verdict = "conforms" if not counts["fail"] else "does NOT conform"
+    return (
+        f"{report.address} ({models}) {verdict}: {counts['pass']} passed, {counts['fail']} "
+        f"failed, {counts['n/a']} not applicable"
+    )
+
+
+def markdown(report: Any) -> str:
+    """The report as a Markdown table, failures first."""
+    lines = [
+        f"# Conformance: {summary(report)}",
+        "",
+        "| result | case | TF Serving test | expected | got / reason |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    order = {"fail": 0, "pass": 1, "n/a": 2}
+    for r in sorted(report.results, key=lambda r: order[r.outcome]):
+        cells = [r.outcome, r.case, f"`{r.source}` {r.test}", r.expected, r.got or r.reason]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@app.command("write-models")
+def write_models(
+    directory: Annotated[Path, typer.Argument(help="where to write them (a new directory)")],
+    serve_from: Annotated[
+        str | None,
+        typer.Option(
+            help="DIR as the server sees it, for the configs' base paths (e.g. a "
+            "container's mount point) [default: DIR]"
+        ),
+    ] = None,
+) -> None:
+    """Write TF Serving's half_plus_two test models as its generators build them (TF1 with
+    tf.Example, assets and a zero-padded version; TF2; two versions with labels) and a model
+    config for each flavour: serve one with any server, then run `conformance ADDRESS
+    --reference`."""
+    quiet_tensorflow()
+    from graphserve.conformance.models import write_reference_models
+
+    try:
+        models = write_reference_models(directory, serve_from)
+    except FileExistsError as exc:
+        stderr.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote TF Serving's reference models to {models.root}:")
+    for name, path in (("tf1", models.tf1), ("tf2", models.tf2), ("two", models.two)):
+        versions = ", ".join(sorted(p.name for p in path.iterdir()))
+        typer.echo(f"  {name:<4} {path}  (versions {versions})")
+    typer.echo(f"serve them, e.g.: graphserve serve graph --model_config_file {models.tf1_config}")
+    typer.echo(
+        "           or:    tensorflow_model_server --model_config_file=... "
+        "--port=8500 --rest_api_port=8501"
+    )
+    typer.echo(
+        "then:             graphserve conformance 127.0.0.1:8500 --rest 127.0.0.1:8501 --reference"
+    )

@@ -1,0 +1,129 @@
+"""Run the cases against a server: `run_conformance(spec) -> ConformanceReport`.
+
+    spec = ConformanceSpec("127.0.0.1:8500", rest="127.0.0.1:8501", model="mlp")
+    report = run_conformance(spec)          # ServerUnreachable when nothing answers
+    report.failed                           # cases that broke: exit 3 in the CLI
+
+Against any model the cases come from the server's own metadata (conformance/generic.py). With
+`reference=True` the server is expected to serve TF Serving's half_plus_two models as
+`write-models` lays them out, and TF Serving's own table (conformance/reference.py) runs too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from graphserve.conformance.cases import Case, CaseResult, Target, call_rest
+from graphserve.conformance.generic import cases_for, discover
+from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
+from graphserve.core import client
+from graphserve.core.errors import ServerUnreachable
+from graphserve.core.results import JsonResult
+
+__all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]
+
+REFERENCE_MODELS = ("default", TWO)
+
+
+@dataclass(frozen=True)
+class ConformanceSpec:
+    """Where the server is (gRPC, and REST when given), which model, and the cases to run."""
+
+    address: str
+    rest: str | None = None
+    model: str = "default"
+    signature: str | None = None  # default: serving_default, else the first predict signature
+    labels: tuple[str, ...] = ()  # version labels to route through (the API does not list them)
+    reference: bool = False  # also TF Serving's table, on the models `write-models` writes
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class ConformanceReport(JsonResult):
+    """Every case's result, in the order run, and the counts."""
+
+    address: str
+    rest: str | None
+    models: tuple[str, ...]
+    reference: bool
+    results: tuple[CaseResult, ...] = field(default=())
+
+    json_keys: ClassVar = ("address", "rest", "models", "reference", "counts", "results")
+
+    def counts(self) -> dict[str, int]:
+        tally = Counter(r.outcome for r in self.results)
+        return {"pass": tally["pass"], "fail": tally["fail"], "n/a": tally["n/a"]}
+
+    @property
+    def failed(self) -> list[CaseResult]:
+        return [r for r in self.results if r.outcome == "fail"]
+
+
+def connect(spec: ConformanceSpec) -> Target:
+    """A Target on `spec`'s addresses once both answer; ServerUnreachable when one does not."""
+    import grpc
+
+    grpc_client = client.GrpcClient.connect(spec.address, timeout=spec.timeout)
+    try:
+        grpc_client.wait_until_connected(spec.timeout)
+    except grpc.FutureTimeoutError:
+        grpc_client.close()
+        raise ServerUnreachable(
+            f"no gRPC server answers at {spec.address} within {spec.timeout:g} s: expected "
+            "TF Serving's gRPC API (HOST:PORT, e.g. 127.0.0.1:8500)"
+        ) from None
+    if spec.rest is not None:
+        try:
+            call_rest(spec.rest, "GET", "/v1/models/" + spec.model, None, timeout=spec.timeout)
+        except OSError as exc:
+            grpc_client.close()
+            raise ServerUnreachable(
+                f"no HTTP server answers at {spec.rest}: {exc}; expected TF Serving's REST API "
+                "(HOST:PORT, e.g. 127.0.0.1:8501)"
+            ) from None
+    return Target(grpc_client, spec.rest, spec.timeout)
+
+
+def cases(target: Target, spec: ConformanceSpec) -> list[Case]:
+    """The cases `spec` asks for, built from what the server says about its models.
+    ServerUnreachable when the server does not serve them."""
+    import grpc
+
+    wanted = (
+        [(m, LABELS if m == TWO else ()) for m in REFERENCE_MODELS]
+        if spec.reference
+        else [(spec.model, spec.labels)]
+    )
+    chosen: list[Case] = []
+    for model, labels in wanted:
+        try:
+            facts = discover(target, model, spec.signature, tuple(labels))
+        except grpc.RpcError as exc:
+            hint = (
+                " (serve write-models' tf1.config or tf2.config)"
+                if spec.reference
+                else (" (--model NAME)")
+            )
+            raise ServerUnreachable(
+                f"{spec.address} does not serve model {model!r}{hint}: "
+                f"{client.grpc_error_text(exc)}"
+            ) from None
+        except ValueError as exc:
+            raise ServerUnreachable(f"{spec.address}: {exc}") from None
+        chosen += cases_for(target, facts)
+    if spec.reference:
+        chosen += [*REST_CASES, *GRPC_CASES]
+    return chosen
+
+
+def run_conformance(spec: ConformanceSpec) -> ConformanceReport:
+    """Run every case of `spec` against its server, one after the other."""
+    target = connect(spec)
+    try:
+        results = tuple(case.run(target) for case in cases(target, spec))
+    finally:
+        target.grpc.close()
+    models = REFERENCE_MODELS if spec.reference else (spec.model,)
+    return ConformanceReport(spec.address, spec.rest, models, spec.reference, results)

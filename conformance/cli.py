@@ -2,7 +2,7 @@
 
 Parses arguments and prints results; the work is in conformance.run and conformance.models.
 Exit codes: 0 every case passed (or was n/a), 1 the server cannot be reached or does not serve
-the model, 2 bad arguments, 3 a case failed.
+the model, 2 bad arguments (a --request that does not fit the signature), 3 a case failed.
 """
 
 from __future__ import annotations
@@ -80,6 +80,13 @@ def run(
             "or tf2.config): run TF Serving's whole table too",
         ),
     ] = False,
+    request: Annotated[
+        Path | None,
+        typer.Option(
+            help="a JSON predict body (TF Serving's REST: instances or inputs) the model takes, "
+            "for models that refuse generated inputs (tf.Examples with required features)"
+        ),
+    ] = None,
     output: Annotated[Output, typer.Option(help="'json': only the report on stdout")] = (
         Output.text
     ),
@@ -93,6 +100,16 @@ def run(
     error), driven by the server's own metadata; with --reference, TF Serving's whole table on
     its half_plus_two models. One line per case; exit 3 when a case fails, 1 when the server
     cannot be reached or does not serve the model."""
+    if request is not None and reference:
+        stderr.print("[red]error:[/] --request is for --model's cases, not with --reference")
+        raise typer.Exit(2)
+    body = None
+    if request is not None:
+        try:
+            body = json.loads(request.read_text())
+        except (OSError, ValueError) as exc:
+            stderr.print(f"[red]error:[/] --request {escape(str(request))}: {escape(str(exc))}")
+            raise typer.Exit(2) from None
     quiet_tensorflow()
     from graphserve.conformance.run import ConformanceSpec, run_conformance
 
@@ -103,6 +120,7 @@ def run(
         signature=signature,
         labels=tuple(label or ()),
         reference=reference,
+        request=body,
         timeout=timeout,
     )
     try:

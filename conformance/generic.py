@@ -19,7 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from graphserve.core.codec import decode_json_request, tf_type_name, to_json_val
 from graphserve.core.errors import InvalidInput
 from graphserve.core.signature import TensorSpec, sample_inputs, spec_from_tensor_info
 
-__all__ = ["ModelFacts", "cases_for", "discover"]
+__all__ = ["ModelFacts", "cases_for", "discover", "request_inputs"]
 
 ITEST = "model_servers/tensorflow_model_server_test.py"
 HANDLER = "model_servers/http_rest_api_handler_test.cc"
@@ -148,6 +148,22 @@ class _Reference:
         self._target, self._facts, self._inputs = target, facts, inputs
         self._outputs: dict[str, np.ndarray] | None = None
 
+    def refusal(self) -> str:
+        """Why the model refuses the inputs with INVALID_ARGUMENT, or "" when it answers."""
+        import grpc
+
+        try:
+            self.outputs()
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                return ""  # not about the inputs: the cases say what went wrong
+            details = (exc.details() or "").splitlines()[0][:160]
+            return (
+                f"the model refuses generated inputs ({details}): give a request it takes "
+                "with --request FILE"
+            )
+        return ""
+
     def outputs(self) -> dict[str, np.ndarray]:
         if self._outputs is None:
             request = client.predict_request(
@@ -161,17 +177,38 @@ class _Reference:
 # -- the cases ----------------------------------------------------------------------------------
 
 
-def cases_for(target: Target, facts: ModelFacts) -> list[Case]:
-    """Every model-independent case for `facts`' model, in a fixed order."""
-    inputs = sample_inputs(facts.inputs.values(), batch_size=_BATCH, seed=_SEED)
+def cases_for(
+    target: Target, facts: ModelFacts, inputs: Mapping[str, np.ndarray] | None = None
+) -> list[Case]:
+    """Every model-independent case for `facts`' model, in a fixed order, on `inputs` (the
+    model's inputs by name; default: generated from the signature with a fixed seed).
+
+    Generated inputs a model refuses (serialized tf.Examples with required features, ids past a
+    vocabulary) make the cases that need an answer n/a, saying so; inputs given are the user's
+    claim, and a refusal of them fails those cases."""
+    given = inputs is not None
+    if inputs is None:
+        inputs = sample_inputs(facts.inputs.values(), batch_size=_BATCH, seed=_SEED)
     reference = _Reference(target, facts, inputs)
+    refused = "" if given else reference.refusal()
+    answered = [*_predict_cases(facts, inputs, reference), *_routing_cases(facts, inputs)]
+    if refused:
+        answered = [replace(c, not_applicable=c.not_applicable or refused) for c in answered]
     return [
         *_status_cases(facts),
         *_metadata_cases(target, facts),
-        *_predict_cases(facts, inputs, reference),
-        *_routing_cases(facts, inputs),
+        *answered,
         *_error_cases(facts, inputs),
     ]
+
+
+def request_inputs(body: Any, facts: ModelFacts) -> dict[str, np.ndarray]:
+    """The inputs of a TF Serving REST predict body (`instances` or `inputs`), read with the
+    signature's specs. InvalidInput when they do not fit."""
+    if not isinstance(body, dict):
+        raise InvalidInput("the request must be a JSON object with 'instances' or 'inputs'")
+    arrays, _ = decode_json_request(body, facts.inputs)
+    return arrays
 
 
 def _status_cases(facts: ModelFacts) -> list[Case]:

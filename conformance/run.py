@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from graphserve.conformance.cases import Case, CaseResult, Target, call_rest
-from graphserve.conformance.generic import cases_for, discover
+from graphserve.conformance.generic import cases_for, discover, request_inputs
 from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
 from graphserve.core import client
-from graphserve.core.errors import ServerUnreachable
+from graphserve.core.errors import ConfigError, InvalidInput, ServerUnreachable
 from graphserve.core.results import JsonResult
 
 __all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]
@@ -37,6 +37,7 @@ class ConformanceSpec:
     signature: str | None = None  # default: serving_default, else the first predict signature
     labels: tuple[str, ...] = ()  # version labels to route through (the API does not list them)
     reference: bool = False  # also TF Serving's table, on the models `write-models` writes
+    request: Any = None  # a REST predict body (parsed JSON) whose inputs the model takes
     timeout: float = 10.0
 
 
@@ -112,7 +113,15 @@ def cases(target: Target, spec: ConformanceSpec) -> list[Case]:
             ) from None
         except ValueError as exc:
             raise ServerUnreachable(f"{spec.address}: {exc}") from None
-        chosen += cases_for(target, facts)
+        inputs = None
+        if spec.request is not None:
+            try:
+                inputs = request_inputs(spec.request, facts)
+            except InvalidInput as exc:
+                raise ConfigError(
+                    f"--request does not fit {model!r}'s signature {facts.signature!r}: {exc}"
+                ) from None
+        chosen += cases_for(target, facts, inputs)
     if spec.reference:
         chosen += [*REST_CASES, *GRPC_CASES]
     return chosen

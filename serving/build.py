@@ -1,7 +1,9 @@
 """`build_server(ServeConfig)`: the one way to assemble a server, for the CLI and for scripts.
 
     from graphserve.serving import ServeConfig, ServerOptions, build_server
-    from graphserve.serving.config import ModelConfig
+    from graphserve.serving import heap
+from graphserve.serving import heap
+from graphserve.serving.config import ModelConfig
 
     config = ServeConfig(models=(ModelConfig("mlp", Path("models/mlp")),),
                          options=ServerOptions(grpc_port=0, rest_port=0))
@@ -22,6 +24,7 @@ from pathlib import Path
 
 from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.signature import TensorSpec
+from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import LoadOptions, load_eager, load_null, load_version
 from graphserve.serving.manager import ModelManager
@@ -82,6 +85,12 @@ def build_server(config: ServeConfig) -> ModelServer:
         batching=config.batching,
         per_model_batching=config.per_model_batching,
     )
+    if not config.null:
+        # TensorFlow's heap frozen before any model loads: a retired version is then freed by
+        # a collection of what loaded since, not a thaw of everything (serving.heap)
+        import tensorflow  # noqa: F401
+
+        heap.freeze_once()
     registry = ModelRegistry()
     if config.eager:
         manager = ModelManager(registry, StaticSource([_static(m, options) for m in config.eager]))

@@ -69,10 +69,11 @@ def _close(held: list[object], say_every: float, free: bool) -> None:
     except Exception:
         log.exception("%s: closing version %d failed", servable.name, servable.version)
     log.info("%s: version %d closed", servable.name, servable.version)
+    loaded_at = servable.loaded_at
     del servable
     held.clear()  # the last reference: what the version held is garbage from here
     if free:
-        heap.release()
+        heap.release(loaded_at)
 
 
 def _load_error(exc: Exception, path: Path | None) -> str:
@@ -309,6 +310,7 @@ class ModelManager:
         log.info("%s: loading version %d%s", name, version, f" from {path}" if path else "")
         if not serving:
             self.registry.set_status(name, version, "LOADING")
+        loaded_at = heap.epoch()
         try:
             runner = self.source.load(name, version, path)
         except Exception as exc:
@@ -322,7 +324,7 @@ class ModelManager:
         self._failed.pop(key, None)
         self._loaded[key] = fingerprint
         self._paths[key] = path
-        replaced = self.registry.add(Servable(name, version, runner))
+        replaced = self.registry.add(Servable(name, version, runner, loaded_at=loaded_at))
         if replaced is not None:
             self._retire(replaced)
         log.info("%s: version %d is AVAILABLE", name, version)

@@ -14,7 +14,6 @@ __all__ = ["Lease", "Servable", "VersionRef"]
 VersionRef = int | str | None
 
 
-
 class Lease:
     """How many requests hold a servable; `wait_idle` returns once none does."""
 
@@ -45,3 +44,4 @@ class Servable:
     version: int
     runner: Runner
     lease: Lease = field(default_factory=Lease, compare=False, repr=False)
+    loaded_at: int = field(default=0, compare=False, repr=False)  # serving.heap's epoch

@@ -184,7 +184,7 @@ class ModelServer:
         opts = self.options
         workers = futures.ThreadPoolExecutor(opts.grpc_workers, thread_name_prefix="grpc")
         prime_threads(workers, opts.grpc_workers, self._warm_this_thread)
-        heap.freeze()
+        heap.freeze_once()  # `graphserve serve` froze it before the models loaded
         if opts.grpc_asyncio:
             self._loop = _LoopThread(workers)
             try:

@@ -265,6 +265,43 @@ def test_a_retired_version_is_freed_whether_it_was_loaded_before_the_server_star
     assert _predict(server, "affine").model_spec.version.value == 3
 
 
+def test_a_server_built_for_the_cli_frees_retired_versions_without_thawing_the_heap(
+    tmp_path: Path,
+) -> None:
+    """`graphserve serve` (build_server) freezes TensorFlow's heap before any model loads, so a
+    retired version, the first one included, is freed by a collection of what loaded since: the
+    heap is never thawed (a thaw held the GIL for 0.3-0.6 s and stalled every request after
+    each swap), and the freeze epoch stays where the build left it."""
+    from graphserve.serving import ServeConfig, build_server, heap
+
+    # Earlier tests' retired versions may still be freed in their threads (and re-freeze).
+    _wait_for(lambda: not any(t.name.startswith("retire-") for t in threading.enumerate()),
+              "earlier tests' retired versions to be freed")  # fmt: skip
+    base = tmp_path / "models"
+    _export(base)
+    options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=None)
+    server = build_server(ServeConfig(models=[ModelConfig("affine", base / "affine")],
+                                      options=options))  # fmt: skip
+    manager = server.manager
+    assert manager is not None
+    with server:
+        epoch = heap.epoch()
+
+        def loaded(version: int) -> weakref.ref[Any]:
+            servable = next(s for s in manager.registry.available("affine") if s.version == version)
+            assert servable.loaded_at == epoch  # loaded after the freeze: never frozen
+            return weakref.ref(servable.runner._graph)  # type: ignore[attr-defined]
+
+        models = {1: loaded(1)}
+        for version in (2, 3):
+            _export(base)
+            manager.sync()
+            models[version] = loaded(version)
+            retired = models[version - 1]
+            _wait_for(lambda: retired() is None, f"version {version - 1} to be freed")  # noqa: B023
+        assert heap.epoch() == epoch
+
+
 def _garbage_saved_model(version: Path) -> None:
     for child in version.iterdir():
         shutil.rmtree(child) if child.is_dir() else child.unlink()

@@ -14,6 +14,8 @@ from graphserve.core.errors import (
 )
 from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
 from graphserve.loadtest.results import Report, load_report
+from graphserve.loadtest.rollout import RolloutSpec, rollout
+from graphserve.loadtest.rollout_results import RolloutReport, load_rollout
 from graphserve.loadtest.targets import check_loopback
 
 __all__ = [
@@ -25,9 +27,13 @@ __all__ = [
     "PayloadError",
     "RemoteTargetError",
     "Report",
+    "RolloutReport",
+    "RolloutSpec",
     "ServerStartError",
     "SloError",
     "check_loopback",
     "compare",
     "load_report",
+    "load_rollout",
+    "rollout",
 ]

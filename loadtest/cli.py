@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from graphserve.loadtest.compare import CompareSpec
     from graphserve.loadtest.findmax import SearchSpec
     from graphserve.loadtest.results import Report
+    from graphserve.loadtest.rollout_results import RolloutReport
 
 __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 
@@ -512,6 +513,158 @@ class ProgressPrinter:
             stderr.print(f"[yellow]{kind}:[/yellow] {event.get('message')}", highlight=False)
         elif kind == "done" and event.get("truncated"):
             stderr.print(f"[yellow]run ended early:[/yellow] {event['truncated']}")
+
+
+@app.command("rollout")
+def rollout_command(
+    address: Annotated[str, typer.Option(help="the server's gRPC API, HOST:PORT (loopback)")],
+    model_base_path: Annotated[
+        Path, typer.Option(help="BASE/NAME: the directory the server watches for versions")
+    ],
+    new_version: Annotated[
+        Path | None,
+        typer.Option(help="the SavedModel directory to push as the next version"),
+    ] = None,
+    push_existing: Annotated[
+        bool,
+        typer.Option(
+            "--push-existing", help="push nothing: wait (--timeout) for a version pushed by others"
+        ),
+    ] = False,
+    rate: Annotated[
+        float | None, typer.Option(min=0.001, help="open loop: req/s [default: 200]")
+    ] = None,
+    users: Annotated[int | None, typer.Option(min=1, help="closed loop: concurrent users")] = None,
+    before: Annotated[str, typer.Option(help="load before the push")] = "10s",
+    after: Annotated[str, typer.Option(help="load after the swap ends")] = "30s",
+    timeout: Annotated[
+        str, typer.Option(help="for the push to come and the new version to be AVAILABLE")
+    ] = "60s",
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="gates, e.g. 'errors==0,p99<50ms', 'during.p99<100ms' (windows: before, during, "
+            "after; none: the whole run); repeat or separate with commas"
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "--model-name", help="model to call [default: the base path's name]"
+        ),
+    ] = None,
+    signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
+    batch_size: Annotated[int, typer.Option(min=1, help="rows per request")] = 1,
+    seed: Annotated[int, typer.Option(help="seed of the request's random inputs")] = 0,
+    max_in_flight: Annotated[
+        int, typer.Option(min=1, help="open loop: threads sending the arrivals")
+    ] = 16,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("reports/rollout"),
+    output: Annotated[
+        OutputFormat, typer.Option(help="json: only rollout.json on stdout")
+    ] = OutputFormat.text,
+) -> None:
+    """Swap a model's version under steady gRPC load and report what the clients saw.
+
+    After --before, the new version is copied into BASE/NAME as the next version number (under
+    a temporary name, then renamed: what a TF Serving file-system source needs); with
+    --push-existing someone else pushes it. GetModelStatus is asked every 50 ms; the load goes
+    on --after past the swap. Writes OUT/rollout.{md,json,html,png}. Exits 1 when the server
+    cannot be reached or the swap did not complete, 2 for bad arguments or a target off
+    loopback, 3 when an --slo gate is missed.
+    """
+    from graphserve.core.errors import LoadTestError, ServerUnreachable
+    from graphserve.loadtest.rollout import RolloutSpec, is_saved_model, rollout
+    from graphserve.loadtest.targets import check_loopback
+
+    if rate is not None and users is not None:
+        raise typer.BadParameter("use --rate (open loop) or --users (closed loop), not both")
+    if push_existing == (new_version is not None):
+        raise typer.BadParameter(
+            "pass --new-version DIR (the version to push), or --push-existing (it is pushed by "
+            "someone else), not both",
+            param_hint="'--new-version'",
+        )
+    if new_version is not None and not is_saved_model(new_version):
+        raise typer.BadParameter(
+            f"{new_version} is not a SavedModel directory (no saved_model.pb)",
+            param_hint="'--new-version'",
+        )
+    if not push_existing and not model_base_path.is_dir():
+        raise typer.BadParameter(
+            f"{model_base_path} is not a directory: pass the BASE/NAME the server watches",
+            param_hint="'--model-base-path'",
+        )
+    spec = RolloutSpec(
+        address=address,
+        model_base_path=model_base_path,
+        new_version=new_version,
+        push_existing=push_existing,
+        model_name=model,
+        signature_name=signature_name,
+        rate=rate,
+        users=users,
+        max_in_flight=max_in_flight,
+        before_s=parse_duration(before, "--before", minimum=0.0),
+        after_s=parse_duration(after, "--after", minimum=0.0),
+        timeout_s=parse_duration(timeout, "--timeout"),
+        slo=tuple(g.strip() for text in slo or () for g in text.split(",") if g.strip()),
+        batch_size=batch_size,
+        seed=seed,
+    )
+    quiet = output is OutputFormat.json
+    say = (lambda _e: None) if quiet else _rollout_progress
+    try:
+        check_loopback(address)  # before TensorFlow's seconds of start-up
+        quiet_tensorflow()  # the payload and metadata code import it
+        report = rollout(spec, out, say)
+    except (LoadTestError, ServerUnreachable) as exc:
+        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(code=exc.exit_code) from None
+    finish_rollout(report, out, quiet)
+
+
+def _rollout_progress(event: dict[str, Any]) -> None:
+    kind = event.get("event")
+    version = event.get("version")
+    said = {
+        "payload": "building the request from the server's metadata and starting locust "
+        f"(serving v{event.get('old_version')})",
+        "load_started": "load started",
+        "waiting_for_push": "waiting for a new version to be pushed (--push-existing)",
+        "pushed": f"v{version} copied into place",
+        "swap_start": "the swap began",
+        "new_available": f"v{version} AVAILABLE",
+        "old_unloaded": f"v{version} unloaded",
+        "swap_end": "the swap ended; load continues for --after",
+        "stopping": "stopping the load and writing the report",
+    }
+    if kind in said:
+        stderr.print(f"[dim]{said[kind]}[/dim]", highlight=False)
+
+
+def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
+    """Print the rollout (table, or rollout.json on stdout when quiet), then exit 1 when the
+    swap did not complete, 3 when a gate was missed."""
+    from graphserve.loadtest.rollout_report import render_table
+
+    if quiet:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        Console().print(render_table(report))
+        stderr.print(f"report: {out_dir / 'rollout.html'} (and rollout.md, rollout.json)")
+    if not report.swap.completed:
+        stderr.print(f"[red]error:[/red] {report.swap.note}", highlight=False)
+        raise typer.Exit(code=1)
+    if report.slo is not None and not report.slo.passed:
+        for gate in report.slo.gates:
+            if not gate.passed:
+                stderr.print(
+                    f"[red]SLO missed:[/red] {gate.expression} in the {gate.window} window: "
+                    f"{'no value' if gate.value is None else f'{gate.value:.4g}'}",
+                    highlight=False,
+                )
+        raise typer.Exit(code=EXIT_SLO)
 
 
 @app.command("report")

@@ -1,5 +1,5 @@
 """The report's figures as PNG bytes: latency CDF, percentiles and throughput against load, and
-the p50 of every measurement window over time.
+the p50 of every measurement window over time; and a rollout's timeline around its swap.
 
 Figures are `matplotlib.figure.Figure` objects saved through the Agg canvas, never pyplot: no
 global state, no display, safe to call from any thread. A None in the report is a gap in a line,
@@ -22,10 +22,12 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from graphserve.loadtest.labels import load_label
 from graphserve.loadtest.results import ArmStep, Report, Step, Window
+from graphserve.loadtest.rollout_results import RolloutReport
 
 __all__ = [
     "latency_cdf",
     "percentiles_vs_load",
+    "rollout_timeline",
     "throughput_vs_load",
     "windows_over_time",
 ]
@@ -235,6 +237,67 @@ def windows_over_time(report: Report) -> bytes:
     ax.set_title("p50 per measurement window", pad=16)
     ax.grid(True, alpha=0.3)
     _legend(ax, outside=True)  # the bars fill the plot; a legend inside would hide some
+    return _png(fig)
+
+
+def rollout_timeline(report: RolloutReport) -> bytes:
+    """A rollout, second by second: p50 and p99 of the answered requests (top), and who
+    answered, stacked by version, with the failed requests in red (bottom). The swap is shaded;
+    its moments (push, new version AVAILABLE, old one unloaded) are dashed lines."""
+    fig = Figure(figsize=(10.0, 6.4), dpi=_DPI, layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    seconds = report.timeline
+    x = np.array([s.t_s + 0.5 for s in seconds])  # a second's values at its middle
+    values: list[float] = []
+    for key, style in (("p50_ms", "-"), ("p99_ms", "--")):
+        ys = np.array([_number(getattr(s, key)) for s in seconds])
+        top.plot(x, ys, linestyle=style, marker=".", color="C0", label=key.split("_")[0])
+        values += [y for y in ys if np.isfinite(y)]
+    if not _log_if_wide(top, values, axis="y"):
+        _from_zero(top)
+    top.set_ylabel("latency (ms)")
+    top.set_title(f"{report.title}: per second")
+    swap = report.swap
+    # Each version keeps one colour, in the bars and in the lines of its moments.
+    named = {str(v) for v in (swap.old_version, swap.new_version) if v is not None}
+    versions = sorted(named | {v for s in seconds for v in s.versions}, key=int)
+    colour = {v: f"C{(i + 1) % 10}" for i, v in enumerate(versions)}
+    per_s = np.array([s.duration_s for s in seconds])  # the last second may be cut short
+    base = np.zeros(len(seconds))
+    for version in versions:
+        counts = np.array([s.versions.get(version, 0) for s in seconds]) / per_s
+        bottom.bar(x, counts, width=1.0, bottom=base, color=colour[version], alpha=0.8,
+                   label=f"v{version}")  # fmt: skip
+        base += counts
+    errors = np.array([s.errors for s in seconds]) / per_s
+    if errors.any():
+        bottom.bar(x, errors, width=1.0, bottom=base, color="#d62728", label="failed")
+    bottom.set_ylabel("requests per second")
+    bottom.set_xlabel("time since the load began (s)")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        if swap.swap_start_s is not None:
+            end = swap.swap_end_s if swap.swap_end_s is not None else swap.load_end_s
+            end = max(end, swap.swap_start_s + 0.05)
+            ax.axvspan(swap.swap_start_s, end, color="0.85", zorder=0, label="_nolegend_")
+        for at, label, line in (
+            (swap.swap_start_s, "swap starts", "0.2"),
+            (
+                swap.new_available_s,
+                f"v{swap.new_version} AVAILABLE",
+                colour.get(str(swap.new_version)),
+            ),
+            (
+                swap.old_unloaded_s,
+                f"v{swap.old_version} unloaded",
+                colour.get(str(swap.old_version)),
+            ),
+        ):
+            if at is not None:
+                shown = label if ax is top else "_nolegend_"
+                ax.axvline(at, color=line, linestyle="--", linewidth=1.4, label=shown, zorder=3)
+    _legend(top, outside=True)
+    _legend(bottom, outside=True)
     return _png(fig)
 
 

@@ -47,8 +47,20 @@ from graphserve.loadtest.stats import PERCENTILES
 
 __all__ = [
     "IMAGE_TITLES",
+    "REPORT_CSS",
+    "Block",
+    "Heading",
+    "Paragraph",
+    "TableBlock",
+    "WarningsBlock",
+    "fmt_check",
+    "fmt_count",
+    "fmt_ms",
+    "fmt_rps",
     "headline",
+    "html_block",
     "load_label",
+    "markdown_block",
     "render_html",
     "render_markdown",
     "render_table",
@@ -70,19 +82,19 @@ _LATE_PCT_WARNING = 1.0
 
 
 @dataclass(frozen=True)
-class _Heading:
+class Heading:
     level: int
     text: str
 
 
 @dataclass(frozen=True)
-class _Paragraph:
+class Paragraph:
     text: str
     tone: str = ""  # "" | "lead" | "pass" | "fail": shown bold (markdown), styled (HTML)
 
 
 @dataclass(frozen=True)
-class _Table:
+class TableBlock:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     numeric: tuple[bool, ...]  # right-aligned columns
@@ -90,11 +102,11 @@ class _Table:
 
 
 @dataclass(frozen=True)
-class _Warnings:
+class WarningsBlock:
     items: tuple[str, ...]
 
 
-_Block = _Heading | _Paragraph | _Table | _Warnings
+Block = Heading | Paragraph | TableBlock | WarningsBlock
 
 
 # --- public API ------------------------------------------------------------------------------
@@ -148,7 +160,7 @@ def write_report(
 def render_markdown(report: Report, images: Mapping[str, str] | None = None) -> str:
     """The report as GitHub markdown; `images` maps plot file names to paths relative to it."""
     blocks = _document(report)
-    parts = [_markdown_block(b) for b in blocks]
+    parts = [markdown_block(b) for b in blocks]
     if images:
         parts.append("## Plots")
         parts += [f"![{_image_title(name)}]({path})" for name, path in images.items()]
@@ -162,7 +174,7 @@ def render_html(report: Report, images: Mapping[str, bytes]) -> str:
     No script, no external URL: the file can be mailed or attached to a ticket as it is.
     """
     title = html.escape(report.title or "graphserve load test")
-    body = [_html_block(b) for b in _document(report)]
+    body = [html_block(b) for b in _document(report)]
     if images:
         body.append("<h2>Plots</h2>")
         for name, png in images.items():
@@ -178,7 +190,7 @@ def render_html(report: Report, images: Mapping[str, bytes]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{title}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n<main>\n"
+        f"<title>{title}</title>\n<style>{REPORT_CSS}</style>\n</head>\n<body>\n<main>\n"
         + "\n".join(body)
         + "\n</main>\n</body>\n</html>\n"
     )
@@ -204,11 +216,11 @@ def render_table(report: Report) -> RenderableType:
             flags = [*(["baseline"] if name == baseline else []), *concerns]
             table.add_row(
                 name,
-                _fmt_rps(arm.throughput_rps),
-                _fmt_ms(arm.latency_ms.p50),
-                _fmt_ms(arm.latency_ms.p99),
-                _fmt_ms(arm.latency_ms.p99_9),
-                _fmt_count(arm.failures),
+                fmt_rps(arm.throughput_rps),
+                fmt_ms(arm.latency_ms.p50),
+                fmt_ms(arm.latency_ms.p99),
+                fmt_ms(arm.latency_ms.p99_9),
+                fmt_count(arm.failures),
                 ", ".join(flags),
                 style="yellow" if concerns else None,
             )
@@ -338,19 +350,19 @@ def _budget(expressions: Sequence[str]) -> str:
 # --- building the document -------------------------------------------------------------------
 
 
-def _document(report: Report) -> list[_Block]:
-    blocks: list[_Block] = [
-        _Heading(1, report.title or "graphserve load test"),
-        *(_Paragraph(sentence, "lead") for sentence in headline(report)),
-        _Paragraph(_how_it_was_run(report)),
+def _document(report: Report) -> list[Block]:
+    blocks: list[Block] = [
+        Heading(1, report.title or "graphserve load test"),
+        *(Paragraph(sentence, "lead") for sentence in headline(report)),
+        Paragraph(_how_it_was_run(report)),
     ]
     blocks += _find_max(report)
     for step in report.steps:
-        blocks.append(_Heading(2, _step_title(report, step)))
+        blocks.append(Heading(2, _step_title(report, step)))
         blocks.append(_step_table(report, step))
         if step.ratios:
             blocks.append(
-                _Paragraph(
+                Paragraph(
                     "Ratios, arm / baseline (below 1× is faster for latencies, "
                     "above 1× is more throughput):"
                 )
@@ -359,7 +371,7 @@ def _document(report: Report) -> list[_Block]:
     blocks += _cold_start(report) + _calibration(report) + _workers(report) + _slo(report)
     warnings = _warnings(report) + _lost_workers(report)
     if warnings:
-        blocks.append(_Warnings(tuple(warnings)))
+        blocks.append(WarningsBlock(tuple(warnings)))
     return blocks
 
 
@@ -371,7 +383,7 @@ def _step_title(report: Report, step: Step) -> str:
     return f"Probe {step.index + 1}: {' and '.join(step.arms)} at {load}"
 
 
-def _find_max(report: Report) -> list[_Block]:
+def _find_max(report: Report) -> list[Block]:
     """The searches: what each arm held, and every probe with its verdict."""
     search = report.find_max
     if search is None:
@@ -407,8 +419,8 @@ def _find_max(report: Report) -> list[_Block]:
             name,
             load_label(p.load, mode),
             "held ✓" if p.held else "missed ✗",
-            _fmt_ms(p.value),
-            _fmt_rps(p.throughput_rps),
+            fmt_ms(p.value),
+            fmt_rps(p.throughput_rps),
             "; ".join(filter(None, [p.why, "generator-bound" if p.generator_bound else ""])),
         )
         for p, name in probes
@@ -422,14 +434,14 @@ def _find_max(report: Report) -> list[_Block]:
         + ")."
     )
     return [
-        _Heading(2, f"Most load within {budget}"),
-        _Paragraph(note),
-        _Table(
+        Heading(2, f"Most load within {budget}"),
+        Paragraph(note),
+        TableBlock(
             ("arm", "most load held", "least missed", "probes", "search"),
             summary,
             (False, True, True, True, False),
         ),
-        _Table(
+        TableBlock(
             ("probe", "arm", "load", "result", metric, "req/s", "why"),
             rows,
             (True, False, True, False, True, True, False),
@@ -449,9 +461,7 @@ def _how_it_was_run(report: Report) -> str:
         )
     else:
         loop = f"closed loop with {loads} concurrent users"
-    inputs = "; ".join(
-        f"{k} {v.dtype} {v.shape}" for k, v in s.payload.inputs.items()
-    )
+    inputs = "; ".join(f"{k} {v.dtype} {v.shape}" for k, v in s.payload.inputs.items())
     versions = ", ".join(f"{k} {v}" for k, v in env.versions.items())
     workers = s.workers + s.expect_workers
     sentences = [
@@ -476,7 +486,7 @@ def _how_it_was_run(report: Report) -> str:
     return " ".join(sentences)
 
 
-def _step_table(report: Report, step: Step) -> _Table:
+def _step_table(report: Report, step: Step) -> TableBlock:
     arms = report.step_arms(step)
     baseline = report.settings.baseline
     servers = [arm.server for _, arm in arms if arm.server is not None]
@@ -502,12 +512,12 @@ def _step_table(report: Report, step: Step) -> _Table:
         p50_ci = arm.ci95_ms.p50 if latency.p50 is not None else None
         row = [
             f"{name} (baseline)" if name == baseline else name,
-            _fmt_count(arm.measured_requests),
-            _fmt_count(arm.failures),
-            _fmt_rps(arm.throughput_rps),
-            _fmt_ms(latency.p50) + (f" [{_fmt_interval(p50_ci, _fmt_ms)}]" if p50_ci else ""),
-            *(_fmt_ms(latency.of(p)) for p in _PERCENTILE_KEYS[1:]),
-            _fmt_ms(latency.mean),
+            fmt_count(arm.measured_requests),
+            fmt_count(arm.failures),
+            fmt_rps(arm.throughput_rps),
+            fmt_ms(latency.p50) + (f" [{_fmt_interval(p50_ci, fmt_ms)}]" if p50_ci else ""),
+            *(fmt_ms(latency.of(p)) for p in _PERCENTILE_KEYS[1:]),
+            fmt_ms(latency.mean),
             _fmt_yes_no(arm.stable),
             _generator(arm.generator),
         ]
@@ -518,16 +528,16 @@ def _step_table(report: Report, step: Step) -> _Table:
         rows.append(tuple(row))
         classes.append("warn" if _flags(arm) else "")
     numeric = tuple(h not in ("arm", "stable", "generator") for h in headers)
-    return _Table(tuple(headers), tuple(rows), numeric, tuple(classes))
+    return TableBlock(tuple(headers), tuple(rows), numeric, tuple(classes))
 
 
-def _ratio_table(ratios: Mapping[str, Ratio]) -> _Table:
+def _ratio_table(ratios: Mapping[str, Ratio]) -> TableBlock:
     keys = ("throughput", *_PERCENTILE_KEYS, "mean")
     rows = tuple((name, *(_fmt_ratio(r.of(k)) for k in keys)) for name, r in ratios.items())
-    return _Table(("arm / baseline", *keys), rows, (False, *(True for _ in keys)))
+    return TableBlock(("arm / baseline", *keys), rows, (False, *(True for _ in keys)))
 
 
-def _cold_start(report: Report) -> list[_Block]:
+def _cold_start(report: Report) -> list[Block]:
     runs = report.cold_start.runs if report.cold_start else []
     if not runs:
         return []
@@ -543,25 +553,25 @@ def _cold_start(report: Report) -> list[_Block]:
         (
             r.server,
             _fmt_yes_no(r.warmup_records),
-            _fmt_ms(r.ready_s),
-            _fmt_ms(r.first_request_ms),
-            _fmt_ms(r.steady_p50_ms),
+            fmt_ms(r.ready_s),
+            fmt_ms(r.first_request_ms),
+            fmt_ms(r.steady_p50_ms),
             _fmt_times(r.first_over_steady),
         )
         for r in runs
     )
-    return [_Heading(2, "Cold start"), _Table(headers, rows, (False, False, *(True,) * 4))]
+    return [Heading(2, "Cold start"), TableBlock(headers, rows, (False, False, *(True,) * 4))]
 
 
-def _calibration(report: Report) -> list[_Block]:
+def _calibration(report: Report) -> list[Block]:
     calibration = report.calibration
     if calibration is None:
         return []
     rows = tuple(
         (
             load_label(c.load, report.settings.mode),
-            _fmt_rps(c.throughput_rps),
-            _fmt_ms(c.p50_ms),
+            fmt_rps(c.throughput_rps),
+            fmt_ms(c.p50_ms),
         )
         for c in calibration.steps
     )
@@ -570,13 +580,13 @@ def _calibration(report: Report) -> list[_Block]:
         "answers at once: the most this machine can drive and measure."
     )
     return [
-        _Heading(2, "Calibration"),
-        _Paragraph(note),
-        _Table(("load", "req/s", "p50 (ms)"), rows, (False, True, True)),
+        Heading(2, "Calibration"),
+        Paragraph(note),
+        TableBlock(("load", "req/s", "p50 (ms)"), rows, (False, True, True)),
     ]
 
 
-def _workers(report: Report) -> list[_Block]:
+def _workers(report: Report) -> list[Block]:
     """The locust workers that generated the load: where, how busy, and whether one was lost."""
     section = report.workers
     if section is None:
@@ -604,9 +614,9 @@ def _workers(report: Report) -> list[_Block]:
     numeric = (False, True, True, True, True, True, True, False)
     rows_classes = tuple("warn" if node.lost_s is not None else "" for node in section.nodes)
     return [
-        _Heading(2, "Load generator"),
-        _Paragraph(note),
-        _Table(headers, rows, numeric, rows_classes),
+        Heading(2, "Load generator"),
+        Paragraph(note),
+        TableBlock(headers, rows, numeric, rows_classes),
     ]
 
 
@@ -627,7 +637,7 @@ def _lost_workers(report: Report) -> list[str]:
     return warnings
 
 
-def _slo(report: Report) -> list[_Block]:
+def _slo(report: Report) -> list[Block]:
     slo = report.slo
     if slo is None:
         return []
@@ -638,9 +648,9 @@ def _slo(report: Report) -> list[_Block]:
                 gate.expression,
                 gate.arm or "all",
                 load_label(gate.load, report.settings.mode) if gate.load is not None else "all",
-                _fmt_ms(gate.value),
-                _fmt_ms(gate.threshold),
-                _fmt_check(gate.passed),
+                fmt_ms(gate.value),
+                fmt_ms(gate.threshold),
+                fmt_check(gate.passed),
             )
         )
         classes.append("" if gate.passed else "fail")
@@ -651,18 +661,20 @@ def _slo(report: Report) -> list[_Block]:
             "failures ≤ max",
             "all",
             "all",
-            _fmt_count(slo.failures),
-            _fmt_count(allowed),
-            _fmt_check(failures_ok),
+            fmt_count(slo.failures),
+            fmt_count(allowed),
+            fmt_check(failures_ok),
         )
     )
     classes.append("" if failures_ok else "fail")
-    verdict = _Paragraph(
+    verdict = Paragraph(
         f"SLO {'passed ✓' if slo.passed else 'failed ✗'}", "pass" if slo.passed else "fail"
     )
     headers = ("gate", "arm", "load", "value", "threshold", "result")
-    table = _Table(headers, tuple(rows), (False, False, False, True, True, False), tuple(classes))
-    return [_Heading(2, "SLO"), verdict, table]
+    table = TableBlock(
+        headers, tuple(rows), (False, False, False, True, True, False), tuple(classes)
+    )
+    return [Heading(2, "SLO"), verdict, table]
 
 
 def _warnings(report: Report) -> list[str]:
@@ -688,7 +700,7 @@ def _breakdown_notes(server: ServerBreakdown | None) -> list[str]:
         return []
     return [
         f"the {_PART_NAMES.get(part, part)} part of the server-side breakdown came out at "
-        f"{_fmt_ms(raw)} ms and shows as 0: the {server.statistic}s it is the difference of "
+        f"{fmt_ms(raw)} ms and shows as 0: the {server.statistic}s it is the difference of "
         "cover different requests (the server times those that end between its scrapes, the "
         "client those that start in a window and succeed)"
         for part, raw in server.clamped_ms.items()
@@ -717,7 +729,7 @@ def _concerns(arm: ArmStep) -> list[tuple[str, str]]:
             (
                 f"late {_fmt_pct(late)}",
                 f"{_fmt_pct(late)} of requests sent late (achieved "
-                f"{_fmt_rps(open_loop.achieved_rps)} of {_fmt_rps(open_loop.target_rps)} req/s)",
+                f"{fmt_rps(open_loop.achieved_rps)} of {fmt_rps(open_loop.target_rps)} req/s)",
             )
         )
     if arm.failures:
@@ -733,8 +745,8 @@ def _concerns(arm: ArmStep) -> list[tuple[str, str]]:
         out.append(
             (
                 "server count differs",
-                f"the server counted {_fmt_count(counted)} requests, "
-                f"the client sent {_fmt_count(arm.requests)}",
+                f"the server counted {fmt_count(counted)} requests, "
+                f"the client sent {fmt_count(arm.requests)}",
             )
         )
     return out
@@ -754,8 +766,8 @@ def _breakdown(server: ServerBreakdown | None) -> str:
         return NONE
     keys = ("model", "server", "client_and_network")
     return " / ".join(
-        _fmt_ms(server.breakdown_ms.get(k))
-        + (f" (raw {_fmt_ms(server.clamped_ms[k])})" if k in server.clamped_ms else "")
+        fmt_ms(server.breakdown_ms.get(k))
+        + (f" (raw {fmt_ms(server.clamped_ms[k])})" if k in server.clamped_ms else "")
         for k in keys
     )
 
@@ -763,13 +775,13 @@ def _breakdown(server: ServerBreakdown | None) -> str:
 # --- rendering the document ------------------------------------------------------------------
 
 
-def _markdown_block(block: _Block) -> str:
-    if isinstance(block, _Heading):
+def markdown_block(block: Block) -> str:
+    if isinstance(block, Heading):
         return "#" * block.level + " " + _md_inline(block.text)
-    if isinstance(block, _Paragraph):
+    if isinstance(block, Paragraph):
         text = _md_inline(block.text)
         return f"**{text}**" if block.tone else text
-    if isinstance(block, _Warnings):
+    if isinstance(block, WarningsBlock):
         return "## Warnings\n\n" + "\n".join(f"- ⚠ {_md_inline(w)}" for w in block.items)
     lines = [
         "| " + " | ".join(_md_inline(h) for h in block.headers) + " |",
@@ -792,15 +804,15 @@ def _md_inline(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-def _html_block(block: _Block) -> str:
+def html_block(block: Block) -> str:
     esc = html.escape
-    if isinstance(block, _Heading):
+    if isinstance(block, Heading):
         return f"<h{block.level}>{esc(block.text)}</h{block.level}>"
-    if isinstance(block, _Paragraph):
+    if isinstance(block, Paragraph):
         if block.tone:
             return f'<p class="{block.tone}"><strong>{esc(block.text)}</strong></p>'
         return f"<p>{esc(block.text)}</p>"
-    if isinstance(block, _Warnings):
+    if isinstance(block, WarningsBlock):
         items = "".join(f"<li>{esc(w)}</li>" for w in block.items)
         return f'<div class="warnings"><h2>Warnings</h2><ul>{items}</ul></div>'
 
@@ -836,7 +848,7 @@ def _number_cell(tag: str, text: str) -> str:
 # would break a 95% CI after its en dash), and a cell of several numbers breaks only between
 # them. Prose breaks even a long word (a URL in an error message) rather than overflow.
 # .scroll still scrolls a table on a screen too narrow for it.
-_CSS = """
+REPORT_CSS = """
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1f2328;
        background: #fff; margin: 0; }
 main { max-width: 1200px; margin: 0 auto; padding: 1.5rem 2rem 3rem; }
@@ -877,7 +889,7 @@ def _image_title(name: str) -> str:
 # --- number formatting -----------------------------------------------------------------------
 
 
-def _fmt_ms(value: Any) -> str:
+def fmt_ms(value: Any) -> str:
     """Three significant digits (0.473, 12.4, 153); whole numbers with separators from 1000."""
     if not is_number(value):
         return NONE
@@ -891,13 +903,13 @@ def _fmt_ms(value: Any) -> str:
     return f"{rounded:#.3g}"
 
 
-def _fmt_rps(value: Any) -> str:
+def fmt_rps(value: Any) -> str:
     if not is_number(value):
         return NONE
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}"
 
 
-def _fmt_count(value: Any) -> str:
+def fmt_count(value: Any) -> str:
     return f"{int(value):,}" if is_number(value) and float(value).is_integer() else NONE
 
 
@@ -931,5 +943,5 @@ def _fmt_yes_no(value: Any) -> str:
     return NONE if value is None else ("yes" if value else "no")
 
 
-def _fmt_check(passed: Any) -> str:
+def fmt_check(passed: Any) -> str:
     return "✓" if passed else "✗"

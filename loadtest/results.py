@@ -61,6 +61,7 @@ __all__ = [
     "SloResult",
     "Stability",
     "Step",
+    "StrictModel",
     "Window",
     "WorkerNode",
     "Workers",
@@ -77,7 +78,7 @@ Ms = float | None  # a latency in milliseconds; None where nothing was measured
 Interval = tuple[float, float] | None  # a 95% confidence interval, [low, high]
 
 
-class _Model(BaseModel):
+class StrictModel(BaseModel):
     """Every key known: a report with one more or one less is not this version's."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -87,7 +88,7 @@ class _Model(BaseModel):
         return self.model_dump(mode="json", by_alias=True)
 
 
-class _ByName(_Model):
+class _ByName(StrictModel):
     """Fields read by the report's own names too: `of("p99.9")` is the field p99_9."""
 
     def of(self, name: str) -> Any:
@@ -113,7 +114,7 @@ class PercentileCIs(_ByName):
     p99_9: Interval = Field(alias="p99.9")
 
 
-class Window(_Model):
+class Window(StrictModel):
     """One measurement window of one arm."""
 
     index: int
@@ -129,12 +130,12 @@ class Window(_Model):
     machine_cpu_pct: float | None = None  # the busiest generator machine (older /2: absent)
 
 
-class Stability(_Model):
+class Stability(StrictModel):
     last_windows: int
     spread_pct: dict[str, float | None] | None
 
 
-class GeneratorLoad(_Model):
+class GeneratorLoad(StrictModel):
     """Whether the load generator may have been the limit (loadtest.analysis.generator_load)."""
 
     cpu_pct: float | None
@@ -146,7 +147,7 @@ class GeneratorLoad(_Model):
     cpu_us_per_request: float | None = None
 
 
-class Breakdown(_Model):
+class Breakdown(StrictModel):
     """The client's mean latency split into model, rest of the server and client + network:
     differences of means (`statistic`), a negative part shown as 0 and kept in `clamped_ms`."""
 
@@ -165,13 +166,13 @@ class ServerBreakdown(Breakdown):
     runtime_mean_ms: Ms
 
 
-class OpenLoop(_Model):
+class OpenLoop(StrictModel):
     target_rps: float
     achieved_rps: float | None
     late_pct: float | None
 
 
-class ArmStep(_Model):
+class ArmStep(StrictModel):
     """One arm at one load."""
 
     requests: int
@@ -191,7 +192,7 @@ class ArmStep(_Model):
     open_loop: OpenLoop | None
 
 
-class RatioValue(_Model):
+class RatioValue(StrictModel):
     value: float | None
     ci95: Interval
 
@@ -208,14 +209,14 @@ class Ratio(_ByName):
     throughput: RatioValue
 
 
-class Step(_Model):
+class Step(StrictModel):
     index: int
     load: float
     arms: dict[str, ArmStep]
     ratios: dict[str, Ratio]
 
 
-class GateCheck(_Model):
+class GateCheck(StrictModel):
     """One `--slo` gate checked at one step (loadtest.slo.evaluate)."""
 
     expression: str
@@ -227,26 +228,26 @@ class GateCheck(_Model):
     passed: bool
 
 
-class SloResult(_Model):
+class SloResult(StrictModel):
     gates: list[GateCheck]
     max_failures: int | None
     failures: int
     passed: bool
 
 
-class CalibrationStep(_Model):
+class CalibrationStep(StrictModel):
     load: float
     throughput_rps: float | None
     p50_ms: Ms
 
 
-class Calibration(_Model):
+class Calibration(StrictModel):
     null_endpoint: str
     arm: str
     steps: list[CalibrationStep]
 
 
-class WindowRef(_Model):
+class WindowRef(StrictModel):
     step: int
     arm: str
     window: int
@@ -256,12 +257,12 @@ class LostAt(WindowRef):
     kind: str
 
 
-class CpuSpread(_Model):
+class CpuSpread(StrictModel):
     mean: float | None
     max: float | None
 
 
-class WorkerNode(_Model):
+class WorkerNode(StrictModel):
     """One locust worker: who and where, how busy, and what it missed if it was lost."""
 
     id: str
@@ -278,13 +279,13 @@ class WorkerNode(_Model):
     machine_cpu_pct: CpuSpread
 
 
-class Workers(_Model):
+class Workers(StrictModel):
     expected: int
     mode: str  # "local": started by the comparison; "remote": some joined from elsewhere
     nodes: list[WorkerNode]
 
 
-class Probe(_Model):
+class Probe(StrictModel):
     """One probe of a find-max search: one arm at one load, and whether it held."""
 
     step: int  # the report's step that measured it
@@ -296,7 +297,7 @@ class Probe(_Model):
     generator_bound: bool
 
 
-class ArmSearch(_Model):
+class ArmSearch(StrictModel):
     """One arm's search: its probes in order, the most load it held and the least it missed."""
 
     probes: list[Probe]
@@ -305,7 +306,7 @@ class ArmSearch(_Model):
     limit: str  # why the search stopped: "slo", "max load", "probes", "nothing held"
 
 
-class FindMax(_Model):
+class FindMax(StrictModel):
     """`--find-max`: the largest load each arm holds within the `--slo` gates."""
 
     slo: list[str]
@@ -317,12 +318,12 @@ class FindMax(_Model):
     arms: dict[str, ArmSearch]
 
 
-class PayloadInput(_Model):
+class PayloadInput(StrictModel):
     dtype: str
     shape: list[int]
 
 
-class Payload(_Model):
+class Payload(StrictModel):
     """What every request carried: where it came from, the file it is in, its inputs."""
 
     source: str
@@ -330,7 +331,7 @@ class Payload(_Model):
     inputs: dict[str, PayloadInput]
 
 
-class Settings(_Model):
+class Settings(StrictModel):
     """How the run was asked for."""
 
     protocol: str
@@ -357,7 +358,7 @@ class Settings(_Model):
     locust: dict[str, Any]
 
 
-class Environment(_Model):
+class Environment(StrictModel):
     """Where a measurement ran (loadtest.compare.environment; the bench records it too)."""
 
     timestamp: str
@@ -379,7 +380,7 @@ class ArmInfo(BaseModel):
     metrics_url: str | None
 
 
-class ColdStartRun(_Model):
+class ColdStartRun(StrictModel):
     """One cold start of one server (loadtest.coldstart): time to ready, the first request
     against the steady p50 of `steady_requests` more."""
 
@@ -413,11 +414,11 @@ class ColdStartRun(_Model):
         )
 
 
-class ColdStarts(_Model):
+class ColdStarts(StrictModel):
     runs: list[ColdStartRun]
 
 
-class ReportFiles(_Model):
+class ReportFiles(StrictModel):
     json_file: str = Field(alias="json")
     markdown: str
     html: str
@@ -430,7 +431,7 @@ class ReportFiles(_Model):
         return [n for n in (self.json_file, self.raw, *self.locust_csv) if n]
 
 
-class Report(_Model):
+class Report(StrictModel):
     """report.json: one load-test run."""
 
     schema_version: str = Field(alias="schema")

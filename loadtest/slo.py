@@ -1,4 +1,4 @@
-"""SLO gates for CI: `--slo 'p99<50ms'`, `--slo 'ratio.p50<0.6'`, `--max-failures 0`.
+"""SLO gates for CI: `--slo 'p99<50ms'`, `--slo 'ratio.p50<0.6'`, `--slo errors==0`.
 
 A gate is read once (`parse_gate`), checked against every step of a report (`evaluate`, which
 gives the report's SloResult) and missed gates are told to people (`describe`).
@@ -7,11 +7,14 @@ Grammar, whitespace allowed around the parts:
 
     [ARM.]METRIC OP NUMBER[UNIT]     p99<50ms, graph.p99.9 <= 2.5ms, throughput>500
     ratio[.ARM].METRIC OP NUMBER     ratio.p50<0.6, ratio.graph.p99<0.7
+    [ARM.]errors OP COUNT            errors==0, graph.errors<=5
 
 METRIC is p50, p90, p95, p99, p99.9, mean, min or max (latency: ms by default, or s or us) or
 throughput / rps (req/s; unit rps or /s optional). Ratios take p50 ... p99.9, mean or throughput
-and no unit. OP is <, <=, > or >=. A gate without ARM checks the first arm of the report; a ratio
-gate without ARM checks the first arm that is not the baseline.
+and no unit. `errors` counts failed requests (no unit, no ratio). OP is <, <=, >, >= or ==. A gate
+without ARM checks the first arm of the report; a ratio gate without ARM checks the first arm that
+is not the baseline. `graphserve loadtest rollout` reads the same gates, with the windows of the
+swap (before, during, after) in place of arms (loadtest/rollout_analysis.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from graphserve.loadtest.labels import load_label
 from graphserve.loadtest.results import GateCheck, Report, SloResult, Step
 from graphserve.loadtest.stats import PERCENTILES
 
-__all__ = ["Gate", "describe", "evaluate", "parse_gate"]
+__all__ = ["Gate", "describe", "evaluate", "parse_gate", "passes"]
 
 _PERCENTILE_KEYS = [name for name, _ in PERCENTILES]
 _LATENCY_METRICS = frozenset([*_PERCENTILE_KEYS, "mean", "min", "max"])
@@ -34,6 +37,7 @@ _RATIO_METRICS = frozenset([*_PERCENTILE_KEYS, "mean", "throughput"])
 _LATENCY_UNITS_MS = {"": 1.0, "ms": 1.0, "s": 1000.0, "us": 0.001}
 _THROUGHPUT_UNITS = frozenset(["", "rps", "/s"])
 _OPS: dict[str, Callable[[float, float], bool]] = {
+    "==": operator.eq,
     "<": operator.lt,
     "<=": operator.le,
     ">": operator.gt,
@@ -42,14 +46,15 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 # Metric alternatives longest first, so "p99.9" is not read as "p99" followed by ".9".
 _METRIC_PATTERN = "|".join(
-    re.escape(m) for m in sorted([*_LATENCY_METRICS, "throughput", "rps"], key=len, reverse=True)
+    re.escape(m)
+    for m in sorted([*_LATENCY_METRICS, "throughput", "rps", "errors"], key=len, reverse=True)
 )
 _GATE = re.compile(
     rf"""
     \s*(?:(?P<ratio>ratio)\s*\.\s*)?
     (?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?
     (?P<metric>{_METRIC_PATTERN})
-    \s*(?P<op><=|>=|<|>)
+    \s*(?P<op>==|<=|>=|<|>)
     \s*(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
     \s*(?P<unit>[A-Za-z/]*)\s*
     """,
@@ -57,15 +62,16 @@ _GATE = re.compile(
 )
 _EXPECTED = (
     "expected [ARM.]METRIC<VALUE such as p99<50ms, graph.p50<=2ms, throughput>500, "
-    "ratio.p50<0.6 (METRIC: p50, p90, p95, p99, p99.9, mean, min, max, throughput; "
-    "OP: <, <=, >, >=)"
+    "ratio.p50<0.6, errors==0 (METRIC: p50, p90, p95, p99, p99.9, mean, min, max, throughput, "
+    "errors; OP: <, <=, >, >=, ==)"
 )
 
 
 @dataclass(frozen=True)
 class Gate:
-    """One `--slo` gate. threshold is in ms for latencies, req/s for throughput, plain for ratios;
-    arm is None when the gate names none; metric "rps" is stored as "throughput"."""
+    """One `--slo` gate. threshold is in ms for latencies, req/s for throughput, plain for ratios
+    and error counts; arm is None when the gate names none; metric "rps" is stored as
+    "throughput"."""
 
     expression: str
     arm: str | None
@@ -97,6 +103,9 @@ def parse_gate(text: str) -> Gate:
             raise _bad(text, f"a ratio gate takes p50 to p99.9, mean or throughput, not {metric}")
         if unit:
             raise _bad(text, f"a ratio has no unit, got {unit!r}")
+    elif metric == "errors":
+        if unit:
+            raise _bad(text, f"errors is a count of failed requests, no unit, got {unit!r}")
     elif metric == "throughput":
         if unit not in _THROUGHPUT_UNITS:
             raise _bad(text, f"throughput is in req/s (unit rps or /s), got {unit!r}")
@@ -150,6 +159,8 @@ def _value(step: Step, gate: Gate, arm: str, baseline: str | None) -> float | No
         return None
     if gate.metric == "throughput":
         return arm_step.throughput_rps
+    if gate.metric == "errors":
+        return float(arm_step.failures)
     value: float | None = arm_step.latency_ms.of(gate.metric)
     return value
 
@@ -182,7 +193,7 @@ def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) ->
                     load=step.load,
                     value=value,
                     threshold=gate.threshold,
-                    passed=value is not None and _OPS[gate.op](value, gate.threshold),
+                    passed=passes(gate, value),
                 )
             )
     failures = _failures(report.steps)
@@ -194,6 +205,11 @@ def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) ->
         failures=failures,
         passed=gates_passed and failures_passed,
     )
+
+
+def passes(gate: Gate, value: float | None) -> bool:
+    """Whether `value` meets the gate; a missing value (None) never does."""
+    return value is not None and _OPS[gate.op](value, gate.threshold)
 
 
 def _number(x: float) -> str:
@@ -218,6 +234,8 @@ def describe(result: SloResult, *, mode: str) -> list[str]:
             shown = _number(value)
         elif gate.metric == "throughput":
             shown = f"{_number(value)} req/s"
+        elif gate.metric == "errors":
+            shown = f"{value:.0f} failed requests"
         else:
             shown = f"{_number(value)} ms"
         at = load_label(row.load, mode) if row.load is not None else "an unknown load"

@@ -31,6 +31,7 @@ GraphserveError                  exit 1 · INTERNAL / 500
 │   ├── LocustRunError           a locust run did not finish or left no statistics
 │   ├── ServerStartError         a self-managed server did not start or become ready
 │   ├── ColdStartError           a request to a freshly started server failed
+│   ├── RolloutError             a rollout could not copy the new version into place
 │   └── SloError                 exit 2: an --slo gate cannot be read or names an unknown arm
 └── DeployError                  anything that stops a deployment
     ├── DeployUsageError         exit 2: flags or input files that cannot work, caught before work
@@ -78,6 +79,7 @@ __all__ = [
     "PayloadTooLarge",
     "RemoteTargetError",
     "RetraceError",
+    "RolloutError",
     "SavedModelError",
     "ServerStartError",
     "ServerUnreachable",
@@ -247,6 +249,10 @@ class SloError(LoadTestError):
 
 class ColdStartError(LoadTestError):
     """A Predict against a freshly started server failed (the server did start)."""
+
+
+class RolloutError(LoadTestError):
+    """`loadtest rollout` could not copy the new version into the model's base path."""
 
 
 # -- deploy -------------------------------------------------------------------------------------

@@ -669,29 +669,39 @@ def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
 
 @app.command("report")
 def report_command(
-    out: Annotated[Path, typer.Argument(help="a load-test output directory with report.json")],
+    out: Annotated[
+        Path, typer.Argument(help="a load-test output directory: report.json or rollout.json")
+    ],
     open_page: Annotated[
         bool,
-        typer.Option("--open", help="then open report.html in a web browser (BROWSER names one)"),
+        typer.Option("--open", help="then open the page in a web browser (BROWSER names one)"),
     ] = False,
 ) -> None:
-    """Render report.md, report.html and the plots again from OUT/report.json; with --open,
-    show the page in a web browser. Exit 1 when the report cannot be read or, with --open, no
-    browser could be opened (the page is written either way)."""
+    """Render report.md, report.html and the plots again from OUT/report.json (a `compare`),
+    or rollout.md, rollout.html and its timeline from OUT/rollout.json (a `rollout`); with
+    --open, show the page in a web browser. Exit 1 when the report cannot be read or, with
+    --open, no browser could be opened (the page is written either way)."""
     import webbrowser
 
     from graphserve.core.errors import LoadTestError
-    from graphserve.loadtest.report import write_report
-    from graphserve.loadtest.results import load_report
 
     try:
-        report = load_report(out / "report.json")  # this version or the one before
+        if (out / "rollout.json").exists() and not (out / "report.json").exists():
+            from graphserve.loadtest.rollout_report import write_rollout
+            from graphserve.loadtest.rollout_results import load_rollout
+
+            write_rollout(load_rollout(out / "rollout.json"), out)
+            page = out / "rollout.html"
+        else:
+            from graphserve.loadtest.report import write_report
+            from graphserve.loadtest.results import load_report
+
+            write_report(load_report(out / "report.json"), out)  # this version or the one before
+            page = out / "report.html"
     except LoadTestError as exc:
         stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=1) from None
-    write_report(report, out)
-    page = out / "report.html"
-    stderr.print(f"report: {page} (and report.md)")
+    stderr.print(f"report: {page} (and {page.with_suffix('.md').name})")
     if not open_page:
         return
     uri = page.resolve().as_uri()

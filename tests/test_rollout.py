@@ -214,6 +214,12 @@ def test_rollouts_with_and_without_warmup_records(
     assert "data:image/png;base64," in html and "<script" not in html
     markdown = (out / "rollout.md").read_text()
     assert "## Before, during and after" in markdown and "has warm-up records" in markdown
+    # `loadtest report OUT` renders a rollout's pages again from its rollout.json
+    (out / "rollout.html").unlink()
+    rendered = CliRunner().invoke(app, ["report", str(out)])
+    assert rendered.exit_code == 0, rendered.output
+    assert (out / "rollout.md").read_text() == markdown
+    assert "data:image/png;base64," in (out / "rollout.html").read_text()
 
     report = load_rollout(out / "rollout.json")
     swap = report.swap

@@ -305,6 +305,10 @@ class ModelManager:
         its fate)."""
         path = self.source.where(name, version)
         fingerprint = self.source.fingerprint(path)
+        if path is not None and fingerprint is None:
+            # Removed since this pass listed it (a pusher cleaning up a broken version): there
+            # is nothing to load, and trying would replace why it failed with "does not exist".
+            return
         key = (name, version)
         serving = key in self._loaded  # a reload: the version serves on meanwhile
         log.info("%s: loading version %d%s", name, version, f" from {path}" if path else "")

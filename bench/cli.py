@@ -39,7 +39,8 @@ def bench(
 ) -> None:
     """Measure graph vs eager in-process and served, batching, codec, cold start, a plain Flask
     peer and the load generator; print every goal ratio with pass/miss; write OUT/results.json
-    and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk."""
+    and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk;
+    `python -m bench soak`: an hour of version swaps under load, RSS and p99 over time."""
     if ctx.invoked_subcommand is not None:
         return
     quiet_tensorflow()
@@ -152,6 +153,68 @@ def generator(
     typer.echo(f"results: {out / 'generator.json'} and {out / 'generator.md'}")
 
 
+def soak(
+    duration: Annotated[
+        str, typer.Option("--duration", help="How long to serve and swap: 1h, 10m, 40s.")
+    ] = "1h",
+    swap_every: Annotated[
+        str, typer.Option("--swap-every", help="A new version pushed this often: 1m, 10s.")
+    ] = "1m",
+    sample_every: Annotated[
+        str, typer.Option("--sample-every", help="RSS, threads and p99 read this often.")
+    ] = "5s",
+    warmup: Annotated[
+        str | None,
+        typer.Option("--warmup", help="Samples before this are not fitted (default: 10%)."),
+    ] = None,
+    clients: Annotated[int, typer.Option("--clients", min=1, help="Client threads.")] = 4,
+    rate: Annotated[
+        float, typer.Option("--rate", min=1.0, help="Requests per second, all clients.")
+    ] = 100.0,
+    out: Annotated[
+        Path, typer.Option("--out", help="Where soak.json, soak.md and soak.png are written.")
+    ] = Path("bench"),
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="The export and the server log (default: temporary)."),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
+    ] = False,
+) -> None:
+    """The graph server of the mlp under steady gRPC load with a version swap every minute:
+    its RSS, threads and p99 over time; goals: RSS growth <= 100 MB per hour (a line fitted
+    after the warm-up) and no failed request. Writes OUT/soak.json, soak.md and soak.png."""
+    quiet_tensorflow()
+    from bench.soak import SoakPlan, run_soak, write_soak
+    from graphserve.loadtest.cli import parse_duration
+
+    duration_s = parse_duration(duration)
+    with tempfile.TemporaryDirectory(prefix="graphserve-soak-") as tmp:
+        plan = SoakPlan(
+            work_dir=work_dir or Path(tmp),
+            duration_s=duration_s,
+            swap_every_s=parse_duration(swap_every, "--swap-every"),
+            sample_every_s=parse_duration(sample_every, "--sample-every", minimum=0.5),
+            warmup_s=None if warmup is None else parse_duration(warmup, "--warmup", 0.0),
+            clients=clients,
+            rate=rate,
+        )
+        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            results = run_soak(plan, say=progress)
+        except (RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]soak failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    paths, lines = write_soak(results, out)
+    for line in lines:
+        typer.echo(line)
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
+    if strict and not all(g["passed"] for g in results["goals"]):
+        raise typer.Exit(EXIT_MISSED)
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.callback(invoke_without_command=True)(bench)
 app.command("generator")(generator)
+app.command("soak")(soak)

@@ -33,9 +33,8 @@ from tensorflow.core.framework import types_pb2
 from graphserve.core import client
 from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.codec import array_to_proto
-from graphserve.core.processes import ServerProcess
+from graphserve.core.processes import ServerProcess, proc_status
 from graphserve.model.examples import mlp
-from tests.procstatus import proc_status
 
 pytestmark = pytest.mark.slow
 

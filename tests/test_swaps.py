@@ -27,9 +27,8 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from graphserve.core.client import model_status
 from graphserve.core.codec import array_from_proto, array_to_proto
-from graphserve.core.processes import ServerProcess
+from graphserve.core.processes import ServerProcess, proc_status
 from graphserve.model.examples import mlp
-from tests.procstatus import proc_status
 
 pytestmark = pytest.mark.slow
 

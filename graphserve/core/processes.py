@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["SERVER_KINDS", "ServerProcess", "free_port", "serve_args"]
+__all__ = ["SERVER_KINDS", "ServerProcess", "free_port", "proc_status", "serve_args"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -23,6 +23,17 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS (kB) and Threads of process `pid`, as /proc reports them (Linux): what the soak,
+    swap and stress tests and `make soak` watch. OSError when the process is gone."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            fields[key] = int(value.split()[0])
+    return fields
 
 
 # The server kinds a load test or benchmark starts: kind -> `graphserve serve` arguments before

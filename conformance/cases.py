@@ -74,6 +74,10 @@ class Target:
     timeout: float = 30.0
 
 
+def _unreadable(exc: Exception) -> str:
+    return _shown(f"{type(exc).__name__}: {exc}")
+
+
 def _shown(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
@@ -141,6 +145,8 @@ class RestCase:
                 self.check(body)
             except Mismatch as exc:
                 return result("fail", got=f"{status}: {exc}")
+            except Exception as exc:  # an answer of another shape: the case fails, the run goes on
+                return result("fail", got=f"{status}, unreadable: {_unreadable(exc)} in {got}")
         return result("pass")
 
 
@@ -220,6 +226,8 @@ class GrpcCase:
                 self.check(response)
             except Mismatch as exc:
                 return result("fail", got=f"OK, but {exc}")
+            except Exception as exc:  # an answer of another shape: the case fails, the run goes on
+                return result("fail", got=f"OK, unreadable: {_unreadable(exc)}")
         return result("pass")
 
 

@@ -153,7 +153,7 @@ class _Reference:
         import grpc
 
         try:
-            self.outputs()
+            self._ask()
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
                 return ""  # not about the inputs: the cases say what went wrong
@@ -165,6 +165,17 @@ class _Reference:
         return ""
 
     def outputs(self) -> dict[str, np.ndarray]:
+        """gRPC's answer; Mismatch when gRPC failed, for the REST case comparing with it."""
+        import grpc
+
+        try:
+            return self._ask()
+        except grpc.RpcError as exc:
+            raise Mismatch(
+                f"gRPC failed on the same inputs: {client.grpc_error_text(exc)}"
+            ) from exc
+
+    def _ask(self) -> dict[str, np.ndarray]:
         if self._outputs is None:
             request = client.predict_request(
                 self._facts.name, self._inputs, signature_name=self._facts.signature

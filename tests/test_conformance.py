@@ -228,6 +228,25 @@ def test_a_server_that_breaks_a_case_fails_the_command_with_exit_3(
     )
 
 
+def test_an_answer_of_another_shape_fails_its_case_and_the_run_goes_on(
+    arms: dict[str, Target],
+) -> None:
+    """A server that claims compatibility may answer with a body or message of another shape:
+    the case fails saying so, it does not stop the run."""
+    from graphserve.conformance.cases import GrpcCase, RestCase
+
+    rest = RestCase("x", "Shape", "GET", "/v1/models/default", None, 200,
+                    check=lambda body: body["no such key"])  # fmt: skip
+    result = rest.run(arms["tf1"])
+    assert (result.outcome, result.expected) == ("fail", "200")
+    assert result.got.startswith("200, unreadable: KeyError: 'no such key' in 200 {")
+    grpc_case = GrpcCase("x", "Shape", "GetModelStatus", lambda: client.status_request("default"),
+                         check=lambda r: r.model_version_status[5])  # fmt: skip
+    result = grpc_case.run(arms["tf1"])
+    assert result.outcome == "fail"
+    assert result.got.startswith("OK, unreadable: IndexError")
+
+
 def test_a_server_that_does_not_answer_exits_1() -> None:
     port = free_port()
     result = CliRunner().invoke(app, ["conformance", f"127.0.0.1:{port}", "--timeout", "0.5"])

@@ -278,6 +278,30 @@ def test_a_new_version_copied_in_is_served_with_no_failed_request(
     assert states == {1: "END", 2: "AVAILABLE"}
 
 
+def test_loadtest_rollout_through_the_deployments_file_system_source(
+    standin: tuple[Deployment, dict[str, Any]], mlp_export: MlpExport, tmp_path: Path
+) -> None:
+    """`graphserve loadtest rollout` against TF Serving's image contract: the version is copied
+    into the base path the container mounts, the server in the container finds it by polling,
+    and no request fails while it swaps."""
+    deployment, _ = standin
+    source = readable_copy(mlp_export.version_dir, tmp_path / "new")  # the container reads it
+    result = cli("loadtest", "rollout", "--address", deployment.grpc, "--model-base-path",
+                 deployment.base / "mlp", "--new-version", source, "--rate", "50", "--before",
+                 "2s", "--after", "3s", "--slo", "errors==0", "--out", tmp_path / "out",
+                 "--output", "json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    swap = report["swap"]
+    assert swap["completed"] and swap["new_version"] == swap["old_version"] + 1, swap
+    assert {s.version: s.state for s in model_status(deployment.grpc, "mlp")}[
+        swap["new_version"]
+    ] == "AVAILABLE"
+    (run,) = [w for w in report["windows"] if w["name"] == "run"]
+    assert run["errors"] == 0 and run["requests"] == run["answered"] > 0
+    assert set(run["versions"]) == {str(swap["old_version"]), str(swap["new_version"])}
+
+
 def test_a_model_added_to_models_config_is_served_without_a_restart(
     standin: tuple[Deployment, dict[str, Any]],
 ) -> None:

@@ -202,7 +202,8 @@ def cases_for(
         inputs = sample_inputs(facts.inputs.values(), batch_size=_BATCH, seed=_SEED)
     reference = _Reference(target, facts, inputs)
     refused = "" if given else reference.refusal()
-    answered = [*_predict_cases(facts, inputs, reference), *_routing_cases(facts, inputs)]
+    what = "the request's inputs" if given else f"generated inputs, batch {_BATCH}"
+    answered = [*_predict_cases(facts, inputs, reference, what), *_routing_cases(facts, inputs)]
     if refused:
         answered = [replace(c, not_applicable=c.not_applicable or refused) for c in answered]
     return [
@@ -309,7 +310,7 @@ def _rows_and_columns(facts: ModelFacts, inputs: Mapping[str, np.ndarray]) -> tu
 
 
 def _predict_cases(
-    facts: ModelFacts, inputs: Mapping[str, np.ndarray], reference: _Reference
+    facts: ModelFacts, inputs: Mapping[str, np.ndarray], reference: _Reference, what: str
 ) -> list[Case]:
     name, path = facts.name, client.rest_path(facts.name, "predict")
     rows, columns = _rows_and_columns(facts, inputs)
@@ -341,7 +342,7 @@ def _predict_cases(
     return [
         GrpcCase(PREDICT, "PredictionSuccess", "Predict",
                  lambda: client.predict_request(name, inputs, signature_name=facts.signature),
-                 check=grpc_answer, what=f"generated inputs, batch {_BATCH}"),
+                 check=grpc_answer, what=what),
         RestCase(ITEST, "testPredictREST", "POST", path, rows, 200,
                  check=like_grpc("predictions"), what="rows, equal to gRPC's answer",
                  not_applicable=no_rows),

@@ -247,6 +247,30 @@ def test_an_answer_of_another_shape_fails_its_case_and_the_run_goes_on(
     assert result.got.startswith("OK, unreadable: IndexError")
 
 
+def test_request_gives_the_inputs_and_must_fit_the_signature(
+    servers: dict[str, ModelServer], tmp_path: Path
+) -> None:
+    """`--request FILE`: a REST predict body whose inputs the cases use instead of generated
+    ones; one that does not fit the signature, or is not JSON, is a usage error (exit 2)."""
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"instances": [[1.0], [5.0]]}))
+    argv = ["conformance", *_addresses(servers["tf1"]), "--request", str(request), "--output",
+            "json"]  # fmt: skip
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["counts"]["fail"] == 0
+    passed = {r["case"] for r in report["results"] if r["outcome"] == "pass"}
+    assert "gRPC Predict (the request's inputs)" in passed
+    request.write_text(json.dumps({"instances": ["a", "b"]}))
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2
+    assert "--request does not fit 'default''s signature 'serving_default'" in result.output
+    assert "not of expected type: float" in result.output
+    request.write_text("{not json")
+    assert CliRunner().invoke(app, argv).exit_code == 2
+
+
 def test_a_server_that_does_not_answer_exits_1() -> None:
     port = free_port()
     result = CliRunner().invoke(app, ["conformance", f"127.0.0.1:{port}", "--timeout", "0.5"])

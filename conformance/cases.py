@@ -83,8 +83,41 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
+class _Judged:
+    """What a RestCase and a GrpcCase share: a verdict written the same way, and the case's
+    `check` run on an answer with the same outcomes."""
+
+    source: str
+    test: str
+    check: Callable[[Any], None] | None
+
+    @property
+    def case(self) -> str:
+        raise NotImplementedError
+
+    def expected(self) -> str:
+        raise NotImplementedError
+
+    def result(self, outcome: Outcome, got: str = "", reason: str = "") -> CaseResult:
+        expected = self.expected() if outcome == "fail" else ""
+        return CaseResult(self.source, self.test, self.case, outcome, expected, got, reason)
+
+    def checked(self, answer: Any, said: str, shown: str = "") -> CaseResult:
+        """pass when `check` (if any) accepts `answer`; else fail with `said` (how it came back)
+        and what the check found. An answer of another shape fails the case, not the run."""
+        if self.check is None:
+            return self.result("pass")
+        try:
+            self.check(answer)
+        except Mismatch as exc:
+            return self.result("fail", got=f"{said}, but {exc}")
+        except Exception as exc:
+            return self.result("fail", got=f"{said}, unreadable: {_unreadable(exc)}{shown}")
+        return self.result("pass")
+
+
 @dataclass(frozen=True)
-class RestCase:
+class RestCase(_Judged):
     """An HTTP request and TF Serving's answer to it: the status, and the whole JSON body
     (`expect`), a substring of its `{"error": ...}` (`error`), or a `check` of the parsed body."""
 
@@ -115,39 +148,28 @@ class RestCase:
         return str(self.status)
 
     def run(self, target: Target) -> CaseResult:
-        def result(outcome: Outcome, got: str = "", reason: str = "") -> CaseResult:
-            expected = self.expected() if outcome == "fail" else ""
-            return CaseResult(self.source, self.test, self.case, outcome, expected, got, reason)
-
         if self.not_applicable:
-            return result(NOT_APPLICABLE, reason=self.not_applicable)
+            return self.result(NOT_APPLICABLE, reason=self.not_applicable)
         if target.rest is None:
-            return result(NOT_APPLICABLE, reason="no REST address given (--rest HOST:PORT)")
+            return self.result(NOT_APPLICABLE, reason="no REST address given (--rest HOST:PORT)")
         try:
             status, content_type, body = call_rest(
                 target.rest, self.method, self.path, self.body, self.headers, target.timeout
             )
         except OSError as exc:
-            return result("fail", got=f"no answer: {exc}")
+            return self.result("fail", got=f"no answer: {exc}")
         got = f"{status} {_shown(body)}"
         if status != self.status:
-            return result("fail", got=got)
+            return self.result("fail", got=got)
         if content_type.split(";")[0].strip() != "application/json":
-            return result("fail", got=f"{status} with Content-Type {content_type!r}")
+            return self.result("fail", got=f"{status} with Content-Type {content_type!r}")
         if self.expect is not None and body != self.expect:
-            return result("fail", got=got)
+            return self.result("fail", got=got)
         if self.error is not None:
             error = body.get("error") if isinstance(body, dict) else None
             if not isinstance(error, str) or self.error not in error:
-                return result("fail", got=got)
-        if self.check is not None:
-            try:
-                self.check(body)
-            except Mismatch as exc:
-                return result("fail", got=f"{status}: {exc}")
-            except Exception as exc:  # an answer of another shape: the case fails, the run goes on
-                return result("fail", got=f"{status}, unreadable: {_unreadable(exc)} in {got}")
-        return result("pass")
+                return self.result("fail", got=got)
+        return self.checked(body, str(status), f" in {got}")
 
 
 def call_rest(
@@ -176,7 +198,7 @@ def call_rest(
 
 
 @dataclass(frozen=True)
-class GrpcCase:
+class GrpcCase(_Judged):
     """An RPC (a PredictionService or ModelService method) with its request, and TF Serving's
     answer: the status code, then a `check` of the response (OK) or a substring of the details."""
 
@@ -204,31 +226,20 @@ class GrpcCase:
     def run(self, target: Target) -> CaseResult:
         import grpc
 
-        def result(outcome: Outcome, got: str = "", reason: str = "") -> CaseResult:
-            expected = self.expected() if outcome == "fail" else ""
-            return CaseResult(self.source, self.test, self.case, outcome, expected, got, reason)
-
         if self.not_applicable:
-            return result(NOT_APPLICABLE, reason=self.not_applicable)
+            return self.result(NOT_APPLICABLE, reason=self.not_applicable)
         try:
             response = target.grpc.call(self.rpc, self.request(), timeout=target.timeout)
         except grpc.RpcError as exc:
             got = f"{exc.code().name}: {_shown(exc.details() or '')}"
             if exc.code().name != self.code:
-                return result("fail", got=got)
+                return self.result("fail", got=got)
             if self.error is not None and self.error not in (exc.details() or ""):
-                return result("fail", got=got)
-            return result("pass")
+                return self.result("fail", got=got)
+            return self.result("pass")
         if self.code != "OK":
-            return result("fail", got=f"OK: {_shown(str(response))}")
-        if self.check is not None:
-            try:
-                self.check(response)
-            except Mismatch as exc:
-                return result("fail", got=f"OK, but {exc}")
-            except Exception as exc:  # an answer of another shape: the case fails, the run goes on
-                return result("fail", got=f"OK, unreadable: {_unreadable(exc)}")
-        return result("pass")
+            return self.result("fail", got=f"OK: {_shown(str(response))}")
+        return self.checked(response, "OK")
 
 
 Case = RestCase | GrpcCase

@@ -239,6 +239,26 @@ def test_new_version_swaps_in_under_traffic_with_no_failed_request(tmp_path: Pat
     assert _status(server, "affine") == {1: ("END", ""), 2: ("AVAILABLE", "")}
 
 
+def _swap_twice_and_wait_until_freed(base: Path, manager: ModelManager) -> list[int]:
+    """Versions 2 and 3 of affine exported and synced in; each retired version's graph must be
+    freed. The heap epoch each version was loaded at, 1 to 3."""
+    loaded_at: list[int] = []
+
+    def loaded(version: int) -> weakref.ref[Any]:
+        servable = next(s for s in manager.registry.available("affine") if s.version == version)
+        loaded_at.append(servable.loaded_at)
+        return weakref.ref(servable.runner._graph)  # type: ignore[attr-defined]
+
+    models = {1: loaded(1)}
+    for version in (2, 3):
+        _export(base)
+        manager.sync()
+        models[version] = loaded(version)
+        retired = models[version - 1]
+        _wait_for(lambda: retired() is None, f"version {version - 1} to be freed")  # noqa: B023
+    return loaded_at
+
+
 def test_a_retired_version_is_freed_whether_it_was_loaded_before_the_server_started_or_after(
     tmp_path: Path, serve
 ) -> None:
@@ -249,18 +269,7 @@ def test_a_retired_version_is_freed_whether_it_was_loaded_before_the_server_star
     _export(base)
     manager = ModelManager(ModelRegistry(), [ModelConfig("affine", base / "affine")]).start()
     server = serve(manager)  # freezes the heap, version 1 in it
-
-    def loaded(version: int) -> weakref.ref[Any]:
-        servable = next(s for s in manager.registry.available("affine") if s.version == version)
-        return weakref.ref(servable.runner._graph)  # type: ignore[attr-defined]
-
-    models = {1: loaded(1)}
-    for version in (2, 3):
-        _export(base)
-        manager.sync()
-        models[version] = loaded(version)
-        retired = models[version - 1]
-        _wait_for(lambda: retired() is None, f"version {version - 1} to be freed")  # noqa: B023
+    _swap_twice_and_wait_until_freed(base, manager)
     assert _status(server, "affine") == {1: ("END", ""), 2: ("END", ""), 3: ("AVAILABLE", "")}
     assert _predict(server, "affine").model_spec.version.value == 3
 
@@ -286,19 +295,8 @@ def test_a_server_built_for_the_cli_frees_retired_versions_without_thawing_the_h
     assert manager is not None
     with server:
         epoch = heap.epoch()
-
-        def loaded(version: int) -> weakref.ref[Any]:
-            servable = next(s for s in manager.registry.available("affine") if s.version == version)
-            assert servable.loaded_at == epoch  # loaded after the freeze: never frozen
-            return weakref.ref(servable.runner._graph)  # type: ignore[attr-defined]
-
-        models = {1: loaded(1)}
-        for version in (2, 3):
-            _export(base)
-            manager.sync()
-            models[version] = loaded(version)
-            retired = models[version - 1]
-            _wait_for(lambda: retired() is None, f"version {version - 1} to be freed")  # noqa: B023
+        loaded_at = _swap_twice_and_wait_until_freed(base, manager)
+        assert loaded_at == [epoch] * 3  # each loaded after the freeze: never frozen
         assert heap.epoch() == epoch
 
 

@@ -8,7 +8,10 @@ Every request is counted and timed with labels model, version, signature, runner
 eager mode), protocol (grpc/rest) and status (the gRPC code name); the model's own run time is a
 separate histogram, so a load test can split server-side latency into model time and the rest.
 Requests naming a model the server does not have share the model label "(unknown)", so clients
-cannot grow the metrics without bound. Version states come from the registry at scrape time.
+cannot grow the metrics without bound. Version states come from the registry at scrape time, and
+so do a batched version's batcher counters (batches run, the requests and rows in them, padding
+rows, rejections: requests / batches is the batch size it forms, TF Serving's
+processed_batch_size).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import text_format
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
@@ -48,7 +51,6 @@ _BUCKETS = (
 
 _REQUEST_LABELS = ("model", "version", "signature", "runner", "protocol")
 UNKNOWN_MODEL = "(unknown)"  # the model label of requests naming a model this server lacks
-
 
 
 def load_monitoring_config(path: Path) -> str | None:
@@ -154,7 +156,15 @@ class _VersionStates:
     def describe(self) -> list[GaugeMetricFamily]:
         return []
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        from graphserve.serving.batching import BatchingRunner
+
+        batching = {
+            field: CounterMetricFamily(
+                f"graphserve_{name}", f"Batched versions: {what}.", labels=("model", "version")
+            )
+            for field, name, what in _BATCHING_COUNTERS
+        }
         family = GaugeMetricFamily(
             "graphserve_model_version_state",
             "1 for each model version's current state (AVAILABLE, LOADING, END, ...).",
@@ -173,5 +183,19 @@ class _VersionStates:
                 counts = servable.runner.trace_counts()
                 for signature, count in counts.items():
                     traces.add_metric((name, str(servable.version), signature), float(count))
+                if isinstance(servable.runner, BatchingRunner):
+                    stats = servable.runner.stats
+                    for field, counter in batching.items():
+                        counter.add_metric((name, str(servable.version)), getattr(stats, field))
         yield family
         yield traces
+        yield from batching.values()
+
+
+_BATCHING_COUNTERS = (
+    ("batches", "batches", "runs of the model on a merged batch"),
+    ("requests", "batched_requests", "requests (pieces of split requests) in those batches"),
+    ("rows", "batched_rows", "rows the requests brought"),
+    ("padding_rows", "batch_padding_rows", "rows added to reach an allowed batch size"),
+    ("rejected", "batch_rejected_requests", "requests turned away, the queue full"),
+)

@@ -115,3 +115,40 @@ def test_monitoring_config_file(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 2 and "enabled" in result.stderr
+
+
+def test_a_batched_version_counts_the_batches_it_forms(mlp_export) -> None:
+    """requests / batches is the batch size the batcher formed (what `make bench-peers` reads
+    off the graph server): 8 concurrent one-row requests, batches of up to 8 closing after 2 s,
+    run as one or two batches, and every row is counted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graphserve.core.batchingparams import BatchingParameters
+    from graphserve.serving.build import ServeConfig, build_server
+    from graphserve.serving.config import ModelConfig
+
+    batching = BatchingParameters(max_batch_size=8, batch_timeout_micros=2_000_000)
+    options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0, metrics_path="/m")
+    base = mlp_export.model_dir
+    config = ServeConfig(models=[ModelConfig("mlp", base)], options=options, batching=batching)
+    body = json.dumps({"instances": np.zeros((1, 784)).tolist()}).encode()
+    with build_server(config) as running:
+        url = f"http://127.0.0.1:{running.rest_port}/v1/models/mlp:predict"
+
+        def predict(_: int) -> int:
+            request = urllib.request.Request(url, data=body)
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                return int(reply.status)
+
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(predict, range(8))) == [200] * 8
+        metrics = _scrape(running)
+    labels = {"model": "mlp", "version": "1"}
+    assert _value(metrics["graphserve_batched_requests"], "graphserve_batched_requests_total",
+                  **labels) == 8  # fmt: skip
+    assert _value(metrics["graphserve_batched_rows"], "graphserve_batched_rows_total",
+                  **labels) == 8  # fmt: skip
+    batches = _value(metrics["graphserve_batches"], "graphserve_batches_total", **labels)
+    assert 1 <= batches <= 2, batches
+    assert _value(metrics["graphserve_batch_padding_rows"],
+                  "graphserve_batch_padding_rows_total", **labels) == 0  # fmt: skip

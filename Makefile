@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install chromium docker-engine images demo export serve serve-eager bench soak test lint clean
+.PHONY: install chromium docker-engine images demo export serve serve-eager bench bench-peers soak test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/results.{json,md}
 	$(BIN)/python -m bench --out bench
 
+# Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under bench/.work,
+# installed there on first use (about 10 min and 5 GB for all five), kept for the next run.
+bench-peers: $(STAMP) ## graphserve against the servers users pick instead: bench/peers.{json,md,png}
+	$(BIN)/python -m bench peers --out bench
+
 # An hour by default; `make soak DURATION=10m` for a short one (a command-line DURATION beats
 # this target's own default, which beats the demo's 20 s).
 soak: DURATION = 1h
@@ -68,6 +73,9 @@ soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, 
 test: $(STAMP) chromium ## run the test suite
 	@docker/engine
 	$(BIN)/python -m pytest
+
+test-peers: $(STAMP) ## each peer's adapter against a real install of it (not in CI: installs all five)
+	GRAPHSERVE_PEERS=1 $(BIN)/python -m pytest -m peers tests/test_bench_peers.py
 
 lint: $(STAMP) ## what CI checks besides the tests
 	$(BIN)/ruff check .

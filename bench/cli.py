@@ -40,7 +40,8 @@ def bench(
     """Measure graph vs eager in-process and served, batching, codec, cold start, a plain Flask
     peer and the load generator; print every goal ratio with pass/miss; write OUT/results.json
     and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk;
-    `python -m bench soak`: an hour of version swaps under load, RSS and p99 over time."""
+    `python -m bench soak`: an hour of version swaps under load, RSS and p99 over time;
+    `python -m bench peers`: against KServe, BentoML, LitServe, PyTriton and FastAPI."""
     if ctx.invoked_subcommand is not None:
         return
     quiet_tensorflow()
@@ -214,7 +215,91 @@ def soak(
         raise typer.Exit(EXIT_MISSED)
 
 
+def peers(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where peers.json, peers.md and peers.png are written.")
+    ] = Path("bench"),
+    models: Annotated[
+        str, typer.Option("--models", help="Models to serve: mlp, mobilenet or both.")
+    ] = "mlp,mobilenet",
+    only: Annotated[
+        str,
+        typer.Option("--peers", help="Peers to compare: kserve,bentoml,litserve,pytriton,fastapi."),
+    ] = "kserve,bentoml,litserve,pytriton,fastapi",
+    clients: Annotated[
+        str, typer.Option("--clients", help="The ladder of concurrent clients, e.g. 1,4,16,32.")
+    ] = "1,4,16,32",
+    window_s: Annotated[
+        float, typer.Option("--window", min=0.2, help="Seconds per measurement window.")
+    ] = 4.0,
+    work_dir: Annotated[
+        Path,
+        typer.Option(
+            "--work-dir",
+            help="The peers' virtual environments (installed on first use, kept), the exports "
+            "and the server logs.",
+        ),
+    ] = Path("bench/.work"),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
+    ] = False,
+    perf_analyzer: Annotated[
+        bool,
+        typer.Option(help="Run perf_analyzer, the second generator, on the gRPC routes."),
+    ] = True,
+    strict: Annotated[
+        bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
+    ] = False,
+) -> None:
+    """graphserve's graph server against KServe, BentoML, LitServe, PyTriton and FastAPI on the
+    same SavedModel (the mlp and MobileNetV2), and against the in-process limit: p50/p99 at one
+    client, the most req/s within a p99 budget, server CPU per request, start-up, memory; the
+    goals with pass/miss. Each peer runs from its own virtual environment under --work-dir,
+    installed there on first use. Writes OUT/peers.json, peers.md and peers.png."""
+    quiet_tensorflow()
+    from bench.peers import PEER_NAMES
+    from bench.peers.report import write_peers
+    from bench.peers.run import PEER_MODELS, PeersSpec, run_peers
+    from bench.render import goal_lines
+
+    chosen_models = tuple(m.strip() for m in models.split(",") if m.strip())
+    chosen_peers = tuple(p.strip() for p in only.split(",") if p.strip())
+    try:
+        ladder = tuple(int(c) for c in clients.split(",") if c.strip())
+    except ValueError:
+        ladder = ()
+    problems = []
+    if not chosen_models or set(chosen_models) - set(PEER_MODELS):
+        problems.append(f"--models {models!r}: expected some of {', '.join(PEER_MODELS)}")
+    if set(chosen_peers) - set(PEER_NAMES):
+        problems.append(f"--peers {only!r}: expected some of {', '.join(PEER_NAMES)}")
+    if not ladder or min(ladder) < 1:
+        problems.append(f"--clients {clients!r}: expected numbers like 1,4,16,32")
+    if problems:
+        for problem in problems:
+            stderr.print(f"[red]error:[/] {escape(problem)}")
+        raise typer.Exit(2)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if quick:
+        spec = PeersSpec.quick(work_dir, chosen_models, chosen_peers)
+    else:
+        spec = PeersSpec(work_dir, chosen_models, chosen_peers, clients=ladder, window_s=window_s,
+                         perf_analyzer=perf_analyzer)  # fmt: skip
+    try:
+        results = run_peers(spec, say=progress)
+    except (RuntimeError, OSError, ValueError) as exc:
+        stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+    paths = write_peers(results, out)
+    for line in goal_lines(results):
+        typer.echo(line)
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
+    if strict and not all(g["passed"] for g in results["goals"]):
+        raise typer.Exit(EXIT_MISSED)
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.callback(invoke_without_command=True)(bench)
 app.command("generator")(generator)
 app.command("soak")(soak)
+app.command("peers")(peers)

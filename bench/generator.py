@@ -129,15 +129,18 @@ def perf_analyzer_point(
     *,
     window_ms: int,
     max_trials: int = 10,
+    service_kind: str = "tfserving",
+    extra: Sequence[str] = (),
 ) -> Point:
-    """perf_analyzer at `clients` concurrent synchronous gRPC Predict calls (`shapes` like
-    'images:1,784', one per input), in windows of `window_ms` until three agree within 10 %
-    (its default criterion). perf_analyzer reports nothing when they never agree: then it runs
-    once more with a 25 % tolerance, and the point says so."""
+    """perf_analyzer at `clients` concurrent synchronous gRPC calls (`shapes` like
+    'images:1,784', one per input): TF Serving's Predict, or with `service_kind` "triton" the
+    V2 ModelInfer (`extra`: more of its arguments, such as a header), in windows of `window_ms`
+    until three agree within 10 % (its default criterion). perf_analyzer reports nothing when
+    they never agree: then it runs once more with a 25 % tolerance, and the point says so."""
     for tolerance in (10, 25):
         command = [
-            str(tool.program), "-m", model_name, "--service-kind", "tfserving", "-i", "grpc",
-            "-u", address, "-b", "1", *(f"--shape={shape}" for shape in shapes),
+            str(tool.program), "-m", model_name, "--service-kind", service_kind, "-i", "grpc",
+            "-u", address, "-b", "1", *(f"--shape={shape}" for shape in shapes), *extra,
             "--concurrency-range", f"{clients}:{clients}", "-p", str(window_ms),
             "--max-trials", str(max_trials), "-s", str(tolerance),
         ]  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 
 from graphserve.core.results import JsonResult
 
-__all__ = ["GOALS", "Goal", "GoalResult", "evaluate"]
+__all__ = ["GOALS", "PEER_GOALS", "Goal", "GoalResult", "evaluate"]
 
 Results = dict[str, Any]
 
@@ -252,11 +252,92 @@ GOALS: tuple[Goal, ...] = (
 )
 
 
-def evaluate(results: Results) -> list[GoalResult]:
-    """Every goal against `results`; a goal whose measurements are missing is a miss that says
-    which part of the run did not happen."""
+# ---------------------------------------------------------------------------------------------
+# `python -m bench peers` (bench/peers.json): graphserve against the servers users pick instead
+
+
+def _routes(r: Results, model: str, protocol: str) -> tuple[list[dict[str, Any]], ...]:
+    """graphserve's routes and the peers' routes of `model` over `protocol` that were measured."""
+    targets = [t for t in r["models"][model]["targets"].values() if t["protocol"] == protocol]
+    ours = [t for t in targets if t["server"] == "graphserve"]
+    theirs = [t for t in targets if t["server"] != "graphserve"]
+    if not ours or not theirs:
+        raise ValueError(f"no graphserve or no peer route over {protocol} for {model}")
+    return ours, theirs
+
+
+def _name(t: dict[str, Any]) -> str:
+    return f"{t['server']} {t['route']} ({t['config']})"
+
+
+def _p1(model: str, protocol: str) -> Callable[[Results], tuple[float, str]]:
+    def measure(r: Results) -> tuple[float, str]:
+        ours, theirs = _routes(r, model, protocol)
+        best = min((t for t in ours if t["p50_1_ms"]), key=lambda t: t["p50_1_ms"])
+        rival = min((t for t in theirs if t["p50_1_ms"]), key=lambda t: t["p50_1_ms"])
+        return best["p50_1_ms"] / rival["p50_1_ms"], (
+            f"{_name(best)} {best['p50_1_ms']:.2f} ms / fastest peer, {_name(rival)}, "
+            f"{rival['p50_1_ms']:.2f} ms"
+        )
+
+    return measure
+
+
+def _p2(model: str, protocol: str) -> Callable[[Results], tuple[float, str]]:
+    def measure(r: Results) -> tuple[float, str]:
+        ours, theirs = _routes(r, model, protocol)
+        best = max(ours, key=lambda t: t["max_rps"] or 0.0)
+        rival = max(theirs, key=lambda t: t["max_rps"] or 0.0)
+        budget = r["models"][model]["budget_ms"]
+        return (best["max_rps"] or 0.0) / rival["max_rps"], (
+            f"{_name(best)} {best['max_rps'] or 0:,.0f} / best peer, {_name(rival)}, "
+            f"{rival['max_rps']:,.0f} req/s (p99 within {budget:g} ms)"
+        )
+
+    return measure
+
+
+def _p3(model: str) -> Callable[[Results], tuple[float, str]]:
+    def measure(r: Results) -> tuple[float, str]:
+        m = r["models"][model]
+        ours = [t for t in m["targets"].values() if t["server"] == "graphserve" and t["rps_16"]]
+        best = max(ours, key=lambda t: t["rps_16"])
+        limit = m["limit"]["rows_per_s"]
+        return best["rps_16"] / limit, (
+            f"{_name(best)} {best['rps_16']:,.0f} req/s at 16 clients / in-process limit "
+            f"{limit:,.0f} rows/s"
+        )
+
+    return measure
+
+
+PEER_GOALS: tuple[Goal, ...] = (
+    Goal("P1a", "graphserve / fastest peer p50, 1 client, mlp, REST", "<=", 1.0,
+         _p1("mlp", "rest")),
+    Goal("P1b", "graphserve / fastest peer p50, 1 client, mlp, gRPC", "<=", 1.0,
+         _p1("mlp", "grpc")),
+    Goal("P1c", "graphserve / fastest peer p50, 1 client, mobilenet, REST", "<=", 1.0,
+         _p1("mobilenet", "rest")),
+    Goal("P1d", "graphserve / fastest peer p50, 1 client, mobilenet, gRPC", "<=", 1.0,
+         _p1("mobilenet", "grpc")),
+    Goal("P2a", "graphserve / best peer max req/s, mlp, REST", ">=", 1.0, _p2("mlp", "rest")),
+    Goal("P2b", "graphserve / best peer max req/s, mlp, gRPC", ">=", 1.0, _p2("mlp", "grpc")),
+    Goal("P2c", "graphserve / best peer max req/s, mobilenet, REST", ">=", 1.0,
+         _p2("mobilenet", "rest")),
+    Goal("P2d", "graphserve / best peer max req/s, mobilenet, gRPC", ">=", 1.0,
+         _p2("mobilenet", "grpc")),
+    Goal("P3a", "graphserve's best req/s at 16 clients / in-process limit, mlp", ">=", 0.5,
+         _p3("mlp")),
+    Goal("P3b", "graphserve's best req/s at 16 clients / in-process limit, mobilenet", ">=", 0.85,
+         _p3("mobilenet")),
+)  # fmt: skip
+
+
+def evaluate(results: Results, goals: tuple[Goal, ...] = GOALS) -> list[GoalResult]:
+    """Every goal of `goals` against `results`; a goal whose measurements are missing is a miss
+    that says which part of the run did not happen."""
     out = []
-    for goal in GOALS:
+    for goal in goals:
         text = f"{goal.op} {goal.target:g}"
         try:
             value, detail = goal.measure(results)

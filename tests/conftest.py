@@ -26,7 +26,8 @@ def _docker_engine_running() -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip only what this machine cannot run: docker tests without an engine, gpu tests
-    without an NVIDIA GPU. Everything else, `slow` included, runs by default.
+    without an NVIDIA GPU, and the peers' adapters unless GRAPHSERVE_PEERS=1 (each installs a
+    peer; CI does not). Everything else, `slow` included, runs by default.
 
     GRAPHSERVE_REQUIRE_DOCKER=1 (CI sets it, after starting an engine) never skips a docker
     test: without an engine they fail, saying so, instead of passing as skipped."""
@@ -39,6 +40,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if need_gpu and shutil.which("nvidia-smi") is None:
         for item in need_gpu:
             item.add_marker(pytest.mark.skip(reason="no NVIDIA GPU on this machine"))
+    if os.environ.get("GRAPHSERVE_PEERS") != "1":
+        for item in (i for i in items if "peers" in i.keywords):
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="installs a peer server and TensorFlow into a venv of its own "
+                    "(minutes, ~1 GB each): GRAPHSERVE_PEERS=1 or `make test-peers`"
+                )
+            )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 
 from bench.peers import PEER_NAMES, load_peer
 from bench.peers.run import PeersSpec, _inputs, _reference, run_peers
-from bench.peers.servers import peer_targets, start_peer, tree, tree_cpu_s
+from bench.peers.servers import alive, peer_targets, start_peer, tree, tree_cpu_s
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,12 +110,4 @@ def test_each_peer_answers_with_the_models_values(
             processes = tree(served.pid)
         finally:
             served.stop()
-        assert [pid for pid in processes if _alive(pid)] == []  # workers in other sessions too
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; its parent has not reaped it yet
+        assert [pid for pid in processes if alive(pid)] == []  # workers in other sessions too

@@ -33,6 +33,7 @@ from graphserve.core.processes import ServerProcess, free_port
 __all__ = [
     "Served",
     "Target",
+    "alive",
     "peer_targets",
     "start_graphserve",
     "start_peer",
@@ -96,6 +97,15 @@ def tree(pid: int) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has exited; its parent has not reaped it yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -267,6 +277,9 @@ def start_peer(
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(5)
+        deadline = time.monotonic() + 10  # a killed process takes a moment to go
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     health = f"http://127.0.0.1:{http_port}{peer.health_path.format(name=model_name)}"
     deadline = time.monotonic() + timeout_s

@@ -41,12 +41,24 @@ def peer_table(results: dict[str, Any], model: str) -> list[str]:
         lines.append(
             f"| {s['title']} {version} | {'on' if r['config'] == 'batching on' else 'off'} "
             f"| {r['route']} | {_f(r['p50_1_ms'])} / {_f(r['p99_1_ms'])} "
-            f"| {_f(r['max_rps'], ',.0f')} ({r['max_rps_clients'] or '-'}) "
+            f"| {_most(r, m['budget_ms'])} "
             f"| {_f(r.get('max_fraction_of_limit'), '.2f')} "
             f"| {_f(r['cpu_us_per_request_16'], ',.0f')} | {_f(s['startup_s'], '.1f')} "
             f"| {_f(memory.get('rss_mb'), ',.0f')} / {_f(memory.get('pss_mb'), ',.0f')} |"
         )
     return lines
+
+
+def _most(row: dict[str, Any], budget_ms: float) -> str:
+    """The most req/s within the budget and at how many clients, or why there is none."""
+    if row["max_rps"] is not None:
+        return f"{row['max_rps']:,.0f} ({row['max_rps_clients']})"
+    first = row["points"][0] if row["points"] else None
+    if first is None:
+        return "-"
+    if first["errors"]:
+        return f"- ({first['errors']} errors at {first['clients']} client(s))"
+    return f"- (p99 {first['p99_ms']:,.0f} ms > {budget_ms:g} at {first['clients']} client(s))"
 
 
 def _markdown(results: dict[str, Any]) -> str:

@@ -89,6 +89,7 @@ def run_peers(spec: PeersSpec, say: Say = lambda _m: None) -> dict[str, Any]:
     from graphserve.loadtest.compare import environment
 
     started = time.perf_counter()
+    spec.work_dir = spec.work_dir.resolve()  # the apps run from their log directory
     envs, installs = _install(spec, say)
     results: dict[str, Any] = {
         "environment": environment().to_json(),

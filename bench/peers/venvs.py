@@ -42,7 +42,7 @@ def _requirements(peer: Peer) -> list[str]:
 def peer_env(peer: Peer, root: Path, say: object = None) -> PeerEnv:
     """The environment of `peer` under `root`/venvs, created and installed if it is not yet.
     Raises PeerInstallError when pip fails."""
-    where = root / "venvs" / peer.name
+    where = root.resolve() / "venvs" / peer.name  # absolute: apps run from their log dir
     python = where / "bin" / "python"
     wanted = _requirements(peer)
     key = hashlib.sha256(json.dumps([peer.interpreter, wanted]).encode()).hexdigest()[:16]

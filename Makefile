@@ -60,7 +60,7 @@ bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/r
 	$(BIN)/python -m bench --out bench
 
 # Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under bench/.work,
-# installed there on first use (about 10 min and 5 GB for all five), kept for the next run.
+# installed there on first use (about 6 min and 12 GB for all five), kept for the next run.
 bench-peers: $(STAMP) ## graphserve against the servers users pick instead: bench/peers.{json,md,png}
 	$(BIN)/python -m bench peers --out bench
 

@@ -45,7 +45,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(
                     reason="installs a peer server and TensorFlow into a venv of its own "
-                    "(minutes, ~1 GB each): GRAPHSERVE_PEERS=1 or `make test-peers`"
+                    "(1-2 min, ~2.3 GB each): GRAPHSERVE_PEERS=1 or `make test-peers`"
                 )
             )
 

@@ -1,6 +1,6 @@
 """`python -m bench peers`: the harness on graphserve's own servers (every run), and each peer's
 adapter against a real install of the peer (marked `peers`: each installs TensorFlow and the peer
-into a virtual environment of its own, ~1 GB and minutes each; GRAPHSERVE_PEERS=1 or
+into a virtual environment of its own, ~2.3 GB and 1-2 minutes each; GRAPHSERVE_PEERS=1 or
 `make test-peers` runs them, CI does not)."""
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_the_harness_measures_graphserve_and_the_limit(tmp_path: Path) -> None:
-    spec = PeersSpec.quick(tmp_path, ("mlp",), ())
+def test_the_harness_measures_graphserve_and_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative work directory, as make bench-peers gives
+    spec = PeersSpec.quick(Path("work"), ("mlp",), ())
     results = run_peers(spec)
+    assert spec.work_dir == tmp_path / "work"  # absolute: the apps run from their log dir
     m = results["models"]["mlp"]
     assert {s["failure"] for s in m["servers"].values()} == {None}
     assert set(m["targets"]) == {
@@ -43,6 +47,7 @@ def test_the_harness_measures_graphserve_and_the_limit(tmp_path: Path) -> None:
     assert {p["method"] for p in m["limit_points"]} == {"function", "session"}
     for server in m["servers"].values():
         assert server["startup_s"] > 0 and server["memory_after_warmup"]["rss_mb"] > 50
+        assert Path(server["log"]).is_absolute() and Path(server["log"]).exists()
     goals = {g["key"]: g for g in results["goals"]}
     assert goals["P3a"]["value"] is not None  # graphserve alone: the limit goal is measured
     assert "no graphserve or no peer route" in goals["P1a"]["detail"]  # no peer: a miss, said

@@ -9,13 +9,8 @@ import json
 
 import numpy as np
 
-from bench.peers.base import Inputs, Peer, Route
-
-
-def encode(_name: str, inputs: Inputs) -> bytes:
-    """`{"instances": rows}`: the `predict(instances: np.ndarray)` parameter by name."""
-    ((_, array),) = inputs.items()
-    return json.dumps({"instances": array.tolist()}).encode()
+from bench.peers.base import Peer, Route
+from bench.peers.bodies import tfserving_encode
 
 
 def decode(body: bytes) -> np.ndarray:
@@ -30,7 +25,8 @@ PEER = Peer(
     requirements=("bentoml",),
     app="bentoml_app.py",
     health_path="/readyz",
-    routes=(Route("rest", "own", "REST", "/predict", encode, decode),),
+    # The API method's parameter by name, `{"instances": rows}`: TF Serving's row body, by chance.
+    routes=(Route("rest", "own", "REST", "/predict", tfserving_encode, decode),),
     batching=True,
     note=(
         "@bentoml.service (workers=1) + @bentoml.api numpy predict, bentoml.serve; batching: "

@@ -128,7 +128,7 @@ def _install(spec: PeersSpec, say: Say) -> tuple[dict[str, PeerEnv], dict[str, A
         installs[name] = {
             "title": peer.title, "version": env.version, "install_s": env.install_s,
             "note": peer.note, "tensorflow": env.versions.get("tensorflow"),
-            "python": env.versions.get("python"), "batching": peer.batching,
+            "batching": peer.batching,
         }  # fmt: skip
     return envs, installs
 
@@ -180,8 +180,7 @@ def _model(spec: PeersSpec, model: str, envs: dict[str, PeerEnv], say: Say) -> d
     }
     with _servers(spec, model, model_base, version_dir, inputs, envs, logs, say) as running:
         for served, failure in running:
-            key = f"{served.name}/{'batching' if served.config == 'batching on' else 'plain'}"
-            out["servers"][key] = _server_json(served, failure)
+            out["servers"][_server_key(served)] = _server_json(served, failure)
         live = [s for s, failure in running if failure is None]
         targets = [t for s in live for t in s.targets]
         owner = {t.key: s for s in live for t in s.targets}

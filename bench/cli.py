@@ -13,9 +13,9 @@ import typer
 from rich.markup import escape
 
 from graphserve.core.console import progress, quiet_tensorflow, stderr
-from graphserve.core.errors import EXIT_FAILED
+from graphserve.core.errors import EXIT_FAILED, EXIT_MISSED, exit_epilog
 
-EXIT_MISSED = 3  # as a missed SLO gate in `loadtest compare`: the run worked, a goal did not
+STRICT_EPILOG = exit_epilog({EXIT_MISSED: "with --strict, a goal was missed."})
 
 
 def bench(
@@ -299,7 +299,7 @@ def peers(
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-app.callback(invoke_without_command=True)(bench)
+app.callback(invoke_without_command=True, epilog=STRICT_EPILOG)(bench)
 app.command("generator")(generator)
-app.command("soak")(soak)
-app.command("peers")(peers)
+app.command("soak", epilog=STRICT_EPILOG)(soak)
+app.command("peers", epilog=STRICT_EPILOG)(peers)

@@ -17,11 +17,11 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from graphserve.core.console import quiet_tensorflow, stderr
-from graphserve.core.errors import GraphserveError
+from graphserve.core.errors import EXIT_MISSED, GraphserveError, exit_epilog
 
 __all__ = ["EXIT_CASE_FAILED", "app"]
 
-EXIT_CASE_FAILED = 3  # the server answered, and some answer is not TF Serving's
+EXIT_CASE_FAILED = EXIT_MISSED  # the server answered, and some answer is not TF Serving's
 
 
 class _RunByDefault(TyperGroup):
@@ -49,7 +49,12 @@ class Output(StrEnum):
 _SHORT = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "n/a": "[dim]n/a [/]"}
 
 
-@app.command("run")
+@app.command(
+    "run",
+    epilog=exit_epilog(
+        {EXIT_CASE_FAILED: "a case failed: the server answered, and an answer is not TF Serving's."}
+    ),
+)
 def run(
     address: Annotated[str, typer.Argument(help="the server's gRPC address, HOST:PORT")],
     rest: Annotated[

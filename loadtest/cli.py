@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.core.errors import EXIT_MISSED, exit_epilog
 
 if TYPE_CHECKING:
     from graphserve.loadtest.compare import CompareSpec
@@ -29,7 +30,7 @@ __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 
 app = typer.Typer(help="Load-test TF Serving-compatible servers with locust.", no_args_is_help=True)
 
-EXIT_SLO = 3  # the run worked and a gate (--slo, --max-failures) was missed
+EXIT_SLO = EXIT_MISSED  # the run worked and a gate (--slo, --max-failures) was missed
 _DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?$")
 
 
@@ -101,7 +102,14 @@ def loadtest() -> None:
     """Load-test TF Serving-compatible servers with locust."""
 
 
-@app.command()
+@app.command(
+    epilog=exit_epilog(
+        {
+            EXIT_SLO: "an --slo or --max-failures gate was missed; with --find-max, an arm "
+            "held none of the loads tried."
+        }
+    )
+)
 def compare(
     arm: Annotated[
         list[str] | None,
@@ -515,7 +523,7 @@ class ProgressPrinter:
             stderr.print(f"[yellow]run ended early:[/yellow] {event['truncated']}")
 
 
-@app.command("rollout")
+@app.command("rollout", epilog=exit_epilog({EXIT_SLO: "an --slo gate was missed (in its window)."}))
 def rollout_command(
     address: Annotated[str, typer.Option(help="the server's gRPC API, HOST:PORT (loopback)")],
     model_base_path: Annotated[

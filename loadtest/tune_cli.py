@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.core.errors import EXIT_MISSED, exit_epilog
 from graphserve.loadtest.cli import Protocol, parse_duration
 
 __all__ = ["app"]
@@ -24,7 +25,11 @@ def tune() -> None:
     """Find serving settings by measurement."""
 
 
-@app.command()
+@app.command(
+    epilog=exit_epilog(
+        {EXIT_MISSED: "no candidate held the --slo gates (no batching_parameters.txt is written)."}
+    )
+)
 def batching(
     model_base_path: Annotated[
         Path, typer.Option(help="BASE/NAME: the model whose newest version is tuned")
@@ -90,7 +95,7 @@ def batching(
     stderr.print(f"[bold]{result.reason}[/bold]", highlight=False)
     stderr.print(f"trials: {out_dir / 'tune.md'} (and tune.json, trials/)", highlight=False)
     if result.parameters_file is None:
-        raise typer.Exit(code=3)
+        raise typer.Exit(code=EXIT_MISSED)
     typer.echo(str(out_dir / result.parameters_file))
 
 

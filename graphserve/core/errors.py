@@ -52,7 +52,9 @@ if TYPE_CHECKING:
     import grpc
 
 __all__ = [
+    "EXIT_CODES",
     "EXIT_FAILED",
+    "EXIT_MISSED",
     "EXIT_USAGE",
     "BatchingConfigError",
     "ColdStartError",
@@ -91,10 +93,30 @@ __all__ = [
     "Unimplemented",
     "UnsafeOpsError",
     "VersionExistsError",
+    "exit_epilog",
 ]
 
 EXIT_FAILED = 1  # the work failed: the message says what to fix
 EXIT_USAGE = 2  # the command line or an input file cannot work, found before any work
+EXIT_MISSED = 3  # the run worked, and a gate or goal it was given was missed (some commands only)
+
+# What each exit code means, for every command, as "headline: detail": the CLI reference
+# (docsgen/cli.py) prints this table. A command that can exit EXIT_MISSED says what it means there
+# in its epilog, which `exit_epilog` writes and `--help` shows: the reference reads it from there.
+EXIT_CODES: dict[int, str] = {
+    0: "success: the command did what it was asked",
+    EXIT_FAILED: "the job failed: the message says what to fix (an export refused, a server that "
+    "did not start, a load-test arm with no answer, ...)",
+    EXIT_USAGE: "usage error: the command line or an input file cannot work, found before any "
+    "work (typer's own usage errors, and a group run without a command, exit 2 too)",
+    EXIT_MISSED: "a gate or goal missed: the run worked, and a gate or goal it was given was "
+    "missed (only the commands whose help names exit 3)",
+}
+
+
+def exit_epilog(codes: dict[int, str]) -> str:
+    """A command's epilog naming its own exit codes, one paragraph each: `Exit 3: <meaning>`."""
+    return "\n\n".join(f"Exit {code}: {meaning}" for code, meaning in sorted(codes.items()))
 
 
 class GraphserveError(Exception):

@@ -62,6 +62,7 @@ class CaseResult(JsonResult):
 
     @property
     def passed(self) -> bool:
+        """The outcome is "pass"."""
         return self.outcome == "pass"
 
 

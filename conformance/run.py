@@ -20,7 +20,7 @@ from graphserve.conformance.generic import cases_for, discover, request_inputs
 from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
 from graphserve.core import client
 from graphserve.core.errors import ConfigError, InvalidInput, ServerUnreachable
-from graphserve.core.results import JsonResult
+from graphserve.core.results import JsonKeys, JsonResult
 
 __all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]
 
@@ -51,14 +51,16 @@ class ConformanceReport(JsonResult):
     reference: bool
     results: tuple[CaseResult, ...] = field(default=())
 
-    json_keys: ClassVar = ("address", "rest", "models", "reference", "counts", "results")
+    json_keys: ClassVar[JsonKeys] = ("address", "rest", "models", "reference", "counts", "results")
 
     def counts(self) -> dict[str, int]:
+        """How many cases passed, failed and did not apply: {"pass", "fail", "n/a"}."""
         tally = Counter(r.outcome for r in self.results)
         return {"pass": tally["pass"], "fail": tally["fail"], "n/a": tally["n/a"]}
 
     @property
     def failed(self) -> list[CaseResult]:
+        """The cases that failed, in the order run (the CLI exits 3 when there is one)."""
         return [r for r in self.results if r.outcome == "fail"]
 
 
@@ -128,7 +130,10 @@ def cases(target: Target, spec: ConformanceSpec) -> list[Case]:
 
 
 def run_conformance(spec: ConformanceSpec) -> ConformanceReport:
-    """Run every case of `spec` against its server, one after the other."""
+    """Run every case of `spec` against its server, one after the other; a case that fails is
+    in the report, not raised. Raises ServerUnreachable when the server does not answer at
+    `spec`'s addresses or does not serve the model, ConfigError when `spec.request` does not
+    fit the model's signature."""
     target = connect(spec)
     try:
         results = tuple(case.run(target) for case in cases(target, spec))

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from graphserve.core.client import VersionStatus
 from graphserve.core.errors import DeployError, DockerError, NotAvailableError
-from graphserve.core.results import JsonResult, json_meta
+from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.deploy.compose import (
     COMPOSE_FILE,
     PROJECT_KEY,
@@ -41,7 +41,7 @@ class ComposeResult(JsonResult):
     """What deploy tfserving did; its JSON (--output json) has the plan's keys in line."""
 
     target: ClassVar[str] = "compose"
-    json_keys: ClassVar = (
+    json_keys: ClassVar[JsonKeys] = (
         "target",
         ("project_name", "options.project_name"),
         ("project_dir", "options.project_dir"),
@@ -76,10 +76,12 @@ class ComposeResult(JsonResult):
 
     @property
     def rest_address(self) -> str:
+        """Where this machine reaches the REST port, as HOST:PORT."""
         return self.grpc_address.rpartition(":")[0] + f":{self.options.rest_port}"
 
     @property
     def rest_url(self) -> str:
+        """`rest_address` as a URL: `http://HOST:PORT`."""
         return f"http://{self.rest_address}"
 
 
@@ -88,7 +90,7 @@ class K8sResult(JsonResult):
     """What deploy k8s wrote; its JSON (--output json) has the plan's keys in line."""
 
     target: ClassVar[str] = "kubernetes"
-    json_keys: ClassVar = (
+    json_keys: ClassVar[JsonKeys] = (
         "target",
         ("namespace", "options.namespace"),
         ("name", "options.name"),
@@ -104,6 +106,7 @@ class K8sResult(JsonResult):
 
     @property
     def apply_command(self) -> str:
+        """The command that applies the manifests: `kubectl apply -f OUT`."""
         return f"kubectl apply -f {self.options.out_dir}"
 
 
@@ -116,8 +119,9 @@ def deploy_tfserving(
     timeout: float = 300.0,
     progress: Progress = _quiet,
 ) -> ComposeResult:
-    """Write the compose project; unless `dry_run`, `up -d` it and (with `wait`) block until
-    every model is AVAILABLE.
+    """Write the compose project; unless `dry_run`, `up -d` it (pulling the image first when
+    this machine lacks it) and (with `wait`) block until every model is AVAILABLE. `progress`
+    gets a line per step.
 
     Raises DeployUsageError for options that cannot work, DockerError when docker or compose is
     missing or fails, NotAvailableError (with the containers' last log lines) when a model fails

@@ -57,6 +57,10 @@ _PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # what docker compose acce
 
 @dataclass(frozen=True)
 class ComposeOptions:
+    """Where and how docker compose runs a plan: the project's directory and name, the address
+    and ports TF Serving's gRPC and REST ports are published on, the GPUs reserved, and the
+    network ("bridge", or "host": the host's network, nothing published)."""
+
     project_dir: Path = Path(".graphserve/deploy")
     project_name: str = "graphserve-tfserving"
     host: str = "127.0.0.1"  # where the ports are published
@@ -67,6 +71,7 @@ class ComposeOptions:
 
     @property
     def host_network(self) -> bool:
+        """The container runs on the host's network: TF Serving listens on the ports itself."""
         return self.network == "host"
 
     def validate(self) -> None:

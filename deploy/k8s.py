@@ -45,6 +45,11 @@ _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 
 @dataclass(frozen=True)
 class K8sOptions:
+    """How the manifests run a plan: where they are written, the Deployment's name, namespace,
+    replicas and GPUs per pod, where the pods find the models (a PersistentVolumeClaim, else a
+    hostPath: the plan's model base path by default), the resource requests, a
+    HorizontalPodAutoscaler on CPU with `hpa`, and with `loadtest` the deployment's load test."""
+
     out_dir: Path = Path("k8s")
     name: str = "tfserving"
     namespace: str = "default"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from graphserve.core.errors import DeployUsageError, IncompatibleImageError
-from graphserve.core.results import JsonResult, json_meta
+from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.deploy.config import (
     BATCHING_CONFIG,
     CONTAINER_CONFIG_DIR,
@@ -58,7 +58,12 @@ class TFServingSpec:
 
 @dataclass(frozen=True)
 class ServingPlan(JsonResult):
-    json_keys: ClassVar = (..., "warnings")
+    """What `plan_serving` resolved, ready for compose or Kubernetes to run: the image, the
+    model base path (absolute; mounted read-only at /models), the models found,
+    `tensorflow_model_server`'s flags, the config files it reads (by file name under /config)
+    and the image check, whose warnings are `warnings`."""
+
+    json_keys: ClassVar[JsonKeys] = (..., "warnings")
 
     image: str
     base_path: Path  # absolute; mounted read-only at /models
@@ -70,6 +75,8 @@ class ServingPlan(JsonResult):
 
     @property
     def warnings(self) -> tuple[str, ...]:
+        """What the image check found: an unpinned tag, a CPU image with GPUs reserved, a version
+        the image's TensorFlow may not load or that cannot be checked."""
         return self.image_report.warnings
 
     def args_with_ports(self, grpc_port: int, rest_port: int) -> tuple[str, ...]:

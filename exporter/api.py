@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphserve.core.contract import batch_variants, load_signature_file
 from graphserve.core.errors import ParityError, SignatureError, UnsafeOpsError
-from graphserve.core.results import JsonResult, json_meta
+from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.core.signature import PREDICT_METHOD, TensorSpec
 from graphserve.core.versions import (
     atomic_version_dir,
@@ -73,7 +73,13 @@ def _round_3(seconds: float) -> float:
 
 @dataclass
 class ExportResult(JsonResult):
-    json_keys: ClassVar = (..., "seconds")
+    """What `export_model` wrote and checked: the version's path and number, its signatures,
+    the parity report, the traces, the op scan, the warm-up records written, the content hash,
+    the TF Serving compatibility check and the warnings; then the versions `keep` pruned and
+    the temporaries of interrupted exports it removed. `to_json()` is `graphserve export
+    --output json`."""
+
+    json_keys: ClassVar[JsonKeys] = (..., "seconds")
 
     path: Path
     version: int
@@ -91,6 +97,8 @@ class ExportResult(JsonResult):
 
     @property
     def trace_count(self) -> int:
+        """The traces of the exported functions, all signatures together: one per signature
+        (`export_model` refuses a function that traced again)."""
         return sum(self.retrace.exported.values())
 
 
@@ -107,10 +115,11 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     """Export `spec.source` as `spec.base_path/spec.name/VERSION`.
 
     Any callable is traced with the declared signature; `result.retrace.diagnosis` says how the
-    model's own functions traced and what was checked. Raises an ExportError (SourceError,
-    SignatureError, VersionExistsError, RetraceError for a tracing hazard: a Python value the
-    signature cannot carry or a baked dimension, UnsafeOpsError, ParityError) and leaves no
-    version directory behind when anything fails.
+    model's own functions traced and what was checked. `log` gets a line per step (and each
+    warning as it comes); the warnings are in `result.warnings` too. Raises an ExportError
+    (SourceError, SignatureError, VersionExistsError, RetraceError for a tracing hazard: a
+    Python value the signature cannot carry or a baked dimension, UnsafeOpsError, ParityError)
+    and leaves no version directory behind when anything fails.
     """
     import tensorflow as tf
 

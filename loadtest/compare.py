@@ -103,6 +103,11 @@ class LoadSpec:
 
 @dataclass(frozen=True)
 class CompareSpec:
+    """One comparison: the arms, the request (protocol, REST body format, model, signature,
+    batch size, payload), the load, the locust workers, and the run's bounds and SLO gates.
+    `model_name` defaults to the directory name of `model_base_path`, `baseline` to the last
+    arm; `cold_start` holds cold starts measured beforehand, copied into the report."""
+
     arms: tuple[Arm, ...]
     protocol: str = "grpc"
     rest_format: str = "row"
@@ -131,7 +136,9 @@ def compare(
 ) -> Report:
     """Run the sweep, write OUT/report.{json,md,html}, plots and raw data; return the report.
 
-    Raises RemoteTargetError for a non-loopback target without `allow_remote`, SloError for an
+    `progress` gets an event (a dict with "event") as the run goes. Raises LoadTestError for a
+    spec that cannot work (no arms, a bad arm name, bad loads or windows, no model name),
+    RemoteTargetError for a non-loopback target without `allow_remote`, SloError for an
     unreadable gate, PayloadError when no payload can be built, LocustRunError when locust fails
     or leaves no results. A missed SLO is not raised: it is in report.slo.passed.
     """

@@ -491,7 +491,9 @@ def check_report(document: dict[str, Any]) -> Report:
 
 
 def load_report(path: Path) -> Report:
-    """Read a report.json (this version or "graphserve.loadtest/2"); LoadTestError otherwise."""
+    """Read a report.json of this version or an earlier one (`READABLE_SCHEMAS`: /2 and /3 load
+    as this version). Raises LoadTestError when the file cannot be read, is not a JSON object,
+    names another schema version, or does not have its version's shape."""
     try:
         document = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

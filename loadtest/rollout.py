@@ -84,22 +84,24 @@ class RolloutSpec:
 
     @property
     def name(self) -> str:
+        """The model: `model_name`, else the directory name of `model_base_path`."""
         return self.model_name or self.model_base_path.resolve().name
 
     @property
     def open_loop(self) -> bool:
+        """Arrivals at `rate` req/s (the default), not `users` in a closed loop."""
         return self.users is None
 
 
 def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> RolloutReport:
     """Run the load, swap the version, write OUT/rollout.{json,md,html,png}; return the report.
 
-    Raises RemoteTargetError (a target off loopback), SloError (a gate that cannot be read),
-    LoadTestError (a spec that cannot work), ServerUnreachable (the server does not answer or
-    has no AVAILABLE version of the model), RolloutError (the push failed), PayloadError,
-    LocustRunError. A swap
-    that did not complete in time is not raised: report.swap.completed is False and says why;
-    missed gates are in report.slo.
+    `progress` gets each event as it is written to OUT/events.jsonl. Raises RemoteTargetError
+    (a target off loopback), SloError (a gate that cannot be read), LoadTestError (a spec that
+    cannot work), ServerUnreachable (the server does not answer or has no AVAILABLE version of
+    the model), RolloutError (the push failed), PayloadError, LocustRunError. A swap that did
+    not complete in time is not raised: report.swap.completed is False and says why; missed
+    gates are in report.slo.
     """
     from graphserve.loadtest.rollout_analysis import check_gate_windows
     from graphserve.loadtest.slo import parse_gate

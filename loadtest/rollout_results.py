@@ -155,6 +155,14 @@ class RolloutSlo(StrictModel):
 
 
 class RolloutReport(StrictModel):
+    """rollout.json: one `rollout` run, as `rollout` returns it and `load_rollout` reads it back.
+
+    The settings, the swap and every version status change, the windows (`WINDOWS`: the whole
+    run, before, during and after the swap), errors by status, a timeline by the second, the
+    new version's first requests against its steady state, and the SLO gates. Times are
+    seconds since the first request was sent; `to_json()` is the file's content.
+    """
+
     schema_version: str = Field(alias="schema")
     title: str
     settings: RolloutSettings
@@ -169,11 +177,13 @@ class RolloutReport(StrictModel):
     files: list[str]
 
     def window(self, name: str) -> WindowStats | None:
+        """The window of this name (one of `WINDOWS`); None when the run has none by it."""
         return next((w for w in self.windows if w.name == name), None)
 
 
 def load_rollout(path: Path) -> RolloutReport:
-    """Read a rollout.json; LoadTestError names the file and what does not fit."""
+    """Read a rollout.json of this version (`ROLLOUT_SCHEMA`). Raises LoadTestError naming the
+    file when it cannot be read, does not have the report's shape, or is of another version."""
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
         report = RolloutReport.model_validate(document)

@@ -49,7 +49,8 @@ def is_loopback(address: str) -> bool:
 
 
 def check_loopback(address: str, allow_remote: bool = False) -> None:
-    """Raise RemoteTargetError unless `address` is on loopback or `allow_remote` is set."""
+    """Raise RemoteTargetError unless `address` is on loopback (localhost, 127.0.0.0/8, ::1) or
+    `allow_remote` is set; an address that cannot be parsed is refused either way."""
     if allow_remote:
         host_of(address)
         return

@@ -1,9 +1,7 @@
 """`build_server(ServeConfig)`: the one way to assemble a server, for the CLI and for scripts.
 
     from graphserve.serving import ServeConfig, ServerOptions, build_server
-    from graphserve.serving import heap
-from graphserve.serving import heap
-from graphserve.serving.config import ModelConfig
+    from graphserve.serving.config import ModelConfig
 
     config = ServeConfig(models=(ModelConfig("mlp", Path("models/mlp")),),
                          options=ServerOptions(grpc_port=0, rest_port=0))

@@ -65,6 +65,10 @@ class VersionPolicy:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """One model to serve, as a `config` entry of TF Serving's model config file: its name, the
+    base path whose numbered directories are its versions, which of them to serve (the newest
+    by default) and its version labels (label -> version)."""
+
     name: str
     base_path: Path
     policy: VersionPolicy = VersionPolicy()

@@ -37,6 +37,11 @@ class VersionStatus:
 
 
 class ModelRegistry:
+    """The servable map: each model's AVAILABLE versions, by number and label, and the state of
+    every version seen, as GetModelStatus reports it. The manager writes it; a request resolves
+    a servable with `acquire` and gives it back with `release`. Raises NotFound for a model or
+    version it does not serve, InvalidInput for a label it does not know."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._servables: dict[str, dict[int, Servable]] = {}
@@ -87,6 +92,7 @@ class ModelRegistry:
     # -- what requests call ----------------------------------------------------------------
 
     def names(self) -> list[str]:
+        """Every model seen, loaded or not, sorted."""
         return sorted(set(self._servables) | set(self._status))
 
     def versions(self, name: str) -> list[Servable]:
@@ -102,7 +108,8 @@ class ModelRegistry:
         return [versions[v] for v in sorted(versions)]
 
     def get(self, name: str, version: VersionRef = None) -> Servable:
-        """The requested version (a number or a label), or the newest when `version` is None."""
+        """The requested version (a number or a label), or the newest when `version` is None.
+        Raises NotFound when it is not AVAILABLE, InvalidInput for an unknown label."""
         servables = self.versions(name)
         if version is None:
             return servables[-1]
@@ -136,6 +143,7 @@ class ModelRegistry:
 
     @staticmethod
     def release(servable: Servable) -> None:
+        """Give back the lease `acquire` took; an unloaded version closes with its last one."""
         servable.lease.give_back()
 
     def statuses(self, name: str, version: VersionRef = None) -> list[VersionStatus]:

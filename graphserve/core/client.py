@@ -345,6 +345,9 @@ def signature_defs_from_json(document: Any) -> Any:
 
 @dataclass(frozen=True)
 class VersionStatus(JsonResult):
+    """One version of a model as GetModelStatus reports it: its number, its state, and the error
+    of a load that failed (code 0 and no message when none did)."""
+
     version: int
     state: str  # START, LOADING, AVAILABLE, UNLOADING, END
     error_code: int  # tensorflow.error.Code; 0 is OK
@@ -429,6 +432,7 @@ class GrpcClient:
         return cls(channel, timeout=timeout, wait_for_ready=wait_for_ready, owns_channel=True)
 
     def close(self) -> None:
+        """Close the channel if `connect` opened it; a channel passed in stays open."""
         if self._owns_channel:
             self.channel.close()
 
@@ -482,21 +486,27 @@ class GrpcClient:
         return self.channel.unary_unary(RPC_METHODS[rpc])
 
     def predict(self, request: Any, **options: Any) -> Any:
+        """Call Predict with a PredictRequest (see `predict_request`); its response."""
         return self.call("Predict", request, **options)
 
     def classify(self, request: Any, **options: Any) -> Any:
+        """Call Classify with a ClassificationRequest (see `classify_request`); its response."""
         return self.call("Classify", request, **options)
 
     def regress(self, request: Any, **options: Any) -> Any:
+        """Call Regress with a RegressionRequest (see `regress_request`); its response."""
         return self.call("Regress", request, **options)
 
     def multi_inference(self, request: Any, **options: Any) -> Any:
+        """Call MultiInference with a MultiInferenceRequest; its response."""
         return self.call("MultiInference", request, **options)
 
     def metadata(self, request: Any, **options: Any) -> Any:
+        """Call GetModelMetadata with a request from `metadata_request`; its response."""
         return self.call("GetModelMetadata", request, **options)
 
     def status(self, request: Any, **options: Any) -> Any:
+        """Call GetModelStatus with a request from `status_request`; its response."""
         return self.call("GetModelStatus", request, **options)
 
 
@@ -596,6 +606,7 @@ class RestClient:
         self.transport = transport or HttpConnection(address, timeout)
 
     def close(self) -> None:
+        """Close the transport (its connection)."""
         self.transport.close()
 
     def __enter__(self) -> RestClient:
@@ -613,37 +624,50 @@ class RestClient:
         body: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> HttpReply:
+        """Send one request (JSON headers, plus `headers`) and return the answer, whatever its
+        status. OSError or http.client.HTTPException when the connection fails."""
         data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
         sent = {**JSON_HEADERS, **headers} if headers else JSON_HEADERS
         return self.transport.request(method, path, data, sent)
 
     def get(self, path: str) -> HttpReply:
+        """GET `path`."""
         return self.request("GET", path)
 
     def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> HttpReply:
+        """POST `body` to `path`."""
         return self.request("POST", path, body, headers)
 
     def predict(
         self, model: str, body: Any, *, version: int | None = None, label: str | None = None
     ) -> HttpReply:
+        """POST `body` (TF Serving's predict JSON) to `model`'s `:predict`, of the newest version
+        or the one named by `version` or `label`."""
         return self.post(rest_path(model, "predict", version=version, label=label), body)
 
     def classify(
         self, model: str, body: Any, *, version: int | None = None, label: str | None = None
     ) -> HttpReply:
+        """POST `body` (TF Serving's classify JSON) to `model`'s `:classify`, of the newest version
+        or the one named by `version` or `label`."""
         return self.post(rest_path(model, "classify", version=version, label=label), body)
 
     def regress(
         self, model: str, body: Any, *, version: int | None = None, label: str | None = None
     ) -> HttpReply:
+        """POST `body` (TF Serving's regress JSON) to `model`'s `:regress`, of the newest version
+        or the one named by `version` or `label`."""
         return self.post(rest_path(model, "regress", version=version, label=label), body)
 
     def metadata(
         self, model: str, *, version: int | None = None, label: str | None = None
     ) -> HttpReply:
+        """GET `model`'s metadata (its signatures), of the newest version or the one named."""
         return self.get(rest_path(model, "metadata", version=version, label=label))
 
     def status(
         self, model: str, *, version: int | None = None, label: str | None = None
     ) -> HttpReply:
+        """GET `model`'s status: every version, or the one named (see
+        `version_statuses_from_json`)."""
         return self.get(rest_path(model, version=version, label=label))

@@ -28,9 +28,13 @@ from pathlib import PurePath
 from types import EllipsisType
 from typing import Any, ClassVar
 
-__all__ = ["JsonResult", "json_meta", "to_jsonable"]
+__all__ = ["JsonKeys", "JsonResult", "json_meta", "to_jsonable"]
 
 _META = "graphserve.json"
+
+# The type of `json_keys`. A subclass writes `json_keys: ClassVar[JsonKeys]`, subscripted: a bare
+# `ClassVar` is a dataclass field to griffe, which would put it in the documented signature.
+JsonKeys = tuple[str | tuple[str, str] | EllipsisType, ...]
 
 
 def json_meta(
@@ -48,7 +52,7 @@ def json_meta(
 class JsonResult:
     """A dataclass result with `to_json()`: its JSON form by `to_jsonable`."""
 
-    json_keys: ClassVar[tuple[str | tuple[str, str] | EllipsisType, ...]] = ()
+    json_keys: ClassVar[JsonKeys] = ()
 
     def to_json(self) -> dict[str, Any]:
         return to_jsonable(self)

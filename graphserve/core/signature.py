@@ -90,7 +90,7 @@ class TensorSpec(JsonResult):
 
     `dtype` is a name from `DTYPES`; `shape` has None for a dimension of any size, and is None
     itself when the rank is unknown. Its JSON is {"dtype", "shape"}: the name is the key it is
-    listed under.
+    listed under. Raises SignatureError for a name a signature cannot have or an unknown dtype.
     """
 
     name: str = field(metadata=json_meta(skip=True))
@@ -192,7 +192,12 @@ def parse_shape(text: str) -> Shape:
 
 
 def parse_input_spec(text: str) -> TensorSpec:
-    """Parse `NAME:DTYPE:SHAPE`, e.g. `images:float32:-1,784`."""
+    """Parse `NAME:DTYPE:SHAPE`, e.g. `images:float32:-1,784` (the export's `--input`).
+
+    The dtype is a name from `DTYPES`, in any case; the shape is read as `parse_shape` reads it
+    (-1 or ? for a dimension of any size, `*` for an unknown rank, nothing for a scalar). Raises
+    SignatureError naming what does not fit.
+    """
     parts = text.split(":")
     if len(parts) != 3:
         raise SignatureError(

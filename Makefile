@@ -11,12 +11,12 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install chromium docker-engine images demo export serve serve-eager bench bench-peers soak test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers soak test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP) ## create .venv and install graphserve with its dev tools
@@ -77,10 +77,16 @@ test: $(STAMP) chromium ## run the test suite
 test-peers: $(STAMP) ## each peer's adapter against a real install of it (not in CI: installs all five)
 	GRAPHSERVE_PEERS=1 $(BIN)/python -m pytest -m peers tests/test_bench_peers.py
 
-lint: $(STAMP) ## what CI checks besides the tests
+lint: $(STAMP) ## what CI checks besides the tests, the manual's strict build included
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
+
+# The manual, from docs/ and mkdocs.yml, into build/site (open build/site/index.html);
+# `.venv/bin/mkdocs serve` serves it with live reload while you write.
+docs: $(STAMP) ## the documentation site, built into build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info

@@ -102,7 +102,10 @@ def export(
     ] = None,
     signature_file: Annotated[
         Path | None,
-        typer.Option("--signature-file", help="YAML or JSON file of signatures (see README)."),
+        typer.Option(
+            "--signature-file",
+            help="YAML or JSON file of signatures (schema: docs/guides/export.md).",
+        ),
     ] = None,
     signatures: Annotated[
         list[str] | None,

@@ -11,6 +11,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,33 @@ def mlp_servers(mlp_export: MlpExport) -> Iterator[Servers]:
             eager_rest=f"127.0.0.1:{eager.rest_port}",
             graph_asyncio_grpc=f"127.0.0.1:{graph_asyncio.grpc_port}",
         )
+
+
+# Headless, as root (no sandbox), and quiet: without the networking flags Chromium reaches out
+# to Google's hosts for updates, sync and field trials, which this machine refuses.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium, headless, driven by playwright; fails naming the package if absent.
+    One per module: playwright's sync API keeps an event loop of its own while it runs."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("no chromium on PATH: install Debian's package chromium (`make test` does)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        launched.close()

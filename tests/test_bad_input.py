@@ -1,8 +1,8 @@
 """Bad input, case by case: over REST and gRPC, against the graph and the eager server, each gets
 its status and a message naming what was wrong, and the next good request still succeeds.
 
-CASES is the table the README's "Reliability and security" section shows (a test checks that
-every case is listed there). A `None` protocol entry means the case cannot be expressed in that
+CASES is the table the manual shows in docs/reliability.md (a test checks that every case is
+listed there). A `None` protocol entry means the case cannot be expressed in that
 protocol (gRPC has no JSON; REST has no output filter), not that it is untested.
 
 The model is examples:multi_io (float32 `features` [-1, 8], int64 `category` [-1], string
@@ -93,7 +93,7 @@ def _content_mismatch() -> predict_pb2.PredictRequest:
 @dataclass(frozen=True)
 class Case:
     id: str
-    what: str  # as the README's table says it
+    what: str  # as the manual's table (docs/reliability.md) says it
     rest: Rest | None
     http: int | None
     rest_message: str | None
@@ -602,7 +602,7 @@ def test_deep_nesting_limit_is_an_option(tmp_path: Path) -> None:
 
 
 def test_readme_lists_every_case() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "reliability.md").read_text()
     missing = [c.what for c in CASES if c.what not in readme]
     assert missing == []
 

@@ -11,8 +11,8 @@ runs against each server, over the protocol it uses:
     tf2     the graph server on its TF2 half_plus_two (tf.saved_model.save), by tf2.config
     eager   the eager server on the same model as Python code (tests/half_plus_two.py)
 
-The TF Serving stand-in deployment runs the command in tests/test_containers.py. The README's
-conformance table is checked against the table and `NOT_EXPRESSIBLE`.
+The TF Serving stand-in deployment runs the command in tests/test_containers.py. The manual's
+conformance table (docs/guides/conformance.md) is checked against the table and `NOT_EXPRESSIBLE`.
 """
 
 from __future__ import annotations
@@ -395,7 +395,7 @@ def test_json_results_key() -> None:
         (":classify", ":regress")) and c.status == 200} == {"results"}  # fmt: skip
 
 
-# -- the README's table -------------------------------------------------------------------
+# -- the manual's table (docs/guides/conformance.md) ----------------------------------------
 
 
 def counts() -> dict[str, tuple[int, int]]:
@@ -408,7 +408,7 @@ def counts() -> dict[str, tuple[int, int]]:
 
 
 def test_readme_conformance_table_matches_the_cases() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "guides" / "conformance.md").read_text()
     for source, (held, missing) in counts().items():
         assert f"| `{source}` | {held} | {missing} |" in readme, source
 

@@ -186,7 +186,8 @@ def test_embedded_compose_runs_both_servers_and_the_comparison() -> None:
         ports[name] = (params["grpc_port"], params["rest_port"])
         probe = defaults(service["healthcheck"]["test"][-1])
         assert f"('127.0.0.1', {params['grpc_port']})" in probe
-    # Both arms up at once, on the ports the README's `loadtest compare` line uses.
+    # Both arms up at once, on the ports of the manual's `loadtest compare` line
+    # (docs/guides/containers.md).
     assert ports == {"graph": (8500, 8501), "eager": (9500, 9501)}
 
     (volume,) = services["graph"]["volumes"]

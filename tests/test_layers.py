@@ -1,6 +1,6 @@
-"""The layers as the README draws them, beyond what import-linter checks in `make lint`: the core
-imports no TensorFlow API, nothing imports the packages by their folder names, and the wheel
-installs one name, `graphserve`, without bench/ and fuzz/."""
+"""The layers as docs/architecture.md draws them, beyond what import-linter checks in `make lint`:
+the core imports no TensorFlow API, nothing imports the packages by their folder names, and the
+wheel installs one name, `graphserve`, without bench/ and fuzz/."""
 
 from __future__ import annotations
 

@@ -16,10 +16,8 @@ import base64
 import copy
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +30,6 @@ from graphserve.loadtest.workers import workers_section
 from tests.test_loadtest_report import make_report, make_report_document, write_records
 
 VIEWPORT = {"width": 1280, "height": 800}
-# Headless, as root (no sandbox), and quiet: without the networking flags Chromium reaches out
-# to Google's hosts for updates, sync and field trials, which this machine refuses.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
 # What the page looks like to a reader, measured by the browser after the load event.
 _MEASURE = """
 async () => {
@@ -78,22 +64,6 @@ async () => {
   };
 }
 """
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Debian's Chromium, headless, driven by playwright; fails naming the package if absent."""
-    from playwright.sync_api import sync_playwright
-
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("no chromium on PATH: install Debian's package chromium (`make test` does)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=chromium, headless=True, args=CHROMIUM_ARGS
-        )
-        yield launched
-        launched.close()
 
 
 def page_problems(browser: Any, page_path: Path) -> tuple[list[str], dict[str, Any]]:

@@ -231,7 +231,8 @@ def _no_downloads(*args: Any, **kwargs: Any) -> None:
 
 
 def _print_table(zoo: Zoo, config: pytest.Config) -> None:
-    """The zoo table (README "Model zoo"), on the terminal even when output is captured."""
+    """The zoo table (docs/guides/export.md, "Model zoo"), on the terminal even when output is
+    captured."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     capture = config.pluginmanager.get_plugin("capturemanager")
     if reporter is None or capture is None:
@@ -461,7 +462,7 @@ def test_comparison_report_names_the_model(zoo: Zoo, name: str, tmp_path: Path) 
     assert report.settings.model_name == name
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved == report.to_json()
-    assert load_report(tmp_path / "out" / "report.json") == report  # what the README promises
+    assert load_report(tmp_path / "out" / "report.json") == report  # as the manual says
     assert (tmp_path / "out" / "report.md").read_text().startswith(f"# {name}: ")
     for arm in report.steps[0].arms.values():
         assert arm.requests > 0 and arm.failures == 0, arm

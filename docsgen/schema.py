@@ -92,8 +92,11 @@ def _section(
         ]
         for field, prop in node.get("properties", {}).items()
     ]
+    headers = ["Field", "Type", "Required", "Default", "Description"]
+    if not any(row[-1] for row in rows):  # no field described (the models have no descriptions)
+        headers, rows = headers[:-1], [row[:-1] for row in rows]
     if rows:
-        lines += [*table(["Field", "Type", "Required", "Default", "Description"], rows), ""]
+        lines += [*table(headers, rows), ""]
     return lines
 
 

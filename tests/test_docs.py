@@ -207,12 +207,18 @@ def test_inline_escapes_what_markdown_would_read() -> None:
 # -- the site in a browser ----------------------------------------------------------------------
 
 
+class _QuietHandler(SimpleHTTPRequestHandler):
+    """The standard library's static file handler, without a log line per request."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def served_site(site: Path) -> Iterator[str]:
     """The built site over HTTP on loopback, as `mkdocs serve` or any static host serves it
     (search fetches its index, which a file:// page may not)."""
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(site))
-    SimpleHTTPRequestHandler.log_message = lambda *args: None  # type: ignore[method-assign]
+    handler = functools.partial(_QuietHandler, directory=str(site))
     with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ __all__ = [
     "is_keras",
     "name_outputs",
     "parameters",
+    "plain_text",
     "predict_signature",
     "resolve_function",
     "saveable",
@@ -225,9 +227,12 @@ def trace(model: Any, contract: SignatureContract, jit_compile: bool = False) ->
 
 
 @contextmanager
-def signature_errors(contract: SignatureContract, *, tracing: bool = False) -> Iterator[None]:
+def signature_errors(
+    contract: SignatureContract, *, tracing: bool = False, hint: str = ""
+) -> Iterator[None]:
     """Turn the errors a model raises on inputs it does not accept into a SignatureError;
-    `tracing`: raised while tracing, where a free dimension is None (a hint says so)."""
+    `tracing`: raised while tracing, where a free dimension is None (a hint says so); `hint`
+    is added to the message (how the inputs were made, and how to give others)."""
     try:
         yield
     except SignatureError:
@@ -236,8 +241,19 @@ def signature_errors(contract: SignatureContract, *, tracing: bool = False) -> I
         signature = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
         raise SignatureError(
             f"signature {contract.name!r}: the model cannot be called with inputs ({signature}): "
-            f"{exc}{_free_dimension_hint(contract, exc) if tracing else ''}"
+            f"{plain_text(str(exc))}{_free_dimension_hint(contract, exc) if tracing else ''}"
+            f"{hint}"
         ) from exc
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def plain_text(message: str) -> str:
+    """A model's error message without terminal escape codes (Keras colours its own) and
+    without the blank lines around its parts: one paragraph in a graphserve error."""
+    lines = [line.rstrip() for line in _ANSI.sub("", message).splitlines()]
+    return " ".join(line.strip() for line in lines if line.strip())
 
 
 def _free_dimension_hint(contract: SignatureContract, exc: Exception) -> str:
@@ -255,10 +271,59 @@ def _free_dimension_hint(contract: SignatureContract, exc: Exception) -> str:
 
 
 def saveable(model: Any, traced: Sequence[Traced]) -> tf.Module:
-    """A tf.Module that tracks the model's variables next to the serving functions."""
+    """A tf.Module holding only what the serving functions capture, for `tf.saved_model.save`.
+
+    That is the variables they read, and the model's lookup tables and other resources whose
+    handles they capture, which bring the assets (vocabulary files) their initializers read.
+    Not the model itself: its own tf.functions would be saved with every concrete function the
+    exporter's eager probe traced. Owners are found among the trackables reachable from the
+    model (for a plain function, from the objects its closure and globals name). A captured
+    resource no such trackable owns falls back to attaching the whole model, as before, so
+    the export still succeeds; only bigger.
+    """
     root = tf.Module()
-    if isinstance(model, tf.Module) or is_keras(model) or hasattr(model, "signatures"):
-        root.model = model
     # Variables a plain function closes over are tracked here, or saving would refuse them.
-    root.captured_variables = [v for t in traced for v in t.concrete.variables]
+    variables = [v for t in traced for v in t.concrete.variables]
+    root.captured_variables = variables
+    captured = {id(outer): outer for t in traced for outer, _ in t.concrete.graph.captures}
+    owners = _owners(model)
+    root.captured_resources = [owner for key, owner in owners.items() if key in captured]
+    attributed = owners.keys() | {id(v.handle) for v in variables}
+    unowned = any(t.dtype == tf.resource and key not in attributed for key, t in captured.items())
+    trackable = isinstance(model, tf.Module) or is_keras(model) or hasattr(model, "signatures")
+    if unowned and trackable:
+        # The old way: saving finds what the model tracks, and saves its functions with it.
+        root.model = model
     return root
+
+
+def _owners(model: Any) -> dict[int, Any]:
+    """The resources (tables) and assets reachable from `model`, by the id of the tensor a
+    function captures to use them: the resource's handle, the asset's path. Variables are not
+    needed here: a concrete function lists those it reads. Empty when the walk fails, which
+    leaves every captured table unattributed."""
+    owners: dict[int, Any] = {}
+    try:
+        for root in _roots(model):
+            for trackable in tf.train.TrackableView(root).descendants():
+                if isinstance(trackable, tf.saved_model.experimental.TrackableResource):
+                    owners[id(trackable.resource_handle)] = trackable
+                elif isinstance(trackable, tf.saved_model.Asset):
+                    owners[id(trackable.asset_path)] = trackable
+    except Exception:  # an object the walk cannot handle: fall back rather than fail
+        return {}
+    return owners
+
+
+def _roots(model: Any) -> list[Any]:
+    """Where the walk for owners starts: the model, and the trackables a plain function's
+    closure and globals name (a function closing over a table is no trackable itself)."""
+    trackable = tf.__internal__.tracking.Trackable
+    roots = [model] if isinstance(model, trackable) else []
+    function = getattr(model, "python_function", model)  # a tf.function's Python function
+    try:
+        names = inspect.getclosurevars(function)
+    except (TypeError, ValueError):  # not a Python function (a tf.Module, a Keras model), or
+        return roots  # a closure cell still empty
+    named = [*names.nonlocals.values(), *names.globals.values(), getattr(model, "__self__", None)]
+    return roots + [value for value in named if isinstance(value, trackable)]

@@ -51,7 +51,7 @@ def in_process(
     import tensorflow as tf
 
     from graphserve.core.errors import SignatureError
-    from graphserve.core.signature import sample_inputs
+    from graphserve.core.inputs import sample_inputs
     from graphserve.model.sources import load_source, resolve_contracts
     from graphserve.model.trace import call_signature, predict_signature, trace
 

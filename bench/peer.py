@@ -30,7 +30,7 @@ def build_app(source: str, model_name: str) -> Any:
     from flask import Flask, jsonify, request
 
     from graphserve.core.errors import SignatureError
-    from graphserve.core.signature import sample_inputs
+    from graphserve.core.inputs import sample_inputs
     from graphserve.model.sources import load_source, resolve_contracts
     from graphserve.model.trace import call_signature, predict_signature
 

@@ -84,7 +84,8 @@ def compare_runners(
     """Load `path` on both paths and time `signature` at each batch size (random inputs from
     its declared specs; an unknown dimension or rank is taken as a batch of one-element rows).
     Raises AssertionError when both load and disagree on an output."""
-    from graphserve.core.signature import TensorSpec, sample_inputs
+    from graphserve.core.inputs import sample_inputs
+    from graphserve.core.signature import TensorSpec
 
     runners: dict[str, Any] = {}
     load_s: dict[str, float] = {}

@@ -17,7 +17,8 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 from graphserve.core.console import quiet_tensorflow, stderr
-from graphserve.core.errors import EXIT_MISSED, GraphserveError, exit_epilog
+from graphserve.core.errors import EXIT_MISSED, ExportError, GraphserveError, exit_epilog
+from graphserve.core.inputs import load_ranges
 
 __all__ = ["EXIT_CASE_FAILED", "app"]
 
@@ -92,6 +93,13 @@ def run(
             "for models that refuse generated inputs (tf.Examples with required features)"
         ),
     ] = None,
+    input_range: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="NAME=LOW:HIGH: the values generated for an input (e.g. token_ids=0:30521), "
+            "repeatable, as for export"
+        ),
+    ] = None,
     output: Annotated[Output, typer.Option(help="'json': only the report on stdout")] = (
         Output.text
     ),
@@ -109,6 +117,11 @@ def run(
         stderr.print("[red]error:[/] --request is for --model's cases, not with --reference")
         raise typer.Exit(2)
     body = None
+    try:
+        ranges = load_ranges(input_range or [])
+    except ExportError as exc:
+        stderr.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2) from None
     if request is not None:
         try:
             body = json.loads(request.read_text())
@@ -126,6 +139,7 @@ def run(
         labels=tuple(label or ()),
         reference=reference,
         request=body,
+        ranges=ranges,
         timeout=timeout,
     )
     try:

@@ -28,7 +28,8 @@ from graphserve.conformance.cases import Case, GrpcCase, Mismatch, RestCase, Tar
 from graphserve.core import client
 from graphserve.core.codec import decode_json_request, tf_type_name, to_json_value
 from graphserve.core.errors import InvalidInput
-from graphserve.core.signature import TensorSpec, sample_inputs, spec_from_tensor_info
+from graphserve.core.inputs import InputSource, ValueRange, sample_inputs
+from graphserve.core.signature import TensorSpec, spec_from_tensor_info
 
 __all__ = ["ModelFacts", "cases_for", "discover", "request_inputs"]
 
@@ -144,8 +145,14 @@ def _same(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], what: s
 class _Reference:
     """The gRPC answer to the generated inputs, asked once and shared by the REST cases."""
 
-    def __init__(self, target: Target, facts: ModelFacts, inputs: Mapping[str, np.ndarray]):
-        self._target, self._facts, self._inputs = target, facts, inputs
+    def __init__(
+        self,
+        target: Target,
+        facts: ModelFacts,
+        inputs: Mapping[str, np.ndarray],
+        how: str = "",
+    ) -> None:
+        self._target, self._facts, self._inputs, self._how = target, facts, inputs, how
         self._outputs: dict[str, np.ndarray] | None = None
 
     def refusal(self) -> str:
@@ -159,8 +166,9 @@ class _Reference:
                 return ""  # not about the inputs: the cases say what went wrong
             details = (exc.details() or "").splitlines()[0][:160]
             return (
-                f"the model refuses generated inputs ({details}): give a request it takes "
-                "with --request FILE"
+                f"the model refuses generated inputs ({self._how}: {details}): give a request "
+                "it takes with --request FILE, or the values an input takes with --input-range "
+                "NAME=LOW:HIGH"
             )
         return ""
 
@@ -189,18 +197,23 @@ class _Reference:
 
 
 def cases_for(
-    target: Target, facts: ModelFacts, inputs: Mapping[str, np.ndarray] | None = None
+    target: Target,
+    facts: ModelFacts,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
 ) -> list[Case]:
     """Every model-independent case for `facts`' model, in a fixed order, on `inputs` (the
-    model's inputs by name; default: generated from the signature with a fixed seed).
+    model's inputs by name; default: generated from the signature with a fixed seed, within
+    `ranges` by input name).
 
     Generated inputs a model refuses (serialized tf.Examples with required features, ids past a
     vocabulary) make the cases that need an answer n/a, saying so; inputs given are the user's
     claim, and a refusal of them fails those cases."""
     given = inputs is not None
     if inputs is None:
-        inputs = sample_inputs(facts.inputs.values(), batch_size=_BATCH, seed=_SEED)
-    reference = _Reference(target, facts, inputs)
+        inputs = sample_inputs(facts.inputs.values(), batch_size=_BATCH, seed=_SEED, ranges=ranges)
+    how = InputSource(ranges=dict(ranges or {})).describe(facts.inputs.values())
+    reference = _Reference(target, facts, inputs, how)
     refused = "" if given else reference.refusal()
     what = "the request's inputs" if given else f"generated inputs, batch {_BATCH}"
     answered = [*_predict_cases(facts, inputs, reference, what), *_routing_cases(facts, inputs)]

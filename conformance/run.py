@@ -12,6 +12,7 @@ Against any model the cases come from the server's own metadata (conformance/gen
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ from graphserve.conformance.generic import cases_for, discover, request_inputs
 from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
 from graphserve.core import client
 from graphserve.core.errors import ConfigError, InvalidInput, ServerUnreachable
+from graphserve.core.inputs import ValueRange
 from graphserve.core.results import JsonKeys, JsonResult
 
 __all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]
@@ -38,6 +40,7 @@ class ConformanceSpec:
     labels: tuple[str, ...] = ()  # version labels to route through (the API does not list them)
     reference: bool = False  # also TF Serving's table, on the models `write-models` writes
     request: Any = None  # a REST predict body (parsed JSON) whose inputs the model takes
+    ranges: Mapping[str, ValueRange] = field(default_factory=dict)  # generated inputs' values
     timeout: float = 10.0
 
 
@@ -123,7 +126,7 @@ def cases(target: Target, spec: ConformanceSpec) -> list[Case]:
                 raise ConfigError(
                     f"--request does not fit {model!r}'s signature {facts.signature!r}: {exc}"
                 ) from None
-        chosen += cases_for(target, facts, inputs)
+        chosen += cases_for(target, facts, inputs, spec.ranges)
     if spec.reference:
         chosen += [*REST_CASES, *GRPC_CASES]
     return chosen

@@ -76,8 +76,9 @@ def payload_npz(plan: ServingPlan, payload: Path | None, signature: str) -> byte
     """
     if payload is not None:
         return payload.read_bytes()
+    from graphserve.core.inputs import sample_inputs
     from graphserve.core.savedmodel import signature_defs
-    from graphserve.core.signature import sample_inputs, spec_from_tensor_info
+    from graphserve.core.signature import spec_from_tensor_info
     from graphserve.core.versions import version_dirs
 
     model = plan.models[0]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphserve.core.contract import batch_variants, load_signature_file
 from graphserve.core.errors import ParityError, SignatureError, UnsafeOpsError
+from graphserve.core.inputs import InputSource, ValueRange, range_text
 from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.core.signature import PREDICT_METHOD, TensorSpec
 from graphserve.core.versions import (
@@ -59,7 +60,8 @@ class ExportSpec:
     batch_sizes: list[int] = field(default_factory=list)  # fixed-batch variants per signature
     jit_compile: bool = False
     warmup_samples: int = DEFAULT_WARMUP_SAMPLES  # records per signature; 0 writes none
-    samples_file: Path | None = None  # .npz or TF Serving JSON samples for parity and warm-up
+    samples_file: Path | None = None  # .npz or TF Serving JSON samples: probe, parity, warm-up
+    input_ranges: dict[str, ValueRange] = field(default_factory=dict)  # input -> generated values
     parity_batches: int = 3
     tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> atol, rtol
     allow_unsafe: bool = False  # Keras safe mode off for .keras files
@@ -171,6 +173,12 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     )
     variants = [v for c in contracts for v in batch_variants(c, spec.batch_sizes)]
     samples = load_samples(spec.samples_file, contracts) if spec.samples_file else None
+    _check_ranges(spec.input_ranges, contracts)
+    inputs = InputSource(
+        samples,
+        str(spec.samples_file) if samples else None,
+        {**{n: r for c in contracts for n, r in c.ranges.items()}, **spec.input_ranges},
+    )
 
     check_arguments(source.model, contracts)
     retrace = RetraceReport()
@@ -179,17 +187,22 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     with effects.watch():
         log(f"running the model eagerly at batch sizes {list(retrace.batch_sizes)}")
         # The variants call the same functions; settle once the model has built itself.
-        probe_source(source.model, contracts, retrace, after_first_call=effects.settle)
+        inputs = probe_source(
+            source.model, contracts, retrace, after_first_call=effects.settle, inputs=inputs
+        )
+        for contract in contracts:
+            if inputs.given(contract.name) is None:
+                log(f"inputs of {contract.name}: {inputs.describe(contract.inputs)}")
         checked = list(contracts)  # the free-batch signatures, checked against the eager model
         contracts += variants
         for contract in contracts:
-            inputs = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
+            described = ", ".join(f"{s.name}: {s.describe()}" for s in contract.inputs)
             xla = " with jit_compile" if spec.jit_compile else ""
-            log(f"tracing {contract.name}({inputs}){xla}")
+            log(f"tracing {contract.name}({described}){xla}")
             traced.append(trace(source.model, contract, jit_compile=spec.jit_compile))
     for message in effects.warnings():
         warn(message)
-    check_exported(traced, retrace)
+    check_exported(traced, retrace, inputs)
     if spec.jit_compile:
         warn(_XLA_WARNING)
     signatures = {
@@ -230,12 +243,12 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
             + ", ".join(map(str, retrace.checked_batch_sizes))
         )
         for message in check_dimensions(
-            loaded, source.model, checked, retrace, tolerances=tolerances, samples=samples
+            loaded, source.model, checked, retrace, tolerances=tolerances, inputs=inputs
         ):
             warn(message)
         log(
             f"verifying parity of {len(contracts)} signature(s) on "
-            + (str(spec.samples_file) if samples else f"{spec.parity_batches} random batches")
+            + (str(spec.samples_file) if samples else f"{spec.parity_batches} generated batches")
         )
         parity = check_parity(
             loaded,
@@ -245,7 +258,10 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
             tolerances=tolerances,
             samples=samples,
             samples_label=str(spec.samples_file) if samples else "random",
+            ranges=inputs.ranges,
         )
+        for message in parity.warnings:  # outputs too constant for the check to tell
+            warn(message)
         warmup_records = 0
         if spec.warmup_samples > 0:
             requests = warmup_requests(
@@ -253,6 +269,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
                 {c.name: c.inputs for c in contracts},
                 spec.warmup_samples,
                 fixed=samples,
+                ranges=inputs.ranges,
             )
             write_warmup_records(tmp, requests)
             log(f"replaying {len(requests)} warm-up records")
@@ -275,6 +292,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
                 "content_hash": digest,
                 "options": _options(spec),
                 "signatures": signatures,
+                "inputs": inputs.to_json(),
                 "parity": parity.to_json(),
                 "traces": retrace.to_json(),
                 "warmup": {"records": warmup_records, "samples_per_signature": spec.warmup_samples},
@@ -303,6 +321,17 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     )
 
 
+def _check_ranges(ranges: dict[str, ValueRange], contracts: list[Any]) -> None:
+    """Every `--input-range` names an input of some signature."""
+    known = {s.name for c in contracts for s in c.inputs}
+    unknown = sorted(set(ranges) - known)
+    if unknown:
+        raise SignatureError(
+            f"--input-range names {', '.join(map(repr, unknown))}, which no signature has: the "
+            f"inputs are {', '.join(sorted(known))}"
+        )
+
+
 def _runner_of(loaded: Any) -> Callable[[str, dict[str, Any]], Any]:
     import tensorflow as tf
 
@@ -324,6 +353,7 @@ def _options(spec: ExportSpec) -> dict[str, Any]:
         "jit_compile": spec.jit_compile,
         "warmup_samples": spec.warmup_samples,
         "samples_file": str(spec.samples_file) if spec.samples_file else None,
+        "input_ranges": [range_text(n, r) for n, r in spec.input_ranges.items()],
         "parity_batches": spec.parity_batches,
         "tolerances": {k: list(v) for k, v in spec.tolerances.items()},
         "allow_unsafe": spec.allow_unsafe,

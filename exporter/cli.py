@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from graphserve.core.console import progress, quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE, ExportError
+from graphserve.core.inputs import load_ranges
 from graphserve.core.signature import DTYPES, parse_input_spec
 
 
@@ -134,18 +135,27 @@ def export(
         Path | None,
         typer.Option(
             "--samples-file",
-            help="Samples for parity and warm-up: .npz (INPUT or SIGNATURE/INPUT keys) or a TF "
-            "Serving predict body (.json).",
+            help="Inputs the model takes, for the probe, parity and warm-up: .npz (INPUT or "
+            "SIGNATURE/INPUT keys) or a TF Serving predict body (.json).",
+        ),
+    ] = None,
+    input_ranges: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input-range",
+            help="Values generated for an input NAME=LOW:HIGH, repeatable (e.g. "
+            "token_ids=0:30521), where the model cannot tell; with no --samples-file.",
         ),
     ] = None,
     parity_batches: Annotated[
-        int, typer.Option("--parity-batches", min=1, help="Random batches compared.")
+        int, typer.Option("--parity-batches", min=1, help="Generated batches compared.")
     ] = 3,
     tolerances: Annotated[
         list[str] | None,
         typer.Option(
             "--tolerance",
-            help="Parity tolerance DTYPE=ATOL[,RTOL], repeatable (default float32=1e-5,1e-4).",
+            help="Parity tolerance DTYPE=ATOL[,RTOL], repeatable; ATOL is relative to the "
+            "output's scale (its largest magnitude, at least 1) (default float32=1e-4,1e-4).",
         ),
     ] = None,
     allow_unsafe: Annotated[
@@ -177,6 +187,7 @@ def export(
         raise _usage_error(f"--output must be 'text' or 'json', got {output!r}")
     try:
         specs = [parse_input_spec(text) for text in inputs or []]
+        ranges = load_ranges(input_ranges or [])
         names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
         if signature_file is not None:
             from graphserve.core.contract import load_signature_file
@@ -204,6 +215,7 @@ def export(
         jit_compile=jit_compile,
         warmup_samples=0 if no_warmup else warmup_samples,
         samples_file=samples_file,
+        input_ranges=ranges,
         parity_batches=parity_batches,
         tolerances=_parse_tolerances(tolerances or []),
         allow_unsafe=allow_unsafe,

@@ -33,9 +33,10 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import ParityError, RetraceError
-from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.core.inputs import InputSource, sample_inputs
+from graphserve.core.signature import TensorSpec
 from graphserve.exporter.retrace import RetraceReport, model_label
-from graphserve.exporter.verify import DEFAULT_TOLERANCES, Samples, check_parity
+from graphserve.exporter.verify import DEFAULT_TOLERANCES, check_parity
 from graphserve.model.trace import call_signature, is_keras, resolve_function
 
 __all__ = ["SideEffects", "check_dimensions"]
@@ -242,16 +243,17 @@ def check_dimensions(
     report: RetraceReport,
     *,
     tolerances: Mapping[str, tuple[float, float]] = DEFAULT_TOLERANCES,
-    samples: Samples | None = None,
+    inputs: InputSource | None = None,
 ) -> list[str]:
     """Run every signature of `loaded` next to `model` with each free dimension at the check
     sizes; returns warnings. Raises RetraceError for a dimension baked into the graph, and
     ParityError when the values differ at one of those sizes."""
     warnings: list[str] = []
+    source = inputs or InputSource()
     for contract in contracts:
         function = loaded.signatures[contract.name]
         checked = report.dimensions.setdefault(contract.name, [])
-        for plan in _plans(contract, report.checked_batch_sizes, samples):
+        for plan in _plans(contract, report.checked_batch_sizes, source):
             ran, both_fail = [], []
             for size in plan.sizes:
                 arrays = plan.inputs(size)
@@ -282,7 +284,8 @@ def check_dimensions(
                 ran.append(size)
             if both_fail and plan.batch:  # the signature says any batch size: say it does not
                 failed = ", ".join(str(size) for size, _ in both_fail)
-                hint = "" if samples else " (random inputs: --samples-file gives ones it takes)"
+                given = source.given(contract.name) is not None
+                hint = "" if given else " (generated inputs: --samples-file gives ones it takes)"
                 warnings.append(
                     f"signature {contract.name!r} declares any batch size, but the model fails "
                     f"at batch sizes {failed}, eagerly and exported alike{hint}: {both_fail[0][1]}"
@@ -305,9 +308,10 @@ class _Plan:
         contract: SignatureContract,
         sizes: tuple[int, ...],
         batch: bool,
-        samples: Mapping[str, np.ndarray] | None = None,
+        source: InputSource,
     ) -> None:
-        self.contract, self.sizes, self.batch, self._samples = contract, sizes, batch, samples
+        self.contract, self.sizes, self.batch, self._source = contract, sizes, batch, source
+        self._samples = source.given(contract.name)
         first = contract.inputs[0]
         if batch:
             self.names = ""
@@ -331,27 +335,25 @@ class _Plan:
             return {
                 k: np.take(v, np.arange(size) % len(v), axis=0) for k, v in self._samples.items()
             }
+        ranges = self._source.ranges
         if self.batch:
-            return sample_inputs(self.contract.inputs, batch_size=size, seed=size)
+            return sample_inputs(self.contract.inputs, batch_size=size, seed=size, ranges=ranges)
         sized = [
             replace(s, shape=tuple(size if i in _free(s) else d for i, d in enumerate(s.shape)))
             if s.shape is not None
             else s
             for s in self.contract.inputs
         ]
-        return sample_inputs(sized, batch_size=2, seed=size)
+        return sample_inputs(sized, batch_size=2, seed=size, ranges=ranges)
 
 
-def _plans(
-    contract: SignatureContract, sizes: tuple[int, ...], samples: Samples | None
-) -> list[_Plan]:
+def _plans(contract: SignatureContract, sizes: tuple[int, ...], source: InputSource) -> list[_Plan]:
     first = contract.inputs[0]
     if not first.shape or first.shape[0] is not None:
         return []  # a fixed batch (a NAME_batchB variant, or declared so)
-    user = (samples or {}).get(contract.name)
-    plans = [_Plan(contract, sizes, batch=True, samples=user)]
-    if user is None and any(_free(s) for s in contract.inputs):
-        plans.append(_Plan(contract, sizes, batch=False))
+    plans = [_Plan(contract, sizes, batch=True, source=source)]
+    if source.given(contract.name) is None and any(_free(s) for s in contract.inputs):
+        plans.append(_Plan(contract, sizes, batch=False, source=source))
     return plans
 
 

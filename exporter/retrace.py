@@ -33,8 +33,10 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import RetraceError, SignatureError
+from graphserve.core.inputs import InputSource
 from graphserve.core.results import JsonResult
-from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.core.signature import TensorSpec
+from graphserve.model.domains import infer_ranges
 from graphserve.model.trace import (
     Traced,
     call_signature,
@@ -199,25 +201,41 @@ def probe_source(
     contracts: Sequence[SignatureContract],
     report: RetraceReport,
     after_first_call: Callable[[], None] = lambda: None,
-) -> None:
+    inputs: InputSource | None = None,
+) -> InputSource:
     """Call each contract eagerly at the probe batch sizes, as the eager server would, and say
     how the source's own tf.functions traced (`report.diagnosis`).
 
     Run it before tracing the exported functions: tracing them traces the source's functions for
-    the relaxed (None) batch, which would then hide a per-shape retrace. `after_first_call` runs
-    once the model has run once (and built itself). Raises RetraceError when an argument of a
-    tf.function is a Python value that changes between calls.
+    the relaxed (None) batch, which would then hide a per-shape retrace. The inputs come from
+    `inputs` (the user's samples, else generated), with the ranges the model's graph tells added
+    (`infer_ranges`, traced at a one-row batch after the trace counts are read, as the first
+    eager call would trace); the source returned is the one every later step uses.
+    `after_first_call` runs once the model's Python has run once, traced or eagerly (and built
+    itself). Raises
+    SignatureError when the model refuses the inputs (saying how they were made and how to give
+    others), RetraceError when an argument of a tf.function is a Python value that changes
+    between calls.
     """
     functions = _tf_functions(model, contracts)
     before = {
         name: (fn.experimental_get_tracing_count(), {id(c) for c in _concretes(fn)})
         for name, fn in functions.items()
     }
+    source = inputs or InputSource()
     first = True
     for contract in contracts:
+        if source.given(contract.name) is None:
+            found = infer_ranges(model, contract)
+            source = source.with_ranges(found or {})
+            if found is not None and first:  # the model's Python ran (and built it) once
+                after_first_call()
+                first = False
+    for contract in contracts:
+        hint = "" if source.given(contract.name) is not None else source.refused(contract.inputs)
         for i, size in enumerate(_probe_sizes(contract, report.batch_sizes)):
-            arrays = sample_inputs(contract.inputs, batch_size=size, seed=i)
-            with signature_errors(contract):
+            arrays = source.batch(contract.name, contract.inputs, size, seed=i)
+            with signature_errors(contract, hint=hint):
                 call_signature(model, contract, {k: tf.constant(v) for k, v in arrays.items()})
             if first:
                 after_first_call()
@@ -241,6 +259,7 @@ def probe_source(
                 f"(functools.partial(fn, {change.arg}=...))"
             )
         report.diagnosis.append(_diagnose(name, traces, changes, report.batch_sizes))
+    return source
 
 
 @dataclass
@@ -355,27 +374,30 @@ def _arg_names(fn: Any) -> list[str]:
 # -- after tracing: the exported functions --------------------------------------------------------
 
 
-def check_exported(traced: Sequence[Traced], report: RetraceReport) -> None:
+def check_exported(
+    traced: Sequence[Traced], report: RetraceReport, inputs: InputSource | None = None
+) -> None:
     """Call every exported function at the check batch sizes; none may trace again."""
+    source = inputs or InputSource()
     for t in traced:
         sizes = _probe_sizes(t.contract, report.checked_batch_sizes)
         for i, size in enumerate(sizes):
-            arrays = sample_inputs(t.contract.inputs, batch_size=size, seed=i)
+            arrays = source.batch(t.contract.name, t.contract.inputs, size, seed=i)
             # A graph that fails at this size still shows whether it traced again;
             # check_dimensions names the cause of the failure.
             with contextlib.suppress(tf.errors.OpError):
                 t.function(*(tf.constant(arrays[s.name]) for s in t.contract.inputs))
         count = t.function.experimental_get_tracing_count()
         report.exported[t.contract.name] = count
-        inputs = ", ".join(f"{s.name}: {s.dtype} {s.shape_text()}" for s in t.contract.inputs)
+        described = ", ".join(f"{s.name}: {s.dtype} {s.shape_text()}" for s in t.contract.inputs)
         if count > 1 or t.trace_count > 1:
             raise RetraceError(
-                f"signature {t.contract.name!r} ({inputs}) traced {max(count, t.trace_count)} "
+                f"signature {t.contract.name!r} ({described}) traced {max(count, t.trace_count)} "
                 "times, expected once: its input signature is fixed, so something in the model "
                 "forces a retrace; please report it with the model"
             )
         report.diagnosis.append(
-            f"exported signature {t.contract.name!r} ({inputs}) traced once, and did not trace "
+            f"exported signature {t.contract.name!r} ({described}) traced once, and did not trace "
             f"again at batch sizes {', '.join(map(str, sizes))}"
         )
 

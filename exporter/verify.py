@@ -1,27 +1,36 @@
 """Parity: the SavedModel as written, reloaded, must compute what the eager model computes.
 
-Every signature is compared output by output: floats within `atol + rtol * |eager|` with a
-tolerance per dtype (half precision gets more room than float64), everything else exactly.
+Every signature is compared output by output: floats element by element within
+`atol * max(scale, 1) + rtol * |eager|`, where `scale` is the output's largest finite |eager|
+value in the batch (so a graph that reassociates float sums passes on logits of 600 as on
+logits of 1), with a tolerance per dtype (half precision gets more room than float64);
+everything else exactly.
+
+Passing is only worth something when the output depends on the input more than the tolerance
+allows: an untrained softmax answers 0.001 for every input, and any graph near that passes. So
+each output's spread across all inputs compared is measured too, and an output that varies by
+no more than `DISCRIMINATION` times its allowed error is marked (`discriminates` false) with a
+sentence in `ParityReport.warnings`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
-from graphserve.core.errors import ParityError, SignatureError
+from graphserve.core.errors import ParityError
+from graphserve.core.inputs import ValueRange, load_samples, sample_inputs
 from graphserve.core.results import JsonResult
-from graphserve.core.signature import sample_inputs
 from graphserve.model.trace import call_signature
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "DISCRIMINATION",
     "OutputParity",
     "ParityReport",
     "Samples",
@@ -29,19 +38,28 @@ __all__ = [
     "load_samples",
 ]
 
-# (atol, rtol) per float dtype; other dtypes compare exactly.
+# (atol, rtol) per float dtype, atol relative to the output's scale (at least 1); other dtypes
+# compare exactly. float32's atol is about 1000 ulps at the scale: room for a graph that sums
+# in another order, none for a changed weight.
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-2, 1e-2),
     "bfloat16": (2e-2, 2e-2),
-    "float32": (1e-5, 1e-4),
+    "float32": (1e-4, 1e-4),
     "float64": (1e-9, 1e-7),
 }
+
+# An output that varies across inputs by no more than this many times its allowed absolute
+# error cannot tell a wrong graph from a right one.
+DISCRIMINATION = 10.0
 
 Samples = Mapping[str, Mapping[str, np.ndarray]]  # signature -> input -> array
 
 
 @dataclass
 class OutputParity:
+    """One output of one signature: how far the graph is from the eager model, what was
+    allowed, and whether the check could have told (`discriminates`)."""
+
     signature: str
     output: str
     dtype: str
@@ -50,6 +68,11 @@ class OutputParity:
     atol: float | None  # None: compared exactly
     rtol: float | None
     passed: bool
+    scale: float | None = None  # the largest finite |eager| value (of the batches, the largest)
+    allowed_abs_error: float | None = None  # atol * max(scale, 1), before rtol * |eager|
+    variation: float | None = None  # max over elements of (max - min across inputs); floats
+    rows: int = 0  # the inputs (rows along the first dimension) the variation covers
+    discriminates: bool = True  # varies across inputs by more than the check allows
 
 
 @dataclass
@@ -75,6 +98,18 @@ class ParityReport(JsonResult):
     def max_rel_error(self) -> float:
         return max((o.max_rel_error for o in self.outputs), default=0.0)
 
+    @property
+    def warnings(self) -> list[str]:
+        """A sentence for each output too constant across the inputs for the check to tell a
+        wrong graph from a right one."""
+        return [
+            f"output {o.output!r} of signature {o.signature!r} {_constancy(o)}: the parity "
+            "check cannot tell a wrong graph from this one; export with real samples "
+            "(--samples-file) to check it"
+            for o in self.outputs
+            if not o.discriminates
+        ]
+
 
 def check_parity(
     loaded: Any,
@@ -87,10 +122,12 @@ def check_parity(
     samples: Samples | None = None,
     samples_label: str = "random",
     seed: int = 0,
+    ranges: Mapping[str, ValueRange] | None = None,
 ) -> ParityReport:
     """Compare every signature of `loaded` (the reloaded SavedModel) with `model` run eagerly.
 
-    User `samples` replace the random batches for the signatures they cover. Raises ParityError
+    User `samples` replace the generated batches (within `ranges`, by input name) for the
+    signatures they cover. Raises ParityError
     naming the signature, the output and the error when they disagree.
     """
     report = ParityReport(batches=batches, samples=samples_label if samples else "random")
@@ -99,7 +136,8 @@ def check_parity(
             raise ParityError(f"the reloaded SavedModel has no signature {contract.name!r}")
         function = loaded.signatures[contract.name]
         worst: dict[str, OutputParity] = {}
-        for arrays in _batches(contract, samples, batches, batch_size, seed):
+        spreads: dict[str, _Spread] = {}
+        for arrays in _batches(contract, samples, batches, batch_size, seed, ranges):
             tensors = {name: tf.constant(a) for name, a in arrays.items()}
             graph = {k: v.numpy() for k, v in function(**tensors).items()}
             eager = {k: np.asarray(v) for k, v in call_signature(model, contract, tensors).items()}
@@ -117,13 +155,9 @@ def check_parity(
                     )
                     continue
                 worst[name] = _merge(worst.get(name), result)
-        report.outputs.extend(worst.values())
-    report.mismatches.extend(
-        f"signature {o.signature!r} output {o.output!r} differs by up to {o.max_abs_error:.3g}"
-        + (f" (atol {o.atol:g}, rtol {o.rtol:g})" if o.atol is not None else " (exact dtype)")
-        for o in report.outputs
-        if not o.passed
-    )
+                spreads.setdefault(name, _Spread()).add(expected)
+        report.outputs.extend(spreads[name].judge(result) for name, result in worst.items())
+    report.mismatches.extend(_mismatch(o) for o in report.outputs if not o.passed)
     if report.mismatches:
         raise ParityError(
             "the reloaded SavedModel disagrees with the eager model: "
@@ -138,6 +172,7 @@ def _batches(
     batches: int,
     batch_size: int,
     seed: int,
+    ranges: Mapping[str, ValueRange] | None = None,
 ) -> list[dict[str, np.ndarray]]:
     user = (samples or {}).get(contract.name)
     fixed_batch = contract.inputs[0].shape[0] if contract.inputs[0].shape else None
@@ -145,16 +180,20 @@ def _batches(
         rows = len(next(iter(user.values())))
         step = max(batch_size, 1) if rows > 64 else rows
         return [{k: v[i : i + step] for k, v in user.items()} for i in range(0, rows, step)]
-    return [sample_inputs(contract.inputs, batch_size=batch_size, seed=seed + b)
-            for b in range(batches)]
+    return [
+        sample_inputs(contract.inputs, batch_size=batch_size, seed=seed + b, ranges=ranges)
+        for b in range(batches)
+    ]
 
 
 def _merge(previous: OutputParity | None, result: OutputParity) -> OutputParity:
-    """The worst of two batches' results for one output."""
+    """The worst of two batches' results for one output; the scale and allowed error of a
+    failing batch, else of the larger scale."""
     if previous is None:
         return result
+    kept = max(previous, result, key=lambda o: (not o.passed, o.scale or 0.0))
     return replace(
-        result,
+        kept,
         max_abs_error=max(previous.max_abs_error, result.max_abs_error),
         max_rel_error=max(previous.max_rel_error, result.max_rel_error),
         passed=previous.passed and result.passed,
@@ -168,16 +207,29 @@ def _compare(
     expected: np.ndarray,
     tolerances: Mapping[str, tuple[float, float]],
 ) -> OutputParity | None:
+    """One batch of one output, graph (`got`) against eager (`expected`); None when the shapes
+    differ. Floats pass element by element within `atol * max(scale, 1) + rtol * |eager|`;
+    infinities and NaNs must match."""
     if got.shape != expected.shape:
         return None
     dtype = tf.as_dtype(expected.dtype).name if expected.dtype != object else "string"
     if expected.dtype.kind in "fc":
         atol, rtol = tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
-        diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+        wide = np.complex128 if expected.dtype.kind == "c" else np.float64
+        graph, eager = got.astype(wide), expected.astype(wide)
+        magnitude = np.abs(eager)
+        scale = float(np.max(magnitude, where=np.isfinite(magnitude), initial=0.0))
+        allowed = atol * max(scale, 1.0)
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.abs(graph - eager)
+            close = diff <= allowed + rtol * magnitude
+            same = (graph == eager) | (np.isnan(graph) & np.isnan(eager))
+            rel_err = float(np.nanmax(diff / np.maximum(magnitude, 1e-12), initial=0.0))
+        passed = bool(np.all(np.where(np.isfinite(graph) & np.isfinite(eager), close, same)))
         abs_err = float(np.nanmax(diff, initial=0.0))
-        rel_err = float(np.nanmax(diff / np.maximum(np.abs(expected), 1e-12), initial=0.0))
-        passed = bool(np.allclose(got, expected, atol=atol, rtol=rtol, equal_nan=True))
-        return OutputParity(signature, name, dtype, abs_err, rel_err, atol, rtol, passed)
+        return OutputParity(
+            signature, name, dtype, abs_err, rel_err, atol, rtol, passed, scale, allowed
+        )
     passed = bool(np.array_equal(got, expected))
     if expected.dtype.kind in "iub" and got.dtype.kind in "iub":
         err = float(np.abs(got.astype(np.float64) - expected.astype(np.float64)).max(initial=0.0))
@@ -186,68 +238,73 @@ def _compare(
     return OutputParity(signature, name, dtype, err, err if not passed else 0.0, None, None, passed)
 
 
-def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str, dict]:
-    """User samples for parity and warm-up, from `.npz` or a TF Serving predict body (`.json`).
+class _Spread:
+    """How much one eager output varies between inputs: each element's running min and max
+    over the rows (first dimension) of every batch compared. A batch whose rows have another
+    shape than the first batch's is left out: elements only line up between equal shapes."""
 
-    In `.npz`, a key `INPUT` feeds every signature with that input and `SIGNATURE/INPUT` one
-    signature. A `.json` file holds one predict request body (row or columnar format, optional
-    `signature_name`) or a list of them. Raises SignatureError when samples do not fit.
-    """
-    from graphserve.core.codec import (
-        decode_json_request,
-        parse_json_body,
-        shape_hint,
-        validate_inputs,
-    )
-    from graphserve.core.errors import ServingError
+    def __init__(self) -> None:
+        self.rows = 0
+        self.shape: tuple[int, ...] | None = None  # of a row
+        self.first: Any = None  # the first row, for outputs compared exactly
+        self.differs = False  # a row differs from the first
+        self.low: np.ndarray | None = None  # floats: per element, NaNs ignored
+        self.high: np.ndarray | None = None
 
-    path = Path(path)
-    if not path.is_file():
-        raise SignatureError(f"samples file {path} does not exist")
-    by_name = {c.name: c for c in contracts}
-    raw: dict[str, dict[str, np.ndarray]] = {}
-    try:
-        if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as npz:
-                for key in npz.files:
-                    sig, _, input_name = key.rpartition("/")
-                    for contract in contracts if not sig else [by_name.get(sig)]:
-                        if contract and any(s.name == input_name for s in contract.inputs):
-                            raw.setdefault(contract.name, {})[input_name] = npz[key]
-        elif path.suffix == ".json":
-            body = parse_json_body(path.read_bytes())
-            for request in body if isinstance(body, list) else [body]:
-                key = request.get("signature_name") or contracts[0].name
-                if key not in by_name:
-                    raise SignatureError(f"samples file {path}: no signature {key!r} to export")
-                specs = {s.name: s for s in by_name[key].inputs}
-                raw[key] = decode_json_request(request, specs)[0]
-        else:
-            raise SignatureError(f"samples file {path}: expected a .npz or .json file")
-        samples = {}
-        for key, arrays in raw.items():
-            specs = {s.name: s for s in by_name[key].inputs}
-            cast = {n: _as_dtype(a, specs[n].np_dtype) for n, a in arrays.items() if n in specs}
-            samples[key] = validate_inputs(cast, specs)
-            # The servers leave shapes to the graph; samples must fit what is exported.
-            mismatch = shape_hint(samples[key], specs)
-            if mismatch:
-                raise SignatureError(f"samples file {path}: {mismatch}")
-    except ServingError as exc:
-        raise SignatureError(f"samples file {path}: {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise SignatureError(f"samples file {path} cannot be read: {exc}") from None
-    if not samples:
-        raise SignatureError(
-            f"samples file {path} names none of the inputs "
-            + ", ".join(f"{c.name}: {[s.name for s in c.inputs]}" for c in contracts)
+    def add(self, batch: np.ndarray) -> None:
+        rows = batch[np.newaxis] if batch.ndim == 0 else batch
+        if len(rows) == 0 or self.shape not in (None, rows.shape[1:]):
+            return
+        if self.shape is None:
+            self.shape, self.first = rows.shape[1:], rows[0]
+        self.rows += len(rows)
+        if batch.dtype.kind not in "fc":
+            self.differs = self.differs or any(not np.array_equal(r, self.first) for r in rows)
+            return
+        values = _real(rows)
+        low, high = np.fmin.reduce(values, axis=0), np.fmax.reduce(values, axis=0)
+        self.low = low if self.low is None else np.fmin(self.low, low)
+        self.high = high if self.high is None else np.fmax(self.high, high)
+
+    def judge(self, result: OutputParity) -> OutputParity:
+        """`result` with the variation, and whether it is more than the check allows."""
+        if self.low is None or self.high is None:
+            return replace(result, rows=self.rows, discriminates=self.rows > 1 and self.differs)
+        with np.errstate(invalid="ignore"):
+            variation = float(np.nanmax(self.high - self.low, initial=0.0))
+        allowed = result.allowed_abs_error or 0.0
+        return replace(
+            result,
+            variation=variation,
+            rows=self.rows,
+            discriminates=self.rows > 1 and variation > DISCRIMINATION * allowed,
         )
-    return samples
 
 
-def _as_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    if dtype.kind == "O":
-        return np.asarray(array).astype(object)
-    if array.dtype.kind == dtype.kind or array.dtype.kind in "iub":
-        return np.asarray(array).astype(dtype)
-    return np.asarray(array)  # leave a mismatch for validate_inputs to name
+def _real(array: np.ndarray) -> np.ndarray:
+    """Floats as float64; complex numbers as their real and imaginary parts side by side."""
+    if array.dtype.kind == "c":
+        return np.stack([array.real, array.imag], axis=-1).astype(np.float64)
+    return array.astype(np.float64)
+
+
+def _mismatch(o: OutputParity) -> str:
+    where = f"signature {o.signature!r} output {o.output!r} differs by up to {o.max_abs_error:.3g}"
+    if o.atol is None or o.rtol is None:
+        return where + " (exact dtype)"
+    return (
+        f"{where}, more than {o.allowed_abs_error:.3g} + {o.rtol:g} * |eager| allows "
+        f"(atol {o.atol:g} at scale {o.scale:.3g})"
+    )
+
+
+def _constancy(o: OutputParity) -> str:
+    """What made `o` unable to tell graphs apart, for ParityReport.warnings."""
+    if o.rows <= 1:
+        return f"was compared on {'a single input' if o.rows else 'no input'}"
+    if o.variation is None:
+        return f"is the same for all {o.rows} inputs compared"
+    return (
+        f"varies by at most {o.variation:.3g} across the {o.rows} inputs compared, within "
+        f"{DISCRIMINATION:g}x its tolerance {o.allowed_abs_error:.3g}"
+    )

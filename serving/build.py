@@ -16,11 +16,12 @@ server drains requests, stops polling and closes every runner.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from graphserve.core.batchingparams import BatchingParameters
+from graphserve.core.inputs import ValueRange
 from graphserve.core.signature import TensorSpec
 from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
@@ -46,6 +47,8 @@ class EagerModel:
     allow_unsafe: bool = False
     mode: str = "call"  # call, predict or function
     version: int = 1
+    samples_file: Path | None = None  # the load check's inputs (--samples-file)
+    input_ranges: Mapping[str, ValueRange] = field(default_factory=dict)  # --input-range
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ def _static(model: EagerModel, options: LoadOptions) -> StaticModel:
             output_names=model.output_names,
             allow_unsafe=model.allow_unsafe,
             mode=model.mode,
+            samples_file=model.samples_file,
+            input_ranges=model.input_ranges,
         )
 
     return StaticModel(model.name, load, model.version)

@@ -243,6 +243,21 @@ def eager(
     output_names: Annotated[
         str | None, typer.Option("--output-names", help="Output names a,b, as for export.")
     ] = None,
+    samples_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--samples-file",
+            help="Inputs the model takes, for its load check: .npz or a TF Serving predict "
+            "body (.json), as for export.",
+        ),
+    ] = None,
+    input_ranges: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input-range",
+            help="Values generated for an input NAME=LOW:HIGH, repeatable, as for export.",
+        ),
+    ] = None,
     allow_unsafe: Annotated[
         bool,
         typer.Option(
@@ -261,12 +276,16 @@ def eager(
 ) -> None:
     """Serve SOURCE run eagerly, op by op from Python (the baseline)."""
     from graphserve.core.errors import ExportError
+    from graphserve.core.inputs import load_ranges
     from graphserve.core.signature import parse_input_spec
 
     try:
         specs = [parse_input_spec(text) for text in inputs or []]
+        ranges = load_ranges(input_ranges or [])
     except ExportError as exc:
         usage_error(str(exc))
+    if samples_file is not None and not samples_file.is_file():
+        usage_error(f"--samples-file {samples_file} does not exist")
     names = [n.strip() for n in (output_names or "").split(",") if n.strip()]
     if mode not in ("call", "predict", "function"):
         usage_error(f"--mode must be call, predict or function, got {mode!r}")
@@ -282,6 +301,8 @@ def eager(
         output_names=tuple(names),
         allow_unsafe=allow_unsafe,
         mode=mode,
+        samples_file=samples_file,
+        input_ranges=ranges,
     )
     serve.run({"eager": (model,)})
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from graphserve.core.batchingparams import (
     load_batching_parameters,
 )
 from graphserve.core.errors import ExportError, ModelLoadError
+from graphserve.core.inputs import ValueRange
 from graphserve.core.signature import TensorSpec
 from graphserve.serving.runner import Runner
 
@@ -165,9 +166,12 @@ def load_eager(
     output_names: Sequence[str] | None = None,
     allow_unsafe: bool = False,
     mode: str = "call",
+    samples_file: Path | None = None,
+    input_ranges: Mapping[str, ValueRange] | None = None,
 ) -> Runner:
-    """A Python model source to run eagerly (`mode`: call, predict or function); errors
-    surface as ModelLoadError."""
+    """A Python model source to run eagerly (`mode`: call, predict or function), its load
+    check on `samples_file` or inputs generated within `input_ranges`; errors surface as
+    ModelLoadError."""
     from graphserve.serving.runners import EagerRunner
 
     try:
@@ -178,6 +182,8 @@ def load_eager(
             output_names=list(output_names or []),
             allow_unsafe=allow_unsafe,
             mode=mode,
+            samples_file=samples_file,
+            input_ranges=input_ranges,
         )
     except ExportError as exc:
         raise ModelLoadError(str(exc)) from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +24,10 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from graphserve.core.codec import numpy_dtype_name
 from graphserve.core.contract import SignatureContract, load_signature_file
 from graphserve.core.errors import InvalidInput, ServingError, SignatureError, UnsafeOpsError
+from graphserve.core.inputs import InputSource, ValueRange, load_samples
 from graphserve.core.savedmodel import serve_meta_graph
-from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.core.signature import TensorSpec
+from graphserve.model.domains import infer_ranges
 from graphserve.model.opscan import describe_flagged, scan_meta_graph
 from graphserve.model.sources import load_source, resolve_contracts
 from graphserve.model.trace import call_signature, predict_signature, signature_errors
@@ -157,6 +159,8 @@ class EagerRunner(Runner):
         output_names: list[str] | None = None,
         allow_unsafe: bool = False,
         mode: str = "call",
+        samples_file: Path | None = None,
+        input_ranges: Mapping[str, ValueRange] | None = None,
     ) -> None:
         if mode not in EAGER_MODES:
             raise SignatureError(f"eager mode {mode!r} is not one of {', '.join(EAGER_MODES)}")
@@ -170,6 +174,11 @@ class EagerRunner(Runner):
             output_names=output_names or [],
         )
         self._contracts = {c.name: c for c in contracts}
+        self._inputs = InputSource(
+            load_samples(samples_file, contracts) if samples_file else None,
+            str(samples_file) if samples_file else None,
+            {**{n: r for c in contracts for n, r in c.ranges.items()}, **(input_ranges or {})},
+        )
         self._functions = {
             c.name: tf.function(functools.partial(call_signature, self.source.model, c))
             for c in (contracts if mode == "function" else [])
@@ -182,22 +191,16 @@ class EagerRunner(Runner):
 
     def _describe(self, contract: SignatureContract) -> ServedSignature:
         """One eager call on a sample batch tells the outputs' names, dtypes and shapes (and
-        warms the eager path the way warm-up records warm a SavedModel). Random strings are
-        not serialized tf.Examples: a model that parses them is probed with empty strings,
-        which are (an Example with no features)."""
-        sample = sample_inputs(contract.inputs, batch_size=1)
+        warms the eager path the way warm-up records warm a SavedModel). The batch is the
+        user's samples (--samples-file), else generated (graphserve.core.inputs); a model that
+        refuses generated ones is asked again within the ranges its graph tells, and one that
+        parses strings as tf.Examples with empty strings (an Example with no features)."""
+        given = self._inputs.given(contract.name) is not None
+        hint = "" if given else self._inputs.refused(contract.inputs)
         # A model that cannot take the signature's inputs fails to load, naming both, as the
         # exporter says it (a SignatureError), never with its own traceback.
-        with signature_errors(contract):
-            try:
-                probe = self._call(contract, sample)
-            except Exception:
-                if not any(s.dtype == "string" for s in contract.inputs):
-                    raise
-                empty = {
-                    k: np.full_like(v, b"") if v.dtype == object else v for k, v in sample.items()
-                }
-                probe = self._call(contract, empty)
+        with signature_errors(contract, hint=hint):
+            probe = self._first_call(contract, given)
         batch_free = contract.inputs[0].batch_free
         outputs = [
             TensorSpec(
@@ -208,6 +211,23 @@ class EagerRunner(Runner):
             for name, array in probe.items()
         ]
         return ServedSignature.from_specs(contract.name, list(contract.inputs), outputs)
+
+    def _first_call(self, contract: SignatureContract, given: bool) -> dict[str, np.ndarray]:
+        sample = self._inputs.batch(contract.name, contract.inputs, 1)
+        try:
+            return self._call(contract, sample)
+        except Exception:
+            if given:
+                raise
+        self._inputs = self._inputs.with_ranges(infer_ranges(self.source.model, contract) or {})
+        sample = self._inputs.batch(contract.name, contract.inputs, 1)
+        try:
+            return self._call(contract, sample)
+        except Exception:
+            if not any(s.dtype == "string" for s in contract.inputs):
+                raise
+        empty = {k: np.full_like(v, b"") if v.dtype == object else v for k, v in sample.items()}
+        return self._call(contract, empty)
 
     def _call(
         self, contract: SignatureContract, inputs: dict[str, np.ndarray]

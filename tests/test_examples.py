@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
-from graphserve.core.signature import sample_inputs
+from graphserve.core.inputs import sample_inputs
 from graphserve.exporter import ExportResult, ExportSpec, TensorSpec, export_model
 from graphserve.model.examples import branchy, cnn, multi_io, power
 from graphserve.model.sources import available_examples

@@ -319,7 +319,7 @@ def test_exact_dtypes_compare_exactly(tmp_path: Path) -> None:
     result = export_model(_spec(tmp_path, "examples:multi_io"))
     by_name = {o.output: o for o in result.parity.outputs}
     assert by_name["bucket"].atol is None and by_name["label"].dtype == "string"
-    assert by_name["score"].atol == 1e-5
+    assert by_name["score"].atol == 1e-4  # the float32 default, relative to the scale
 
 
 def test_samples_file_npz_and_tf_serving_json(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from graphserve.core.errors import SignatureError
-from graphserve.core.signature import TensorSpec, parse_input_spec, parse_shape, sample_inputs
+from graphserve.core.inputs import sample_inputs
+from graphserve.core.signature import TensorSpec, parse_input_spec, parse_shape
 
 
 def test_parse_input_spec_keeps_name_dtype_and_shape() -> None:

@@ -10,6 +10,10 @@ share one schema:
         inputs:                        # name -> dtype and shape (-1 or null: any size)
           images: {dtype: uint8, shape: [-1, 28, 28, 1]}
         outputs: [logits]              # optional: names for the outputs, in order
+      classify_text:
+        inputs:
+          token_ids: {dtype: int32, shape: [-1, 128], range: [0, 30521]}  # optional: the
+                                       # values generated inputs take (graphserve.core.inputs)
       float_images:
         function: classify_float       # optional: an attribute of the model (default: the model)
         inputs:
@@ -29,6 +33,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from graphserve.core.errors import SignatureError
+from graphserve.core.inputs import ValueRange
 from graphserve.core.results import JsonResult, json_meta
 from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, check_unique, parse_shape
 
@@ -62,6 +67,8 @@ class SignatureContract(JsonResult):
     output_names: tuple[str, ...] | None = field(  # None: the model's own names
         default=None, metadata=json_meta(value=_names_or_none)
     )
+    # The values generated inputs take, by input name, where the file or module says so.
+    ranges: Mapping[str, ValueRange] = field(default_factory=dict, metadata=json_meta(skip=True))
 
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/ \t"):
@@ -78,6 +85,7 @@ class _TensorModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
     dtype: str
     shape: list[int | None] | str | None  # None or "*": unknown rank
+    range: tuple[float, float] | None = None  # [LOW, HIGH] of generated values
 
     @field_validator("shape", mode="before")
     @classmethod
@@ -128,6 +136,9 @@ def contracts_from_mapping(data: Any, where: str) -> list[SignatureContract]:
             inputs=tuple(_tensor(n, t) for n, t in sig.inputs.items()),
             function=sig.function,
             output_names=tuple(sig.outputs) if sig.outputs else None,
+            ranges={
+                n: ValueRange(*t.range, why=f"{where}") for n, t in sig.inputs.items() if t.range
+            },
         )
         for key, sig in parsed.signatures.items()
     ]
@@ -184,7 +195,7 @@ def merge_contracts(
             raise SignatureError(
                 f"--signature {name}={function}: no inputs known; declare them in a signature file"
             )
-        by_name[name] = SignatureContract(name, base.inputs, function, None)
+        by_name[name] = SignatureContract(name, base.inputs, function, None, base.ranges)
     if not by_name:
         return []
     if SERVING_DEFAULT not in by_name:

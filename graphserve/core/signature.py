@@ -7,7 +7,7 @@ TensorFlow. Conversion to `tf.TensorSpec` lives in `graphserve.model.trace`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,6 @@ __all__ = [
     "dtype_name",
     "parse_input_spec",
     "parse_shape",
-    "sample_inputs",
     "shape_of_tensor_info",
     "spec_from_tensor_info",
 ]
@@ -74,9 +73,6 @@ Shape = tuple[int | None, ...] | None
 
 # Signature input names become SavedModel signature keys and JSON keys: keep them plain.
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]*$")
-
-# Unknown non-batch dimensions get this size in generated samples.
-_UNKNOWN_DIM_SAMPLE = 8
 
 
 def _shape_json(shape: Shape) -> list[int] | None:
@@ -213,40 +209,3 @@ def check_unique(specs: Sequence[TensorSpec]) -> None:
         if spec.name in seen:
             raise SignatureError(f"input name {spec.name!r} is given more than once")
         seen.add(spec.name)
-
-
-def sample_shape(spec: TensorSpec, batch_size: int) -> tuple[int, ...]:
-    """A concrete shape for `spec`: the first unknown dimension is the batch. An unknown rank
-    gets a vector of `batch_size`, as tf.Example inputs (serialized examples) take one."""
-    if spec.shape is None:
-        return (batch_size,)
-    dims = []
-    for i, d in enumerate(spec.shape):
-        if d is None:
-            dims.append(batch_size if i == 0 else _UNKNOWN_DIM_SAMPLE)
-        else:
-            dims.append(d)
-    return tuple(dims)
-
-
-def sample_inputs(
-    specs: Iterable[TensorSpec], batch_size: int = 4, seed: int = 0
-) -> dict[str, np.ndarray]:
-    """Random inputs that fit `specs`, reproducible from `seed`."""
-    rng = np.random.default_rng(seed)
-    out: dict[str, np.ndarray] = {}
-    for spec in specs:
-        shape = sample_shape(spec, batch_size)
-        dt = spec.np_dtype
-        if spec.dtype == "string":
-            flat = [f"s{int(v)}".encode() for v in rng.integers(0, 1000, size=int(np.prod(shape)))]
-            out[spec.name] = np.array(flat, dtype=object).reshape(shape)
-        elif spec.dtype == "bool":
-            out[spec.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
-        elif np.issubdtype(dt, np.integer):
-            hi = min(int(np.iinfo(dt).max), 100)
-            lo = 0 if np.issubdtype(dt, np.unsignedinteger) else -hi
-            out[spec.name] = rng.integers(lo, hi, size=shape, endpoint=True).astype(dt)
-        else:
-            out[spec.name] = rng.standard_normal(size=shape).astype(dt)
-    return out

@@ -16,7 +16,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from graphserve.core.codec import array_to_proto
-from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, sample_inputs
+from graphserve.core.inputs import ValueRange, sample_inputs
+from graphserve.core.signature import SERVING_DEFAULT, TensorSpec
 
 __all__ = [
     "MAX_WARMUP_RECORDS",
@@ -41,11 +42,13 @@ def warmup_requests(
     *,
     seed: int = 0,
     fixed: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    ranges: Mapping[str, ValueRange] | None = None,
 ) -> list[predict_pb2.PredictRequest]:
     """`samples` requests per signature, at batch sizes cycling 1, 2, 4, ...
 
     `fixed` gives user samples per signature (name → arrays) to slice batches from instead of
-    random inputs. Raises ValueError if the total passes TF Serving's limit.
+    generated inputs (within `ranges`, by input name). Raises ValueError if the total passes
+    TF Serving's limit.
     """
     total = samples * len(signatures)
     if total > MAX_WARMUP_RECORDS:
@@ -63,7 +66,7 @@ def warmup_requests(
                 start = (i * batch) % max(rows, 1)
                 arrays = {k: v[start : start + batch] for k, v in user.items()}
             else:
-                arrays = sample_inputs(specs, batch_size=batch, seed=seed + i)
+                arrays = sample_inputs(specs, batch_size=batch, seed=seed + i, ranges=ranges)
             request = predict_pb2.PredictRequest()
             request.model_spec.name = model_name
             request.model_spec.signature_name = sig_name

@@ -1,0 +1,336 @@
+"""Inputs that fit the model, from one place.
+
+The export's probe, its parity check and warm-up records, the eager server's load check,
+`conformance` and the load test's default payload all call a model on inputs nobody typed. They
+draw them here: the user's samples when given (`InputSource`), otherwise values generated per
+input by `sample_inputs`, within the input's `ValueRange` when one is known:
+
+* given by the user: `--input-range token_ids=0:30521`, or `range: [0, 30521]` in a signature file;
+* told by the model (`graphserve.model.domains`): the rows of the embedding an input indexes,
+  the depth of a one-hot, the [0, 255] pixels a `Rescaling(1/255)` at the input expects;
+* told by the input's name: a `mask` takes 0 and 1, and so do segment and token-type ids;
+* else integers are small and non-negative (token ids, indices, counts: what real models take),
+  floats standard normal, strings words from a short vocabulary.
+
+Pure numpy: the load test and the conformance run use it without importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from graphserve.core.errors import ServingError, SignatureError
+from graphserve.core.results import JsonResult, json_meta
+from graphserve.core.signature import TensorSpec
+
+if TYPE_CHECKING:  # contract imports this module for ValueRange
+    from graphserve.core.contract import SignatureContract
+
+__all__ = [
+    "DEFAULT_INT_HIGH",
+    "VOCABULARY",
+    "InputSource",
+    "ValueRange",
+    "default_range",
+    "load_ranges",
+    "load_samples",
+    "parse_input_range",
+    "range_text",
+    "sample_inputs",
+    "sample_shape",
+]
+
+# Unknown non-batch dimensions get this size in generated samples.
+_UNKNOWN_DIM_SAMPLE = 8
+
+# Integers with no range known are drawn from [0, DEFAULT_INT_HIGH]: token ids, class ids, indices
+# and counts are non-negative, and a vocabulary or a table of 101 rows is small.
+DEFAULT_INT_HIGH = 100
+
+# Strings with no samples are phrases of these words: text models (TextVectorization, lookup
+# tables over words) take them; an unknown word is what real text has too.
+VOCABULARY = (
+    "the", "a", "model", "graph", "serves", "fast", "slow", "tensor", "request", "answer",
+    "batch", "of", "and", "to", "in", "is", "text", "token", "eager", "python",
+)  # fmt: skip
+
+_MASK = re.compile(r"mask", re.IGNORECASE)
+_SEGMENT = re.compile(r"segment|type_ids|token_type", re.IGNORECASE)
+_RANGE = re.compile(r"^\s*([^=\s]+)\s*=\s*([^:]+):([^:]+)\s*$")
+
+
+@dataclass(frozen=True)
+class ValueRange(JsonResult):
+    """The values an input takes, `low` to `high` inclusive, and who said so (`why`)."""
+
+    low: float
+    high: float
+    why: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
+            raise SignatureError(
+                f"value range {self.low:g}:{self.high:g} is not valid: expected LOW:HIGH with "
+                "finite numbers, LOW <= HIGH"
+            )
+
+    def text(self) -> str:
+        """As `--input-range` takes it: `0:30521`."""
+        return f"{self.low:g}:{self.high:g}"
+
+
+def range_text(name: str, value: ValueRange) -> str:
+    """`NAME=LOW:HIGH`, the `--input-range` form (what the manifest records)."""
+    return f"{name}={value.text()}"
+
+
+def parse_input_range(text: str) -> tuple[str, ValueRange]:
+    """Parse `NAME=LOW:HIGH` (`--input-range token_ids=0:30521`); SignatureError if malformed."""
+    match = _RANGE.match(text)
+    if match is None:
+        raise SignatureError(
+            f"--input-range {text!r}: expected NAME=LOW:HIGH, e.g. token_ids=0:30521"
+        )
+    name, low, high = match.groups()
+    try:
+        bounds = float(low), float(high)
+    except ValueError:
+        raise SignatureError(
+            f"--input-range {text!r}: {low.strip()!r} and {high.strip()!r} must be numbers"
+        ) from None
+    return name, ValueRange(*bounds, why="--input-range")
+
+
+def default_range(spec: TensorSpec) -> ValueRange | None:
+    """The range an input gets when neither the user nor the model tells one: by its name for
+    masks and segment ids, else small non-negative integers; None for floats and strings."""
+    if spec.dtype in ("string", "bool") or spec.np_dtype.kind == "f":
+        return None
+    if _MASK.search(spec.name):
+        return ValueRange(0, 1, f"a mask, by its name {spec.name!r}")
+    if _SEGMENT.search(spec.name):
+        return ValueRange(0, 1, f"segment ids, by the name {spec.name!r}")
+    high = min(DEFAULT_INT_HIGH, int(np.iinfo(spec.np_dtype).max))
+    return ValueRange(0, high, "graphserve's default for integers")
+
+
+def sample_shape(spec: TensorSpec, batch_size: int) -> tuple[int, ...]:
+    """A concrete shape for `spec`: the first unknown dimension is the batch. An unknown rank
+    gets a vector of `batch_size`, as tf.Example inputs (serialized examples) take one."""
+    if spec.shape is None:
+        return (batch_size,)
+    dims = []
+    for i, d in enumerate(spec.shape):
+        if d is None:
+            dims.append(batch_size if i == 0 else _UNKNOWN_DIM_SAMPLE)
+        else:
+            dims.append(d)
+    return tuple(dims)
+
+
+def sample_inputs(
+    specs: Iterable[TensorSpec],
+    batch_size: int = 4,
+    seed: int = 0,
+    ranges: Mapping[str, ValueRange] | None = None,
+) -> dict[str, np.ndarray]:
+    """Generated inputs that fit `specs`, reproducible from `seed`: each within its range in
+    `ranges` (by input name), else within `default_range`; floats with no range are standard
+    normal, strings phrases of `VOCABULARY`. A mask of 0s and 1s is a run of ones (at least
+    one) followed by zeros, row by row, as padding masks are."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        shape = sample_shape(spec, batch_size)
+        dt = spec.np_dtype
+        span = (ranges or {}).get(spec.name) or default_range(spec)
+        if spec.dtype == "string":
+            out[spec.name] = _phrases(rng, shape)
+        elif spec.dtype == "bool":
+            out[spec.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif span is None:
+            out[spec.name] = rng.standard_normal(size=shape).astype(dt)
+        elif dt.kind in "iu":
+            low, high = _int_bounds(span, dt)
+            if (low, high) == (0, 1) and _MASK.search(spec.name) and len(shape) >= 2:
+                out[spec.name] = _prefix_mask(rng, shape).astype(dt)
+            else:
+                out[spec.name] = rng.integers(low, high, size=shape, endpoint=True).astype(dt)
+        else:
+            out[spec.name] = rng.uniform(span.low, span.high, size=shape).astype(dt)
+    return out
+
+
+def _int_bounds(span: ValueRange, dtype: np.dtype) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    low = max(math.ceil(span.low), int(info.min))
+    high = min(math.floor(span.high), int(info.max))
+    if low > high:
+        raise SignatureError(
+            f"value range {span.text()} holds no {dtype.name} value: give integer bounds"
+        )
+    return low, high
+
+
+def _phrases(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    count = int(np.prod(shape))
+    lengths = rng.integers(1, 5, size=count)
+    words = [" ".join(rng.choice(VOCABULARY, size=n)) for n in lengths]
+    return np.array([w.encode() for w in words], dtype=object).reshape(shape)
+
+
+def _prefix_mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Per row (the last axis), ones for a random length of at least one, then zeros."""
+    length = shape[-1]
+    rows = int(np.prod(shape[:-1]))
+    kept = rng.integers(1, length, size=rows, endpoint=True) if length else np.zeros(rows)
+    mask = np.arange(length)[None, :] < kept[:, None]
+    return mask.reshape(shape)
+
+
+Samples = Mapping[str, Mapping[str, np.ndarray]]  # signature -> input -> array
+
+
+@dataclass
+class InputSource(JsonResult):
+    """Where the inputs a model is called on come from: the user's `samples` (by signature,
+    then input; from `--samples-file`, named by `label`) for the signatures they cover, else
+    values generated within `ranges` (by input name; the model's or the user's).
+
+    Its JSON, in the manifest, says which: {"samples": FILE or null, "ranges": {NAME: {low,
+    high, why}}}."""
+
+    samples: Samples | None = field(default=None, metadata=json_meta(skip=True))
+    label: str | None = field(default=None, metadata=json_meta(name="samples"))
+    ranges: dict[str, ValueRange] = field(default_factory=dict)
+
+    def given(self, signature: str) -> Mapping[str, np.ndarray] | None:
+        """The user's samples for `signature`, if any."""
+        return (self.samples or {}).get(signature)
+
+    def batch(
+        self, signature: str, specs: Sequence[TensorSpec], batch_size: int, seed: int = 0
+    ) -> dict[str, np.ndarray]:
+        """`batch_size` rows for `signature`: the user's samples from row `seed * batch_size`
+        on, cycling, when given and the batch is free; else generated ones."""
+        user = self.given(signature)
+        if user and all(s.batch_free for s in specs if s.name in user):
+            rows = len(next(iter(user.values())))
+            picks = (np.arange(batch_size) + seed * batch_size) % max(rows, 1)
+            return {k: v[picks] for k, v in user.items()}
+        return sample_inputs(specs, batch_size=batch_size, seed=seed, ranges=self.ranges)
+
+    def with_ranges(self, found: Mapping[str, ValueRange]) -> InputSource:
+        """This source with the ranges in `found` added where none is set yet."""
+        return InputSource(self.samples, self.label, {**found, **self.ranges})
+
+    def describe(self, specs: Iterable[TensorSpec]) -> str:
+        """How `specs` are generated, for messages: `token_ids: int32 in [0, 100] (graphserve's
+        default for integers), images: float32, standard normal`."""
+        parts = []
+        for spec in specs:
+            span = self.ranges.get(spec.name) or default_range(spec)
+            if spec.dtype == "string":
+                how = f"phrases of {len(VOCABULARY)} common words"
+            elif spec.dtype == "bool":
+                how = "random booleans"
+            elif span is None:
+                how = "standard normal"
+            else:
+                how = f"in [{span.low:g}, {span.high:g}]" + (f" ({span.why})" if span.why else "")
+            parts.append(f"{spec.name}: {spec.dtype} {how}")
+        return ", ".join(parts)
+
+    def refused(self, specs: Sequence[TensorSpec]) -> str:
+        """What to add to the error of a model that refused generated inputs: that graphserve
+        generated them, how, and the flags that give the model what it expects."""
+        return (
+            f". graphserve generated these inputs ({self.describe(specs)}); give inputs the model "
+            "takes with --samples-file FILE (a .npz or a TF Serving predict body), or a range "
+            "per input with --input-range NAME=LOW:HIGH"
+        )
+
+
+def load_ranges(texts: Iterable[str]) -> dict[str, ValueRange]:
+    """`--input-range` values by input name; SignatureError for a malformed or repeated one."""
+    ranges: dict[str, ValueRange] = {}
+    for text in texts:
+        name, value = parse_input_range(text)
+        if name in ranges:
+            raise SignatureError(f"--input-range: input {name!r} is given more than once")
+        ranges[name] = value
+    return ranges
+
+
+def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str, dict]:
+    """The user's samples (`--samples-file`) by signature and input, from `.npz` or a TF
+    Serving predict body (`.json`).
+
+    In `.npz`, a key `INPUT` feeds every signature with that input and `SIGNATURE/INPUT` one
+    signature. A `.json` file holds one predict request body (row or columnar format, optional
+    `signature_name`) or a list of them. Raises SignatureError when samples do not fit.
+    """
+    from graphserve.core.codec import (
+        decode_json_request,
+        parse_json_body,
+        shape_hint,
+        validate_inputs,
+    )
+
+    path = Path(path)
+    if not path.is_file():
+        raise SignatureError(f"samples file {path} does not exist")
+    by_name = {c.name: c for c in contracts}
+    raw: dict[str, dict[str, np.ndarray]] = {}
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                for key in npz.files:
+                    sig, _, input_name = key.rpartition("/")
+                    for contract in contracts if not sig else [by_name.get(sig)]:
+                        if contract and any(s.name == input_name for s in contract.inputs):
+                            raw.setdefault(contract.name, {})[input_name] = npz[key]
+        elif path.suffix == ".json":
+            body = parse_json_body(path.read_bytes())
+            for request in body if isinstance(body, list) else [body]:
+                key = request.get("signature_name") or contracts[0].name
+                if key not in by_name:
+                    raise SignatureError(f"samples file {path}: no signature {key!r} to export")
+                specs = {s.name: s for s in by_name[key].inputs}
+                raw[key] = decode_json_request(request, specs)[0]
+        else:
+            raise SignatureError(f"samples file {path}: expected a .npz or .json file")
+        samples = {}
+        for key, arrays in raw.items():
+            specs = {s.name: s for s in by_name[key].inputs}
+            cast = {n: _as_dtype(a, specs[n].np_dtype) for n, a in arrays.items() if n in specs}
+            samples[key] = validate_inputs(cast, specs)
+            # The servers leave shapes to the graph; samples must fit what is exported.
+            mismatch = shape_hint(samples[key], specs)
+            if mismatch:
+                raise SignatureError(f"samples file {path}: {mismatch}")
+    except ServingError as exc:
+        raise SignatureError(f"samples file {path}: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise SignatureError(f"samples file {path} cannot be read: {exc}") from None
+    if not samples:
+        raise SignatureError(
+            f"samples file {path} names none of the inputs "
+            + ", ".join(f"{c.name}: {[s.name for s in c.inputs]}" for c in contracts)
+        )
+    return samples
+
+
+def _as_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if dtype.kind == "O":
+        return np.asarray(array).astype(object)
+    if array.dtype.kind == dtype.kind or array.dtype.kind in "iub":
+        return np.asarray(array).astype(dtype)
+    return np.asarray(array)  # leave a mismatch for validate_inputs to name

@@ -1,0 +1,278 @@
+"""Inputs that fit the model, from one place (graphserve.core.inputs, graphserve.model.domains):
+generated values real models take, the ranges a model's graph tells, the user's samples and
+ranges, and the error of a model that refuses generated inputs, through the exporter and the
+eager server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from typer.testing import CliRunner
+
+from graphserve.cli import app
+from graphserve.core.contract import SignatureContract, load_signature_file
+from graphserve.core.errors import ModelLoadError, SignatureError
+from graphserve.core.inputs import (
+    VOCABULARY,
+    InputSource,
+    ValueRange,
+    load_ranges,
+    parse_input_range,
+    sample_inputs,
+)
+from graphserve.core.manifest import read_manifest
+from graphserve.core.signature import TensorSpec, parse_input_spec
+from graphserve.exporter import ExportSpec, export_model
+from graphserve.model.domains import infer_ranges
+from graphserve.serving.loaders import load_eager
+
+# -- models the tests load as sources ------------------------------------------------------------
+
+
+def build_token_classifier() -> keras.Model:
+    """Token ids into an Embedding of 7 rows: any id past 6 or below 0 fails the lookup."""
+    ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
+    segments = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
+    x = keras.layers.Embedding(7, 4)(ids) + keras.layers.Embedding(2, 4)(segments)
+    return keras.Model([ids, segments], keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(x)))
+
+
+class Picky(tf.Module):
+    """Takes only multiples of 7: no range tells that, so generated inputs fail, and only the
+    user's samples (or a range of one value) get through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = tf.Variable(2.0)
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        tf.debugging.assert_equal(x % 7, tf.zeros_like(x), message="x must be a multiple of 7")
+        return tf.cast(x, tf.float32) * self.w
+
+
+def build_picky() -> Picky:
+    return Picky()
+
+
+class NestedLookup(tf.Module):
+    """An embedding behind the module's own (unsigned) tf.function: followed into its graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = tf.Variable(tf.random.stateless_normal((37, 3), seed=(1, 2)))
+
+    @tf.function
+    def __call__(self, ids: tf.Tensor) -> tf.Tensor:
+        return tf.reduce_sum(tf.nn.embedding_lookup(self.table, ids), axis=-1)
+
+
+def build_nested_lookup() -> NestedLookup:
+    return NestedLookup()
+
+
+def build_pixels() -> keras.Model:
+    images = keras.Input(shape=(4, 4, 3), name="images")
+    x = keras.layers.Rescaling(1 / 127.5, offset=-1)(images)
+    return keras.Model(images, keras.layers.Dense(2)(keras.layers.Flatten()(x)))
+
+
+def build_one_hot() -> tf.types.experimental.PolymorphicFunction:
+    return tf.function(lambda c: tf.reduce_sum(tf.one_hot(c, depth=5), axis=-1))
+
+
+# -- generation ----------------------------------------------------------------------------------
+
+
+def test_generated_integers_are_small_and_non_negative_and_masks_are_padding_masks() -> None:
+    specs = [
+        TensorSpec("ids", "int64", (None, 16)),
+        TensorSpec("padding_mask", "int32", (None, 16)),
+        TensorSpec("token_type_ids", "int32", (None, 16)),
+        TensorSpec("levels", "uint8", (None,)),
+    ]
+    arrays = sample_inputs(specs, batch_size=64, seed=1)
+    assert arrays["ids"].min() >= 0 and arrays["ids"].max() <= 100
+    assert arrays["ids"].max() > 50  # the whole default range is used
+    assert set(np.unique(arrays["token_type_ids"])) == {0, 1}
+    mask = arrays["padding_mask"]
+    assert mask[:, 0].all()  # every row keeps its first token
+    # ones, then zeros: never a 1 after a 0
+    assert (np.diff(mask, axis=1) <= 0).all() and (mask == 0).any()
+    assert arrays["levels"].dtype == np.uint8 and arrays["levels"].max() <= 100
+
+
+def test_ranges_bound_generated_values_and_strings_are_words() -> None:
+    specs = [
+        TensorSpec("token_ids", "int32", (None, 5)),
+        TensorSpec("pixels", "float32", (None, 2, 2, 3)),
+        TensorSpec("text", "string", (None,)),
+    ]
+    ranges = {"token_ids": ValueRange(10, 12), "pixels": ValueRange(0, 255)}
+    arrays = sample_inputs(specs, batch_size=50, seed=0, ranges=ranges)
+    assert set(np.unique(arrays["token_ids"])) == {10, 11, 12}
+    assert 0 <= arrays["pixels"].min() and arrays["pixels"].max() <= 255
+    assert arrays["pixels"].max() > 100  # uniform over the range, not a standard normal
+    words = {w for phrase in arrays["text"] for w in phrase.decode().split()}
+    assert words <= set(VOCABULARY) and len(words) > 5
+    again = sample_inputs(specs, batch_size=50, seed=0, ranges=ranges)
+    assert all(np.array_equal(arrays[k], again[k]) for k in arrays)
+
+
+def test_input_range_parsing_names_what_is_wrong() -> None:
+    assert parse_input_range("token_ids=0:30521") == ("token_ids", ValueRange(0, 30521))
+    assert parse_input_range(" x = -1.5 : 2 ")[1] == ValueRange(-1.5, 2)
+    for bad, words in [
+        ("token_ids", "expected NAME=LOW:HIGH"),
+        ("x=1", "expected NAME=LOW:HIGH"),
+        ("x=a:b", "must be numbers"),
+        ("x=5:1", "LOW <= HIGH"),
+        ("x=0:inf", "finite"),
+    ]:
+        with pytest.raises(SignatureError, match=words):
+            parse_input_range(bad)
+    with pytest.raises(SignatureError, match="more than once"):
+        load_ranges(["x=0:1", "x=0:2"])
+    with pytest.raises(SignatureError, match="holds no int32 value"):
+        sample_inputs([TensorSpec("x", "int32", (2,))], ranges={"x": ValueRange(0.2, 0.7)})
+
+
+def test_signature_file_ranges(tmp_path: Path) -> None:
+    path = tmp_path / "signatures.yaml"
+    path.write_text(
+        "signatures:\n  serving_default:\n    inputs:\n"
+        "      token_ids: {dtype: int32, shape: [-1, 8], range: [0, 6]}\n"
+        "      segment_ids: {dtype: int32, shape: [-1, 8]}\n"
+    )
+    (contract,) = load_signature_file(path)
+    assert contract.ranges == {"token_ids": ValueRange(0, 6)}
+    path.write_text(
+        "inputs:\n  token_ids: {dtype: int32, shape: [-1, 8], range: [0, 1, 2]}\n"
+    )
+    with pytest.raises(SignatureError, match=r"inputs\.token_ids\.range"):
+        load_signature_file(path)
+
+
+def test_input_source_takes_the_users_rows_cycled_to_the_batch() -> None:
+    specs = [TensorSpec("x", "int32", (None, 2))]
+    rows = np.array([[7, 14], [21, 28], [35, 42]], dtype=np.int32)
+    source = InputSource({"serving_default": {"x": rows}}, "samples.npz")
+    np.testing.assert_array_equal(source.batch("serving_default", specs, 4)["x"], rows[[0, 1, 2, 0]])
+    np.testing.assert_array_equal(source.batch("serving_default", specs, 2, seed=1)["x"], rows[[2, 0]])
+    other = source.batch("other", specs, 2)["x"]  # a signature the samples do not cover
+    assert other.shape == (2, 2) and other.min() >= 0
+
+
+# -- what the model's graph tells -----------------------------------------------------------------
+
+
+def _contract(*inputs: str) -> SignatureContract:
+    return SignatureContract("serving_default", tuple(parse_input_spec(i) for i in inputs))
+
+
+def test_ranges_from_the_graph_embedding_one_hot_rescaling_and_nested_functions() -> None:
+    found = infer_ranges(
+        build_token_classifier(),
+        _contract("segment_ids:int32:-1,-1", "token_ids:int32:-1,-1"),
+    )
+    assert found == {"token_ids": ValueRange(0, 6), "segment_ids": ValueRange(0, 1)}
+    assert "table of 7 rows" in found["token_ids"].why
+
+    nested = infer_ranges(build_nested_lookup(), _contract("ids:int64:-1,3"))
+    assert nested == {"ids": ValueRange(0, 36)}
+
+    assert infer_ranges(build_one_hot(), _contract("c:int32:-1")) == {"c": ValueRange(0, 4)}
+
+    pixels = infer_ranges(build_pixels(), _contract("images:float32:-1,4,4,3"))
+    assert pixels == {"images": ValueRange(0, 255)} and "pixels" in pixels["images"].why
+
+    # A model that says nothing of its inputs, or does not trace, gives no range.
+    assert infer_ranges(build_picky(), _contract("x:int32:-1")) == {}
+    assert infer_ranges(lambda x: x.undefined, _contract("x:int32:-1")) is None
+
+
+# -- through the exporter and the eager server -----------------------------------------------------
+
+
+def test_export_generates_within_the_ranges_the_model_tells(tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = export_model(
+        ExportSpec(
+            source="tests.test_inputs:build_token_classifier", name="tok", base_path=tmp_path
+        ),
+        log=lines.append,
+    )
+    manifest = read_manifest(result.path)
+    assert manifest is not None
+    ranges = manifest["inputs"]["ranges"]
+    assert ranges["token_ids"]["low"] == 0 and ranges["token_ids"]["high"] == 6
+    assert ranges["segment_ids"]["high"] == 1 and "2 rows" in ranges["segment_ids"]["why"]
+    assert manifest["inputs"]["samples"] is None
+    assert any("token_ids: int32 in [0, 6]" in line for line in lines)
+
+
+def test_a_model_that_refuses_generated_inputs_is_told_how_to_give_others(tmp_path: Path) -> None:
+    spec = ExportSpec(
+        source="tests.test_inputs:build_picky",
+        name="picky",
+        base_path=tmp_path,
+        inputs=[parse_input_spec("x:int32:-1")],
+    )
+    with pytest.raises(SignatureError) as caught:
+        export_model(spec)
+    message = str(caught.value)
+    assert "x must be a multiple of 7" in message
+    assert "graphserve generated these inputs (x: int32 in [0, 100]" in message
+    assert "--samples-file" in message and "--input-range NAME=LOW:HIGH" in message
+    assert "\x1b" not in message and "\n" not in message
+    assert not (tmp_path / "picky").exists() or not any((tmp_path / "picky").iterdir())
+
+    # A range of the one value the model takes gets through: the range reaches every step.
+    ranged = export_model(
+        ExportSpec(**{**spec.__dict__, "input_ranges": {"x": ValueRange(14, 14)}})
+    )
+    manifest = read_manifest(ranged.path)
+    assert manifest is not None and manifest["options"]["input_ranges"] == ["x=14:14"]
+
+    # The user's samples are what the probe, parity and warm-up call the model on.
+    samples = tmp_path / "samples.npz"
+    np.savez(samples, x=np.array([7, 14, 21, 70], dtype=np.int32))
+    given = export_model(ExportSpec(**{**spec.__dict__, "samples_file": samples}))
+    manifest = read_manifest(given.path)
+    assert manifest is not None and manifest["inputs"]["samples"] == str(samples)
+    assert given.parity.samples == str(samples)
+
+
+def test_export_cli_input_range_and_its_usage_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    base = ["export", "tests.test_inputs:build_picky", "--name", "picky", "--input", "x:int32:-1"]
+    bad = runner.invoke(app, [*base, "--base-path", str(tmp_path), "--input-range", "x=7"])
+    assert bad.exit_code == 2 and "expected NAME=LOW:HIGH" in bad.output
+    unknown = runner.invoke(app, [*base, "--base-path", str(tmp_path), "--input-range", "y=0:1"])
+    assert unknown.exit_code == 1 and "names 'y', which no signature has" in unknown.output
+    good = runner.invoke(app, [*base, "--base-path", str(tmp_path), "--input-range", "x=7:7"])
+    assert good.exit_code == 0, good.output
+
+
+def test_eager_server_load_check_takes_samples_and_ranges(tmp_path: Path) -> None:
+    specs = [parse_input_spec("x:int32:-1")]
+    with pytest.raises(ModelLoadError) as caught:
+        load_eager("tests.test_inputs:build_picky", specs)
+    assert "graphserve generated these inputs" in str(caught.value)
+    assert "--samples-file" in str(caught.value)
+
+    ranged = load_eager(
+        "tests.test_inputs:build_picky", specs, input_ranges={"x": ValueRange(21, 21)}
+    )
+    assert ranged.run("serving_default", {"x": np.array([7], np.int32)})["output_0"] == [14.0]
+
+    samples = tmp_path / "samples.json"
+    samples.write_text('{"instances": [7, 49]}')
+    given = load_eager("tests.test_inputs:build_picky", specs, samples_file=samples)
+    assert given.signatures["serving_default"].outputs["output_0"].dtype == "float32"
+
+    # A model whose ranges only its graph tells loads: the second try is within them.
+    load_eager("tests.test_inputs:build_token_classifier")

@@ -126,12 +126,19 @@ def compare(
         typer.Option(help="self-managed: serve BASE/NAME (and read the payload from it)"),
     ] = None,
     source: Annotated[
-        str | None, typer.Option(help="self-managed: the model source for the eager servers")
+        str | None,
+        typer.Option(
+            help="self-managed: the model source for the eager servers [default: the one the "
+            "export's manifest records]"
+        ),
     ] = None,
     serve: Annotated[
-        str,
-        typer.Option(help="self-managed servers: graph,eager,eager-predict,eager-function"),
-    ] = "graph,eager",
+        str | None,
+        typer.Option(
+            help="self-managed servers: graph,eager,eager-predict,eager-function [default: "
+            "graph,eager; graph alone when no source is given or recorded]"
+        ),
+    ] = None,
     calibrate: Annotated[
         bool, typer.Option(help="self-managed: add the null endpoint (same stack, no model)")
     ] = False,
@@ -237,8 +244,10 @@ def compare(
     """Load every arm alike, in alternating windows, over a sweep of loads; write the report.
 
     Address mode loads running servers (--arm/--graph/--eager); self-managed mode
-    (--model-base-path with --source) starts the servers itself and stops them after. The model
-    is --model-name, else the directory name of --model-base-path (models/mobilenet: mobilenet).
+    (--model-base-path) starts the servers itself and stops them after: the eager servers run
+    --source, else the source the export's manifest records, with the --input (and other
+    signature flags) the export was given. The model is --model-name, else the directory name
+    of --model-base-path (models/mobilenet: mobilenet).
     Writes OUT/report.json, report.md, report.html, PNG plots, locust CSVs and raw/records.npz.
     Exits 1 when the run fails or an arm gets no successful request, 2 for bad arguments or a
     refused target, 3 when an --slo or --max-failures gate is missed.
@@ -251,27 +260,33 @@ def compare(
         if address:
             addresses[name] = address
     metrics_urls = _pairs(metrics or [], "--metrics")
-    # Self-managed servers: the --serve kinds with a source, the graph server alone without one
-    # and without addresses, and the null endpoint for --calibrate.
+    # Self-managed servers: the --serve kinds when asked for, with a source, or without addresses
+    # (the source the export recorded serves then), and the null endpoint for --calibrate.
     kinds: list[str] = []
     if model_base_path is not None:
-        if source:
-            kinds = [k.strip() for k in serve.split(",") if k.strip()]
-        elif not addresses:
-            kinds = ["graph"]
+        if serve is not None or source or not addresses:
+            kinds = _serve_kinds(serve, model_base_path, source)
         if calibrate:
             kinds.append("null")
-    elif calibrate or source:
+    elif calibrate or source or serve is not None:
         raise typer.BadParameter(
-            "--source and --calibrate start servers on a SavedModel: add --model-base-path",
+            "--source, --serve and --calibrate start servers on a SavedModel: add "
+            "--model-base-path",
             param_hint="'--model-base-path'",
         )
     managed = bool(kinds)
     if not addresses and not managed:
         raise typer.BadParameter(
             "name the arms (--arm NAME=HOST:PORT, --graph, --eager) or let graphserve start "
-            "them (--model-base-path BASE/NAME --source SOURCE)",
+            "them (--model-base-path BASE/NAME [--source SOURCE])",
             param_hint="'--arm'",
+        )
+    if payload_file is not None and payload_file.suffix == ".json" and protocol is Protocol.grpc:
+        raise typer.BadParameter(
+            f"{str(payload_file)!r} is a REST predict body (.json), which gRPC cannot send: "
+            "--protocol grpc takes an .npz of inputs, one array per input name; send the .json "
+            "with --protocol rest",
+            param_hint="'--payload-file'",
         )
     load = _load_spec(
         LoadSpec, users, rate, arrivals, max_in_flight, warmup, window, min_windows, max_windows,
@@ -320,6 +335,25 @@ def compare(
         stderr.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     finish(report, out_dir, quiet)
+
+
+def _serve_kinds(serve: str | None, model_base_path: Path, source: str | None) -> list[str]:
+    """The --serve kinds; without --serve, graph and eager, or the graph server alone when no
+    source is given and the newest version has no manifest recording one (a SavedModel that
+    graphserve did not write). An unreadable manifest keeps eager, to be reported with it."""
+    if serve is not None:
+        return [k.strip() for k in serve.split(",") if k.strip()]
+    if source is None:
+        from graphserve.core.errors import LoadTestError
+        from graphserve.loadtest.managed import export_record
+
+        try:
+            record = export_record(model_base_path)
+        except LoadTestError:  # run_managed reads it again and says why it cannot
+            return ["graph", "eager"]
+        if record is None or record.source is None:
+            return ["graph"]
+    return ["graph", "eager"]
 
 
 def _run(

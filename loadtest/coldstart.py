@@ -27,7 +27,7 @@ import numpy as np
 
 from graphserve.core.client import GrpcClient, predict_outputs
 from graphserve.core.errors import ColdStartError, LoadTestError, ServerStartError
-from graphserve.core.processes import ServerProcess
+from graphserve.core.processes import ServerProcess, serve_args
 from graphserve.core.versions import version_dirs
 from graphserve.loadtest.payloads import grpc_request_bytes
 from graphserve.loadtest.results import ColdStartRun
@@ -151,10 +151,12 @@ def cold_start_suite(
     runs: int = 1,
     steady_requests: int = 200,
     log: Callable[[str], object] | None = None,
+    source_flags: Sequence[str] = (),
 ) -> list[ColdStartRun]:
     """Cold starts of the graph server with the warm-up records, without them (a copy under
-    `work_dir`) and, when `source` is given, of the eager server on it: `runs` rounds, each
-    measuring every server once, every run reported. Server logs go to `work_dir`.
+    `work_dir`) and, when `source` is given, of the eager server on it (with `source_flags`, e.g.
+    the export's --input): `runs` rounds, each measuring every server once, every run reported.
+    Server logs go to `work_dir`.
 
     When the newest version has no warm-up records there is nothing to remove: the graph server
     is measured once per round, labelled without them. Raises as `measure_cold_start`.
@@ -175,7 +177,8 @@ def cold_start_suite(
             log(f"{model_base_path}: the newest version has no warm-up records")
         arms.append(("graph", False, ["graph", "--model-base-path", str(model_base_path), *named]))
     if source is not None:
-        arms.append(("eager", False, ["eager", source, *named]))
+        eager = serve_args("eager", model_base_path, source, source_flags)
+        arms.append(("eager", False, [*eager, *named]))
 
     results = []
     for run in range(1, runs + 1):

@@ -30,8 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from graphserve.core.client import rest_path
+from graphserve.core.contract import SignatureContract
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
+from graphserve.core.inputs import InputSource
+from graphserve.core.manifest import read_manifest
+from graphserve.core.signature import SERVING_DEFAULT
 from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
 from graphserve.loadtest.results import (
     REPORT_SCHEMA,
@@ -326,16 +330,20 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
     if spec.payload_file is not None and spec.payload_file.suffix == ".json":
         if spec.protocol != "rest":
             raise PayloadError(
-                f"{str(spec.payload_file)!r} is a REST body; gRPC needs an .npz of inputs"
+                f"{str(spec.payload_file)!r} is a REST predict body (.json), which gRPC cannot "
+                "send: the gRPC protocol takes an .npz of inputs, one array per input name"
             )
         body = spec.payload_file.read_bytes()
         (out_dir / "request.bin").write_bytes(body)
-        return {}, f"file {spec.payload_file}"
+        return {}, _given(spec.payload_file)
     if spec.payload_file is not None:
-        inputs, source = load_payload(spec.payload_file), f"file {spec.payload_file}"
+        inputs, source = load_payload(spec.payload_file), _given(spec.payload_file)
     else:
-        specs, source = payload_specs(spec)
-        inputs = build_payload(specs, spec.batch_size, spec.seed)
+        specs, origin, recorded = payload_specs(spec)
+        signature = spec.signature_name or SERVING_DEFAULT
+        inputs = build_payload(specs, spec.batch_size, spec.seed, recorded, signature)
+        how = f"rows of {recorded.label}" if recorded.given(signature) else "generated"
+        source = f"{how} with seed {spec.seed} from {origin}"
     save_payload(out_dir / "payload.npz", inputs)
     if spec.protocol == "grpc":
         body = grpc_request_bytes(inputs, model_name_of(spec), spec.signature_name)
@@ -345,7 +353,15 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
     return inputs, source
 
 
-def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
+def _given(payload_file: Path) -> str:
+    """The payload's origin in the report: the file as given, absolute, so the report names it
+    wherever it is read."""
+    return f"--payload-file {payload_file.resolve()}"
+
+
+def payload_specs(spec: CompareSpec) -> tuple[list[Any], str, InputSource]:
+    """The payload's input specs, where they were read, and the inputs the export recorded in
+    its manifest (samples file, ranges; empty for a server's metadata or no manifest)."""
     from graphserve.loadtest.metadata import fetch_specs
 
     if spec.model_base_path is not None:
@@ -362,11 +378,17 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str]:
                 signature_map.signature_def[name].CopyFrom(signature)
         except (ExportError, OSError) as exc:
             raise PayloadError(f"cannot read the signatures of {version}: {exc}") from None
-        return specs_from_signature_map(signature_map, spec.signature_name), f"SavedModel {version}"
+        specs = specs_from_signature_map(signature_map, spec.signature_name)
+        contract = SignatureContract(spec.signature_name or SERVING_DEFAULT, tuple(specs))
+        try:
+            recorded = InputSource.recorded(read_manifest(version), [contract])
+        except (ExportError, OSError, ValueError) as exc:
+            raise PayloadError(f"the inputs recorded in {version}'s manifest: {exc}") from None
+        return specs, f"SavedModel {version}", recorded
     first = spec.arms[0]
     target = http_base_url(first.address) if spec.protocol == "rest" else first.address
     specs = fetch_specs(spec.protocol, target, model_name_of(spec), spec.signature_name)
-    return specs, f"metadata of {first.name} ({first.address})"
+    return specs, f"metadata of {first.name} ({first.address})", InputSource()
 
 
 def _latest_version(base: Path) -> Path:

@@ -40,6 +40,7 @@ from graphserve.loadtest.results import (
     SloResult,
     Step,
 )
+from graphserve.loadtest.slo import NOT_JUDGED
 
 __all__ = ["SearchSpec", "find_max", "first_gate_value", "held_load", "next_load"]
 
@@ -205,7 +206,8 @@ def held_load(report: Report, max_failures: int | None = None) -> tuple[bool, st
     assert report.slo is not None
     if not report.slo.passed and report.slo.gates:
         missed = [g.expression for g in report.slo.gates if not g.passed]
-        return False, f"missed {', '.join(missed)}"
+        # Every gate met and still not passed: every request failed (slo.evaluate).
+        return False, f"missed {', '.join(missed)}" if missed else f"SLO {NOT_JUDGED}"
     allowed = max_failures or 0
     if arm.failures > allowed:
         return False, f"{arm.failures} failed requests (at most {allowed})"

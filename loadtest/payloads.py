@@ -23,7 +23,8 @@ from graphserve.core import fastjson
 from graphserve.core.client import predict_request
 from graphserve.core.codec import as_bytes, tensor_json_values
 from graphserve.core.errors import PayloadError
-from graphserve.core.signature import TensorSpec, sample_inputs
+from graphserve.core.inputs import InputSource
+from graphserve.core.signature import SERVING_DEFAULT, TensorSpec
 
 __all__ = [
     "build_payload",
@@ -37,15 +38,21 @@ _BYTES, _LENGTHS = ":bytes", ":lengths"
 
 
 def build_payload(
-    specs: Iterable[TensorSpec], batch_size: int = 1, seed: int = 0
+    specs: Iterable[TensorSpec],
+    batch_size: int = 1,
+    seed: int = 0,
+    inputs: InputSource | None = None,
+    signature: str = SERVING_DEFAULT,
 ) -> dict[str, np.ndarray]:
-    """Random inputs for `specs` with `batch_size` rows, the same for the same seed."""
+    """Inputs for `specs` with `batch_size` rows, the same for the same seed: from `inputs`
+    (what the export recorded: the user's samples, or generated within its ranges), else
+    generated (graphserve.core.inputs)."""
     if batch_size < 1:
         raise PayloadError(f"batch size must be at least 1, got {batch_size}")
     specs = list(specs)
     if not specs:
         raise PayloadError("the signature has no inputs, so there is nothing to send")
-    return sample_inputs(specs, batch_size=batch_size, seed=seed)
+    return (inputs or InputSource()).batch(signature, specs, batch_size, seed)
 
 
 def save_payload(path: Path, inputs: Mapping[str, np.ndarray]) -> None:

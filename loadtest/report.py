@@ -42,6 +42,7 @@ from graphserve.loadtest.results import (
     Step,
     check_report,
 )
+from graphserve.loadtest.slo import NOT_JUDGED, every_request_failed
 from graphserve.loadtest.slo import parse_gate as _parse_gate
 from graphserve.loadtest.stats import PERCENTILES
 
@@ -232,6 +233,8 @@ def render_table(report: Report) -> RenderableType:
     if slo:
         failed = [g for g in slo.gates if not g.passed]
         verdict = "passed" if slo.passed else f"FAILED ({len(failed)} gate(s))"
+        if every_request_failed(report):
+            verdict = NOT_JUDGED
         parts.append(Text(f"SLO: {verdict}", style="green" if slo.passed else "bold red"))
     return Group(*parts)
 
@@ -472,8 +475,8 @@ def _how_it_was_run(report: Report) -> str:
         f"{fmt_plain(s.max_windows)} per arm) until the last windows agree within "
         f"{fmt_plain(s.stability_pct)} %.",
         f"Model {s.model_name} ({s.signature_name}), batch size {fmt_plain(s.batch_size)}, "
-        f"payload {s.payload.file} from {s.payload.source}"
-        + (f" ({inputs})" if inputs else "")
+        f"payload {s.payload.file}: {s.payload.source}"
+        + (f"; {inputs}" if inputs else "")
         + ".",
         f"Locust workers: {fmt_plain(workers)}, seed {fmt_plain(s.seed)}"
         + (f", at most {s.max_requests} requests" if s.max_requests else "")
@@ -667,9 +670,10 @@ def _slo(report: Report) -> list[Block]:
         )
     )
     classes.append("" if failures_ok else "fail")
-    verdict = Paragraph(
-        f"SLO {'passed ✓' if slo.passed else 'failed ✗'}", "pass" if slo.passed else "fail"
-    )
+    shown = "passed ✓" if slo.passed else "failed ✗"
+    if every_request_failed(report):
+        shown = f"{NOT_JUDGED} ✗"
+    verdict = Paragraph(f"SLO {shown}", "pass" if slo.passed else "fail")
     headers = ("gate", "arm", "load", "value", "threshold", "result")
     table = TableBlock(
         headers, tuple(rows), (False, False, False, True, True, False), tuple(classes)

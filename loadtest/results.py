@@ -326,6 +326,8 @@ class PayloadInput(StrictModel):
 class Payload(StrictModel):
     """What every request carried: where it came from, the file it is in, its inputs."""
 
+    # "--payload-file /abs/path", or "generated with seed N from SavedModel V" (or "from metadata
+    # of ARM (ADDRESS)"); reports before these words: "file PATH", "SavedModel V", "metadata of"
     source: str
     file: str  # payload.npz, or request.bin for a REST body given as it is
     inputs: dict[str, PayloadInput]

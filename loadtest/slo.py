@@ -29,7 +29,18 @@ from graphserve.loadtest.labels import load_label
 from graphserve.loadtest.results import GateCheck, Report, SloResult, Step
 from graphserve.loadtest.stats import PERCENTILES
 
-__all__ = ["Gate", "describe", "evaluate", "parse_gate", "passes"]
+__all__ = [
+    "NOT_JUDGED",
+    "Gate",
+    "describe",
+    "evaluate",
+    "every_request_failed",
+    "parse_gate",
+    "passes",
+]
+
+# Without one successful request no latency, throughput or ratio was measured: nothing to judge.
+NOT_JUDGED = "not judged: every request failed"
 
 _PERCENTILE_KEYS = [name for name, _ in PERCENTILES]
 _LATENCY_METRICS = frozenset([*_PERCENTILE_KEYS, "mean", "min", "max"])
@@ -169,12 +180,19 @@ def _failures(steps: Sequence[Step]) -> int:
     return sum(sum(arm.errors.values()) for step in steps for arm in step.arms.values())
 
 
+def every_request_failed(report: Report) -> bool:
+    """Whether the report has arms and not one successful measured request on any of them."""
+    arms = [arm for step in report.steps for arm in step.arms.values()]
+    return bool(arms) and all(arm.latency_ms.p50 is None for arm in arms)
+
+
 def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) -> SloResult:
     """The report's SLO result: every gate checked at every step, and the failure bound.
 
     One row per gate and step. A value that is missing (None: no successful request, no ratio)
-    fails its gate, and gates given for a report without steps fail, since a gate that cannot
-    be checked must not pass. Failures are the summed `errors` of every arm and step;
+    fails its gate, gates given for a report without steps fail, and a run in which every
+    request failed never passes, gates or none (`every_request_failed`), since an SLO that
+    cannot be judged must not pass. Failures are the summed `errors` of every arm and step;
     `max_failures` None leaves them ungated. Raises SloError when a gate names an arm the report
     does not have, or asks a ratio that the report cannot have (no baseline, of the baseline).
     """
@@ -203,7 +221,7 @@ def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) ->
         gates=rows,
         max_failures=max_failures,
         failures=failures,
-        passed=gates_passed and failures_passed,
+        passed=gates_passed and failures_passed and not every_request_failed(report),
     )
 
 
@@ -245,6 +263,10 @@ def describe(result: SloResult, *, mode: str) -> list[str]:
             f"{result.failures} failed requests, more than --max-failures {result.max_failures}"
         )
     if not lines and not result.passed:
-        # Only gates given for a report without steps fail without a row to show.
-        lines.append("the gates were not checked: the report has no steps")
+        # Failed without a row to show: gates given for a report without steps (no row, no
+        # failure), or a run in which every request failed (evaluate).
+        if not result.gates and not result.failures:
+            lines.append("the gates were not checked: the report has no steps")
+        else:
+            lines.append(f"the SLO was {NOT_JUDGED}")
     return lines

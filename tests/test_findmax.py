@@ -152,3 +152,26 @@ def test_each_arm_holds_its_own_gates(mlp_servers: Servers, tmp_path: Path) -> N
         "eager held none of the loads tried at graph's p99 < 10,000 ms and eager's p99 < 0.001 "
         "ms (down to 1 user); graph at least 2 users (the --max-load)."
     ]
+
+
+def test_a_probe_in_which_every_request_failed_is_not_held() -> None:
+    from graphserve.loadtest.findmax import held_load
+    from graphserve.loadtest.results import Report
+    from graphserve.loadtest.slo import evaluate, parse_gate
+    from tests.test_loadtest_report import make_report_document
+
+    document = make_report_document(loads=(4,))
+    (step,) = document["steps"]
+    step["arms"].pop("eager")
+    step["ratios"] = {}
+    document["settings"]["arm_order"] = ["graph"]
+    document["settings"]["baseline"] = "graph"
+    report = Report.model_validate(document)
+    report.steps[0].arms["graph"].latency_ms.p50 = None  # no successful measured request
+    # A gate every failed request still meets: the probe is not held all the same.
+    report.slo = evaluate([parse_gate("errors<=1000000")], report, max_failures=1000000)
+    assert all(gate.passed for gate in report.slo.gates)
+    assert held_load(report, max_failures=1000000) == (
+        False,
+        "SLO not judged: every request failed",
+    )

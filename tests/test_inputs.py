@@ -38,7 +38,9 @@ def build_token_classifier() -> keras.Model:
     ids = keras.Input(shape=(None,), dtype="int32", name="token_ids")
     segments = keras.Input(shape=(None,), dtype="int32", name="segment_ids")
     x = keras.layers.Embedding(7, 4)(ids) + keras.layers.Embedding(2, 4)(segments)
-    return keras.Model([ids, segments], keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(x)))
+    return keras.Model(
+        [ids, segments], keras.layers.Dense(2)(keras.layers.GlobalAveragePooling1D()(x))
+    )
 
 
 class Picky(tf.Module):
@@ -114,7 +116,7 @@ def test_ranges_bound_generated_values_and_strings_are_words() -> None:
     ranges = {"token_ids": ValueRange(10, 12), "pixels": ValueRange(0, 255)}
     arrays = sample_inputs(specs, batch_size=50, seed=0, ranges=ranges)
     assert set(np.unique(arrays["token_ids"])) == {10, 11, 12}
-    assert 0 <= arrays["pixels"].min() and arrays["pixels"].max() <= 255
+    assert arrays["pixels"].min() >= 0 and arrays["pixels"].max() <= 255
     assert arrays["pixels"].max() > 100  # uniform over the range, not a standard normal
     words = {w for phrase in arrays["text"] for w in phrase.decode().split()}
     assert words <= set(VOCABULARY) and len(words) > 5
@@ -149,9 +151,7 @@ def test_signature_file_ranges(tmp_path: Path) -> None:
     )
     (contract,) = load_signature_file(path)
     assert contract.ranges == {"token_ids": ValueRange(0, 6)}
-    path.write_text(
-        "inputs:\n  token_ids: {dtype: int32, shape: [-1, 8], range: [0, 1, 2]}\n"
-    )
+    path.write_text("inputs:\n  token_ids: {dtype: int32, shape: [-1, 8], range: [0, 1, 2]}\n")
     with pytest.raises(SignatureError, match=r"inputs\.token_ids\.range"):
         load_signature_file(path)
 
@@ -160,8 +160,12 @@ def test_input_source_takes_the_users_rows_cycled_to_the_batch() -> None:
     specs = [TensorSpec("x", "int32", (None, 2))]
     rows = np.array([[7, 14], [21, 28], [35, 42]], dtype=np.int32)
     source = InputSource({"serving_default": {"x": rows}}, "samples.npz")
-    np.testing.assert_array_equal(source.batch("serving_default", specs, 4)["x"], rows[[0, 1, 2, 0]])
-    np.testing.assert_array_equal(source.batch("serving_default", specs, 2, seed=1)["x"], rows[[2, 0]])
+    np.testing.assert_array_equal(
+        source.batch("serving_default", specs, 4)["x"], rows[[0, 1, 2, 0]]
+    )
+    np.testing.assert_array_equal(
+        source.batch("serving_default", specs, 2, seed=1)["x"], rows[[2, 0]]
+    )
     other = source.batch("other", specs, 2)["x"]  # a signature the samples do not cover
     assert other.shape == (2, 2) and other.min() >= 0
 
@@ -276,3 +280,36 @@ def test_eager_server_load_check_takes_samples_and_ranges(tmp_path: Path) -> Non
 
     # A model whose ranges only its graph tells loads: the second try is within them.
     load_eager("tests.test_inputs:build_token_classifier")
+
+
+def test_the_load_tests_default_payload_is_what_the_export_recorded(tmp_path: Path) -> None:
+    from graphserve.loadtest.compare import CompareSpec, payload_specs
+    from graphserve.loadtest.payloads import build_payload
+
+    export_model(
+        ExportSpec(
+            source="tests.test_inputs:build_token_classifier", name="tok", base_path=tmp_path
+        )
+    )
+    spec = CompareSpec(arms=(), model_base_path=tmp_path / "tok", batch_size=64)
+    specs, origin, recorded = payload_specs(spec)
+    assert origin == f"SavedModel {tmp_path / 'tok' / '1'}"
+    payload = build_payload(specs, 64, 0, recorded)
+    assert payload["token_ids"].min() >= 0 and payload["token_ids"].max() <= 6
+    assert set(np.unique(payload["segment_ids"])) == {0, 1}
+
+    # An export given samples sends the user's rows.
+    samples = tmp_path / "samples.npz"
+    rows = {"token_ids": np.array([[1, 2, 3]], np.int32), "segment_ids": np.zeros((1, 3), np.int32)}
+    np.savez(samples, **rows)
+    export_model(
+        ExportSpec(
+            source="tests.test_inputs:build_token_classifier",
+            name="tok",
+            base_path=tmp_path,
+            samples_file=samples,
+        )
+    )
+    specs, _, recorded = payload_specs(spec)
+    sent = build_payload(specs, 2, 0, recorded)
+    np.testing.assert_array_equal(sent["token_ids"], [[1, 2, 3], [1, 2, 3]])

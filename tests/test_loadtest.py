@@ -541,6 +541,64 @@ def test_an_arm_without_successes_exits_1(metered_servers, tmp_path: Path) -> No
     assert report["steps"][0]["ratios"]["graph/eager"]["p50"]["value"] is None
 
 
+def test_a_run_in_which_every_request_failed_never_says_the_slo_passed(
+    mlp_export, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    nobody = f"127.0.0.1:{_free_port()}"  # nothing listens: every call is refused
+    result = CliRunner().invoke(
+        app,
+        ["compare", "--graph", nobody, "--model-base-path", str(mlp_export.model_dir), *_SHORT,
+         "--max-failures", "1000000", "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output  # an arm with no answer: the job failed
+    assert "SLO: not judged: every request failed" in result.output
+    assert "passed" not in result.output
+    assert "no successful request on graph" in result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["slo"]["passed"] is False and report["slo"]["failures"] > 0
+    assert "**SLO not judged: every request failed ✗**" in (tmp_path / "report.md").read_text()
+
+
+def test_a_rest_body_payload_with_grpc_is_a_usage_error(tmp_path: Path) -> None:
+    body = tmp_path / "body.json"
+    body.write_text('{"instances": [[1.0]]}')
+    result = CliRunner().invoke(
+        app,
+        ["compare", "--graph", "127.0.0.1:1", "--model-name", "mlp", "--payload-file", str(body),
+         "--out", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.replace("│", " ").split())
+    assert f"'{body}' is a REST predict body (.json), which gRPC cannot send" in message
+    assert "--protocol grpc takes an .npz of inputs" in message
+    assert "--protocol rest" in message
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_the_report_names_the_payload_file(
+    metered_servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    images = TensorSpec(name="images", dtype="float32", shape=(None, 784))  # the MLP's input
+    save_payload(tmp_path / "inputs.npz", build_payload([images], batch_size=2, seed=3))
+    result = CliRunner().invoke(
+        app,
+        ["compare", "--graph", metered_servers["graph"]["grpc"], "--model-name", "mlp",
+         "--payload-file", "inputs.npz", *_SHORT, "--out", "out"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    given = f"--payload-file {tmp_path / 'inputs.npz'}"  # absolute: the report is read elsewhere
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["settings"]["payload"]["source"] == given
+    assert report["settings"]["payload"]["inputs"]["images"] == {
+        "dtype": "float32",
+        "shape": [2, 784],
+    }
+    for name in ("report.md", "report.html"):
+        text = (tmp_path / "out" / name).read_text()
+        assert f"payload payload.npz: {given}; " in text, name
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -582,7 +640,9 @@ def test_calibration_adds_the_null_endpoint_and_reports_render_again(
     ]
     (calibration,) = report["calibration"]["steps"]
     assert calibration["throughput_rps"] == null["throughput_rps"]
-    assert report["settings"]["payload"]["source"].startswith("SavedModel")
+    assert report["settings"]["payload"]["source"] == (
+        f"generated with seed 0 from SavedModel {mlp_export.version_dir}"
+    )
 
     (tmp_path / "report.md").unlink()
     rendered = CliRunner().invoke(app, ["report", str(tmp_path)])

@@ -10,7 +10,7 @@ import pytest
 from graphserve.core.errors import SloError
 from graphserve.loadtest.analysis import generator_load
 from graphserve.loadtest.results import RatioValue, Report, SloResult, Window
-from graphserve.loadtest.slo import Gate, describe, evaluate, parse_gate
+from graphserve.loadtest.slo import Gate, describe, evaluate, every_request_failed, parse_gate
 from graphserve.loadtest.stats import (
     PERCENTILES,
     mean_draws,
@@ -439,6 +439,32 @@ def test_evaluate_max_failures() -> None:
     result = evaluate([], report(), max_failures=2)
     assert (result.passed, result.failures, result.gates) == (False, 3, [])
     assert describe(result, mode="closed") == ["3 failed requests, more than --max-failures 2"]
+
+
+def test_a_run_in_which_every_request_failed_is_not_judged() -> None:
+    from rich.console import Console
+
+    from graphserve.loadtest.report import render_markdown, render_table
+
+    failed = report()
+    for step in failed.steps:
+        for arm in step.arms.values():
+            arm.latency_ms.p50 = None  # no successful measured request
+    assert every_request_failed(failed) and not every_request_failed(report())
+    # Gates or none, a bound on failures that holds or no bound: never passed.
+    for gates, bound in (([], None), ([], 10), ([parse_gate("errors<=10")], None)):
+        result = evaluate(gates, failed, max_failures=bound)
+        assert not result.passed, (gates, bound)
+        assert describe(result, mode="closed") == ["the SLO was not judged: every request failed"]
+        assert evaluate(gates, report(), max_failures=bound).passed  # the same, measured
+    failed.slo = evaluate([], failed, max_failures=None)
+    console = Console(record=True, width=160)
+    console.print(render_table(failed))
+    text = console.export_text()
+    assert "SLO: not judged: every request failed" in text and "passed" not in text
+    markdown = render_markdown(failed)
+    assert "**SLO not judged: every request failed ✗**" in markdown
+    assert "passed" not in markdown
 
 
 def test_gates_on_a_report_without_steps_fail() -> None:

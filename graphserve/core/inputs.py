@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -226,6 +226,22 @@ class InputSource(JsonResult):
             picks = (np.arange(batch_size) + seed * batch_size) % max(rows, 1)
             return {k: v[picks] for k, v in user.items()}
         return sample_inputs(specs, batch_size=batch_size, seed=seed, ranges=self.ranges)
+
+    @classmethod
+    def recorded(
+        cls, manifest: Mapping[str, Any] | None, contracts: Sequence[SignatureContract]
+    ) -> InputSource:
+        """The source an export recorded in its manifest (its "inputs": the samples file, and
+        the ranges the user gave or the model told), for `contracts`; the samples are read
+        when the file is still there. An empty source for a version with no manifest."""
+        recorded = (manifest or {}).get("inputs") or {}
+        ranges = {
+            name: ValueRange(float(r["low"]), float(r["high"]), str(r.get("why", "")))
+            for name, r in (recorded.get("ranges") or {}).items()
+        }
+        path = recorded.get("samples")
+        samples = load_samples(Path(path), contracts) if path and Path(path).is_file() else None
+        return cls(samples, str(path) if samples else None, ranges)
 
     def with_ranges(self, found: Mapping[str, ValueRange]) -> InputSource:
         """This source with the ranges in `found` added where none is set yet."""

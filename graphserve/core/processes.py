@@ -11,11 +11,19 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-__all__ = ["SERVER_KINDS", "ServerProcess", "free_port", "proc_status", "serve_args"]
+__all__ = [
+    "SERVER_KINDS",
+    "ServerProcess",
+    "export_flags",
+    "free_port",
+    "proc_status",
+    "serve_args",
+]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -47,14 +55,44 @@ SERVER_KINDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def serve_args(kind: str, base: Path | str, source: str | None) -> list[str]:
-    """The `graphserve serve` arguments of a server kind; ValueError for an unknown kind or a
-    kind that needs a source when there is none."""
+def serve_args(
+    kind: str, base: Path | str, source: str | None, source_flags: Sequence[str] = ()
+) -> list[str]:
+    """The `graphserve serve` arguments of a server kind; `source_flags` (e.g. `export_flags`
+    of the export's manifest) follow those of the kinds that run the source. ValueError for an
+    unknown kind or a kind that needs a source when there is none."""
     if kind not in SERVER_KINDS:
         raise ValueError(f"unknown server kind {kind}: expected {', '.join(SERVER_KINDS)}")
-    if source is None and "{source}" in SERVER_KINDS[kind]:
+    runs_source = "{source}" in SERVER_KINDS[kind]
+    if source is None and runs_source:
         raise ValueError(f"server kind {kind} runs a Python model: give its SOURCE")
-    return [part.format(base=base, source=source) for part in SERVER_KINDS[kind]]
+    args = [part.format(base=base, source=source) for part in SERVER_KINDS[kind]]
+    return [*args, *source_flags] if runs_source else args
+
+
+def export_flags(options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The `graphserve serve eager` flags that give a Python model what its export was given, from
+    the `options` of its manifest (graphserve.core.manifest): `--input` per recorded input,
+    `--output-names`, `--signature-file` and `--samples-file` when recorded, `--input-range` per
+    recorded range. Returns the flags and the recorded files that no longer exist, left out."""
+    flags: list[str] = []
+    for text in options.get("inputs") or ():
+        flags += ["--input", str(text)]
+    names = options.get("output_names") or ()
+    if names:
+        flags += ["--output-names", ",".join(map(str, names))]
+    missing: list[str] = []
+    for key, flag in (("signature_file", "--signature-file"), ("samples_file", "--samples-file")):
+        path = options.get(key)
+        if not path:
+            continue
+        if Path(path).is_file():
+            flags += [flag, str(path)]
+        else:
+            missing.append(str(path))
+    for text in options.get("input_ranges") or ():
+        flags += ["--input-range", str(text)]
+    return flags, missing
 
 
 _BIND_ATTEMPTS = 3

@@ -11,12 +11,12 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers soak test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families soak test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,zoo]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP) ## create .venv and install graphserve with its dev tools
@@ -63,6 +63,11 @@ bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/r
 # installed there on first use (about 6 min and 12 GB for all five), kept for the next run.
 bench-peers: $(STAMP) ## graphserve against the servers users pick instead: bench/peers.{json,md,png}
 	$(BIN)/python -m bench peers --out bench
+
+# The five model families of docs_src/byom (keras_hub and transformers BERTs, EfficientNetB0, a
+# Keras text classifier, a tf.Module with a vocabulary file), tiny and built in code: about 3 min.
+bench-families: $(STAMP) ## export, serve and load the models users bring: bench/families.{json,md}
+	$(BIN)/python -m bench families --out bench
 
 # An hour by default; `make soak DURATION=10m` for a short one (a command-line DURATION beats
 # this target's own default, which beats the demo's 20 s).

@@ -298,8 +298,56 @@ def peers(
         raise typer.Exit(EXIT_MISSED)
 
 
+def families(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where families.json and families.md are written.")
+    ] = Path("bench"),
+    only: Annotated[
+        str | None,
+        typer.Option("--families", help="Families to run, e.g. efficientnet,vocab_module."),
+    ] = None,
+    duration: Annotated[
+        str, typer.Option("--duration", help="Measured time per arm of each family's load.")
+    ] = "10s",
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Exports, server logs, reports (default: temporary)."),
+    ] = None,
+) -> None:
+    """The models users bring (docs_src/byom): each family exported by its documented command
+    (time, saved_model.pb and variables size, op count, the inputs graphserve generated), all
+    served by one graph server and each by an eager server, then `loadtest compare` over gRPC
+    at 1 user per family: graph and eager p50 and their ratio. Writes OUT/families.json and
+    families.md."""
+    quiet_tensorflow()
+    from bench.families import FAMILIES, bench_compare, run_families, write_families
+    from graphserve.loadtest.cli import parse_duration
+
+    known = {f.name: f for f in FAMILIES}
+    chosen = [n.strip() for n in (only or ",".join(known)).split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in known]
+    if unknown or not chosen:
+        expected = ", ".join(known)
+        stderr.print(f"[red]error:[/] --families {only!r}: expected some of {expected}")
+        raise typer.Exit(2)
+    parse_duration(duration)
+    with tempfile.TemporaryDirectory(prefix="graphserve-families-") as tmp:
+        where = work_dir or Path(tmp)
+        try:
+            results = run_families(
+                where, tuple(known[n] for n in chosen), bench_compare(duration), say=progress
+            )
+        except (RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    json_path, md_path = write_families(results, out)
+    typer.echo(md_path.read_text())
+    typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.callback(invoke_without_command=True, epilog=STRICT_EPILOG)(bench)
 app.command("generator")(generator)
 app.command("soak", epilog=STRICT_EPILOG)(soak)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
+app.command("families")(families)

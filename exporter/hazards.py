@@ -78,7 +78,11 @@ class SideEffects:
             self._state_after = _snapshot(self._watched)
 
     def settle(self) -> None:
+        # What the first run did is building, not serving: a model that draws its initial
+        # weights from Python's random (tf-keras does, when it builds on its first call) or
+        # sets its attributes then is not warned about; only what later runs do is.
         self._state = _snapshot(self._watched)
+        self._rng_before = _global_rng()
 
     def warnings(self) -> list[str]:
         messages = []

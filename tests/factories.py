@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import tensorflow as tf
 
 
@@ -110,3 +112,21 @@ class TwoHeads(tf.Module):
 
 def two_heads() -> TwoHeads:
     return TwoHeads()
+
+
+class LazyBuilt(tf.Module):
+    """Builds on its first call, drawing its initial weight from Python's random, as tf-keras
+    layers draw their initializers' seeds: once, while building, never per request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w: tf.Variable | None = None
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        if self.w is None:
+            self.w = tf.Variable(random.random() + 1.0, name="w")
+        return x * self.w
+
+
+def lazy_built() -> LazyBuilt:
+    return LazyBuilt()

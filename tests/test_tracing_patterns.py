@@ -547,6 +547,15 @@ def test_python_random_is_a_warning_before_parity_fails(user_dir: Path, tmp_path
     assert _children(tmp_path / "m") == []
 
 
+def test_drawing_from_python_random_while_building_is_no_warning(tmp_path: Path) -> None:
+    """A model that draws its initial weights from Python's random on its first call (tf-keras
+    models built from a config do) draws nothing per request: no warning, and it exports."""
+    result = export_model(
+        _spec(tmp_path, "tests.factories:lazy_built", inputs=[_x("x:float32:-1,4")])
+    )
+    assert [w for w in result.warnings if "random" in w or "Python state" in w] == []
+
+
 def test_python_state_the_model_changes_is_a_warning(tmp_path: Path) -> None:
     """The classic trap (tests/factories.py:Drifting): a Python counter, frozen into the graph
     while tracing. The warning names it; parity then refuses the export."""

@@ -4,8 +4,9 @@ reference cannot drift from what it describes.
 - reference/cli.md: every command, option, default and exit code, from the typer app;
 - reference/report-schema.md: from docs/report.schema.json, which the tests check the report
   models against;
-- benchmarks/{notes,results,peers-results,generator,soak,containers}.md and the plots beside them:
-  bench/README.md and the results `make bench`, `make bench-peers` and friends write, as they are.
+- benchmarks/{notes,results,peers-results,generator,soak,containers,families}.md and the plots
+  beside them: bench/README.md and the results `make bench`, `make bench-peers` and friends
+  write, as they are.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ BENCH_PAGES = {
     "generator.md": "generator.md",
     "soak.md": "soak.md",
     "containers.md": "containers.md",
+    "families.md": "families.md",
 }
 
 

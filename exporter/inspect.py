@@ -306,8 +306,30 @@ def _manifest_text(info: SavedModelInfo) -> RenderableType:
     if info.manifest is None:
         return Text(f"manifest: none (no {MANIFEST_FILE})")
     lines = [f"manifest ({MANIFEST_FILE}):"]
-    lines += [f"  {key}: {_summary(value)}" for key, value in info.manifest.items()]
+    lines += [
+        f"  {key}: {_inputs_summary(value) if key == 'inputs' else _summary(value)}"
+        for key, value in info.manifest.items()
+    ]
     return Text("\n".join(lines))
+
+
+def _inputs_summary(value: Any) -> str:
+    """What the export called the model on: the samples file, else each generated input's
+    range and why (graphserve.core.inputs), one per line."""
+    if not isinstance(value, dict):
+        return _summary(value)
+    if value.get("samples"):
+        return f"the samples in {value['samples']}"
+    ranges = value.get("ranges") or {}
+    described = [
+        f"\n    - {name} in [{float(r['low']):g}, {float(r['high']):g}]"
+        + (f": {r['why']}" if r.get("why") else "")
+        for name, r in ranges.items()
+        if isinstance(r, dict) and {"low", "high"} <= r.keys()
+    ]
+    if not described:
+        return "generated (graphserve's defaults, by each input's name and dtype)"
+    return "generated" + "".join(described) + "\n    - others: graphserve's defaults"
 
 
 # Verdicts worth showing even when a manifest section is too big to print whole.

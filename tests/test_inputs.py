@@ -216,6 +216,13 @@ def test_export_generates_within_the_ranges_the_model_tells(tmp_path: Path) -> N
     assert ranges["segment_ids"]["high"] == 1 and "2 rows" in ranges["segment_ids"]["why"]
     assert manifest["inputs"]["samples"] is None
     assert any("token_ids: int32 in [0, 6]" in line for line in lines)
+    shown = CliRunner().invoke(app, ["inspect", str(result.path)])
+    assert shown.exit_code == 0, shown.output
+    text = " ".join(shown.output.split())
+    assert "inputs: generated - " in text
+    assert "- segment_ids in [0, 1]: it indexes a table of 2 rows" in text
+    assert "- token_ids in [0, 6]: it indexes a table of 7 rows" in text
+    assert "- others: graphserve's defaults" in text
 
 
 def test_a_model_that_refuses_generated_inputs_is_told_how_to_give_others(tmp_path: Path) -> None:

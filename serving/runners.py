@@ -62,9 +62,19 @@ _OP_SUFFIX = re.compile(r"\s*\[Op:[^\]]*\](?: name: .*)?\s*$", re.DOTALL)
 _FUNCTION_NODE = re.compile(r"^\{\{function_node [^}]*\}\}\s*")
 
 
+# Keras wraps an op's error raised in a layer: "Exception encountered when calling X.call().",
+# the op's error in terminal bold, then the arguments the layer received.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_KERAS_WRAPPED = "Exception encountered when calling"
+
+
 def graph_error_text(exc: Exception) -> str:
-    """A TensorFlow error's own message, as TF Serving shows it."""
-    message = getattr(exc, "message", None) or str(exc)
+    """A TensorFlow error's own message, as TF Serving shows it: without what eager TensorFlow
+    and Keras wrap around it, and without terminal escape codes."""
+    message = _ANSI.sub("", getattr(exc, "message", None) or str(exc))
+    if _KERAS_WRAPPED in message:
+        wrapped = [line for line in message.splitlines() if "{{function_node" in line]
+        message = wrapped[0].strip() if wrapped else message
     message = _FUNCTION_NODE.sub("", _GRAPH_PREAMBLE.sub("", message, count=1))
     return _OP_SUFFIX.sub("", message)
 

@@ -320,3 +320,15 @@ def test_the_load_tests_default_payload_is_what_the_export_recorded(tmp_path: Pa
     specs, _, recorded = payload_specs(spec)
     sent = build_payload(specs, 2, 0, recorded)
     np.testing.assert_array_equal(sent["token_ids"], [[1, 2, 3], [1, 2, 3]])
+
+
+def test_the_eager_servers_error_on_a_keras_layer_is_tensorflows_own() -> None:
+    """Keras wraps an op's error in the layer's name, terminal bold and the layer's arguments;
+    the eager server answers the op's error alone, as TF Serving does for the graph."""
+    from graphserve.core.errors import InvalidInput
+
+    runner = load_eager("tests.test_inputs:build_token_classifier")
+    inputs = {"token_ids": np.array([[50, 1]], np.int32), "segment_ids": np.zeros((1, 2), np.int32)}
+    with pytest.raises(InvalidInput) as caught:
+        runner.run("serving_default", inputs)
+    assert str(caught.value) == "indices[0,0] = 50 is not in [0, 7)"

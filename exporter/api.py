@@ -256,9 +256,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
             contracts,
             batches=spec.parity_batches,
             tolerances=tolerances,
-            samples=samples,
-            samples_label=str(spec.samples_file) if samples else "random",
-            ranges=inputs.ranges,
+            inputs=inputs,
         )
         for message in parity.warnings:  # outputs too constant for the check to tell
             warn(message)

@@ -438,7 +438,7 @@ def _compare_values(
             [contract],
             batches=1,
             tolerances=tolerances,
-            samples={contract.name: arrays},
+            inputs=InputSource({contract.name: arrays}),
         )
     except ParityError as exc:
         raise ParityError(f"at {where}: {exc}") from None

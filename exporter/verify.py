@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import ParityError
-from graphserve.core.inputs import ValueRange, load_samples, sample_inputs
+from graphserve.core.inputs import InputSource, Samples, load_samples, sample_inputs
 from graphserve.core.results import JsonResult
 from graphserve.model.trace import call_signature
 
@@ -52,7 +52,6 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 # error cannot tell a wrong graph from a right one.
 DISCRIMINATION = 10.0
 
-Samples = Mapping[str, Mapping[str, np.ndarray]]  # signature -> input -> array
 
 
 @dataclass
@@ -119,25 +118,24 @@ def check_parity(
     batches: int = 3,
     batch_size: int = 4,
     tolerances: Mapping[str, tuple[float, float]] = DEFAULT_TOLERANCES,
-    samples: Samples | None = None,
-    samples_label: str = "random",
+    inputs: InputSource | None = None,
     seed: int = 0,
-    ranges: Mapping[str, ValueRange] | None = None,
 ) -> ParityReport:
     """Compare every signature of `loaded` (the reloaded SavedModel) with `model` run eagerly.
 
-    User `samples` replace the generated batches (within `ranges`, by input name) for the
-    signatures they cover. Raises ParityError
-    naming the signature, the output and the error when they disagree.
+    The user's samples in `inputs` (all their rows) replace the generated batches (within its
+    ranges) for the signatures they cover. Raises ParityError naming the signature, the output
+    and the error when they disagree.
     """
-    report = ParityReport(batches=batches, samples=samples_label if samples else "random")
+    source = inputs or InputSource()
+    report = ParityReport(batches=batches, samples=source.label or "random")
     for contract in contracts:
         if contract.name not in loaded.signatures:
             raise ParityError(f"the reloaded SavedModel has no signature {contract.name!r}")
         function = loaded.signatures[contract.name]
         worst: dict[str, OutputParity] = {}
         spreads: dict[str, _Spread] = {}
-        for arrays in _batches(contract, samples, batches, batch_size, seed, ranges):
+        for arrays in _batches(contract, source, batches, batch_size, seed):
             tensors = {name: tf.constant(a) for name, a in arrays.items()}
             graph = {k: v.numpy() for k, v in function(**tensors).items()}
             eager = {k: np.asarray(v) for k, v in call_signature(model, contract, tensors).items()}
@@ -167,21 +165,16 @@ def check_parity(
 
 
 def _batches(
-    contract: SignatureContract,
-    samples: Samples | None,
-    batches: int,
-    batch_size: int,
-    seed: int,
-    ranges: Mapping[str, ValueRange] | None = None,
+    contract: SignatureContract, source: InputSource, batches: int, batch_size: int, seed: int
 ) -> list[dict[str, np.ndarray]]:
-    user = (samples or {}).get(contract.name)
+    user = source.given(contract.name)
     fixed_batch = contract.inputs[0].shape[0] if contract.inputs[0].shape else None
     if user and fixed_batch is None:
         rows = len(next(iter(user.values())))
         step = max(batch_size, 1) if rows > 64 else rows
         return [{k: v[i : i + step] for k, v in user.items()} for i in range(0, rows, step)]
     return [
-        sample_inputs(contract.inputs, batch_size=batch_size, seed=seed + b, ranges=ranges)
+        sample_inputs(contract.inputs, batch_size=batch_size, seed=seed + b, ranges=source.ranges)
         for b in range(batches)
     ]
 

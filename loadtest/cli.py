@@ -252,8 +252,8 @@ def compare(
     Exits 1 when the run fails or an arm gets no successful request, 2 for bad arguments or a
     refused target, 3 when an --slo or --max-failures gate is missed.
     """
-    from graphserve.core.errors import LoadTestError
-    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec
+    from graphserve.core.errors import LoadTestError, PayloadError
+    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, check_payload_protocol
 
     addresses = _pairs(arm or [], "--arm")
     for name, address in (("graph", graph), ("eager", eager)):
@@ -281,13 +281,10 @@ def compare(
             "them (--model-base-path BASE/NAME [--source SOURCE])",
             param_hint="'--arm'",
         )
-    if payload_file is not None and payload_file.suffix == ".json" and protocol is Protocol.grpc:
-        raise typer.BadParameter(
-            f"{str(payload_file)!r} is a REST predict body (.json), which gRPC cannot send: "
-            "--protocol grpc takes an .npz of inputs, one array per input name; send the .json "
-            "with --protocol rest",
-            param_hint="'--payload-file'",
-        )
+    try:  # before any work: a usage error, exit 2
+        check_payload_protocol(payload_file, protocol.value)
+    except PayloadError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--payload-file'") from None
     load = _load_spec(
         LoadSpec, users, rate, arrivals, max_in_flight, warmup, window, min_windows, max_windows,
         stability, duration,

@@ -59,6 +59,7 @@ __all__ = [
     "Arm",
     "CompareSpec",
     "LoadSpec",
+    "check_payload_protocol",
     "compare",
     "environment",
     "locust_commands",
@@ -327,12 +328,8 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
         save_payload,
     )
 
+    check_payload_protocol(spec.payload_file, spec.protocol)
     if spec.payload_file is not None and spec.payload_file.suffix == ".json":
-        if spec.protocol != "rest":
-            raise PayloadError(
-                f"{str(spec.payload_file)!r} is a REST predict body (.json), which gRPC cannot "
-                "send: the gRPC protocol takes an .npz of inputs, one array per input name"
-            )
         body = spec.payload_file.read_bytes()
         (out_dir / "request.bin").write_bytes(body)
         return {}, _given(spec.payload_file)
@@ -351,6 +348,16 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
         body = rest_body(inputs, spec.signature_name, columnar=spec.rest_format == "columnar")
     (out_dir / "request.bin").write_bytes(body)
     return inputs, source
+
+
+def check_payload_protocol(payload_file: Path | None, protocol: str) -> None:
+    """A `.json` payload is a REST predict body, which gRPC cannot send: PayloadError."""
+    if payload_file is not None and payload_file.suffix == ".json" and protocol != "rest":
+        raise PayloadError(
+            f"{str(payload_file)!r} is a REST predict body (.json), which gRPC cannot send: "
+            "--protocol grpc takes an .npz of inputs, one array per input name; send the .json "
+            "with --protocol rest"
+        )
 
 
 def _given(payload_file: Path) -> str:

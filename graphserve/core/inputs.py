@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_INT_HIGH",
     "VOCABULARY",
     "InputSource",
+    "Samples",
     "ValueRange",
     "default_range",
     "load_ranges",

@@ -16,7 +16,7 @@ PROTOCOL   ?= grpc
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs,zoo]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs,zoo,bench]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP) ## create .venv and install graphserve with its dev tools
@@ -84,6 +84,7 @@ test-peers: $(STAMP) ## each peer's adapter against a real install of it (not in
 
 lint: $(STAMP) ## what CI checks besides the tests, the manual's strict build included
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet

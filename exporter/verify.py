@@ -53,7 +53,6 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 DISCRIMINATION = 10.0
 
 
-
 @dataclass
 class OutputParity:
     """One output of one signature: how far the graph is from the eager model, what was

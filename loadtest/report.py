@@ -475,9 +475,7 @@ def _how_it_was_run(report: Report) -> str:
         f"{fmt_plain(s.max_windows)} per arm) until the last windows agree within "
         f"{fmt_plain(s.stability_pct)} %.",
         f"Model {s.model_name} ({s.signature_name}), batch size {fmt_plain(s.batch_size)}, "
-        f"payload {s.payload.file}: {s.payload.source}"
-        + (f"; {inputs}" if inputs else "")
-        + ".",
+        f"payload {s.payload.file}: {s.payload.source}" + (f"; {inputs}" if inputs else "") + ".",
         f"Locust workers: {fmt_plain(workers)}, seed {fmt_plain(s.seed)}"
         + (f", at most {s.max_requests} requests" if s.max_requests else "")
         + ".",

@@ -46,14 +46,10 @@ class Snapshot:
     runtime_sum_s: float = 0.0
 
     def minus(self, before: Snapshot) -> Snapshot:
-        return Snapshot(
-            *(getattr(self, f) - getattr(before, f) for f in self.__dataclass_fields__)
-        )
+        return Snapshot(*(getattr(self, f) - getattr(before, f) for f in self.__dataclass_fields__))
 
     def plus(self, other: Snapshot) -> Snapshot:
-        return Snapshot(
-            *(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__)
-        )
+        return Snapshot(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
 
 
 def snapshot_from_text(text: str, model_name: str) -> Snapshot:
@@ -69,8 +65,10 @@ def snapshot_from_text(text: str, model_name: str) -> Snapshot:
                 continue
             if kind == "requests" and sample.name.endswith("_total"):
                 totals["requests"] += sample.value
-            elif kind == "requests" and family.type == "counter" and not sample.name.endswith(
-                "_created"
+            elif (
+                kind == "requests"
+                and family.type == "counter"
+                and not sample.name.endswith("_created")
             ):
                 totals["requests"] += sample.value  # TF Serving's counters have no _total
             elif kind != "requests" and sample.name.endswith("_count"):

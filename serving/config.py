@@ -40,7 +40,6 @@ __all__ = [
 log = logging.getLogger("graphserve.config")
 
 
-
 @dataclass(frozen=True)
 class VersionPolicy:
     """TF Serving's servable version policy: `latest` N (default 1), `all`, or `specific`."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
 
+
 @dataclass(frozen=True)
 class VersionStatus:
     """A version's state as GetModelStatus reports it: START, LOADING, AVAILABLE, UNLOADING,

@@ -287,4 +287,3 @@ class RestServer:
 
     def stop(self) -> None:
         self._http.stop()
-

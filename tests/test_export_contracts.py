@@ -604,6 +604,9 @@ def test_a_savedmodel_with_nothing_to_run_from_python_says_why(tmp_path: Path) -
     module = tf.Module()
     module.f = tf.function(lambda t: {"y": t * 2.0}, input_signature=[tf.TensorSpec(None)])
     tf.saved_model.save(module, str(tmp_path / "sm"), signatures={"serving_default": module.f})
-    with pytest.raises(SignatureError, match=r"no signature graphserve can run from Python: "
-                       r"signature 'serving_default' .* has an input of unknown rank"):
+    with pytest.raises(
+        SignatureError,
+        match=r"no signature graphserve can run from Python: "
+        r"signature 'serving_default' .* has an input of unknown rank",
+    ):
         resolve_contracts(load_source(str(tmp_path / "sm")))

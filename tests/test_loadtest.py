@@ -542,7 +542,8 @@ def test_an_arm_without_successes_exits_1(metered_servers, tmp_path: Path) -> No
 
 
 def test_a_run_in_which_every_request_failed_never_says_the_slo_passed(
-    mlp_export, tmp_path: Path  # type: ignore[no-untyped-def]
+    mlp_export,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     nobody = f"127.0.0.1:{_free_port()}"  # nothing listens: every call is refused
     result = CliRunner().invoke(
@@ -576,7 +577,9 @@ def test_a_rest_body_payload_with_grpc_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_the_report_names_the_payload_file(
-    metered_servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+    metered_servers,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
 ) -> None:
     monkeypatch.chdir(tmp_path)
     images = TensorSpec(name="images", dtype="float32", shape=(None, 784))  # the MLP's input
@@ -618,7 +621,9 @@ def test_locustfile_alone_refuses_a_remote_host() -> None:
 
 
 def test_calibration_adds_the_null_endpoint_and_reports_render_again(
-    metered_servers, mlp_export, tmp_path: Path  # type: ignore[no-untyped-def]
+    metered_servers,
+    mlp_export,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
     servers = metered_servers
     result = CliRunner().invoke(
@@ -635,9 +640,10 @@ def test_calibration_adds_the_null_endpoint_and_reports_render_again(
     assert report["arms"]["null"]["managed"] is True
     null = report["steps"][0]["arms"]["null"]
     assert null["failures"] == 0 and null["throughput_rps"] > 0
-    assert null["server"]["runtime_mean_ms"] < report["steps"][0]["arms"]["graph"]["server"][
-        "runtime_mean_ms"
-    ]
+    assert (
+        null["server"]["runtime_mean_ms"]
+        < report["steps"][0]["arms"]["graph"]["server"]["runtime_mean_ms"]
+    )
     (calibration,) = report["calibration"]["steps"]
     assert calibration["throughput_rps"] == null["throughput_rps"]
     assert report["settings"]["payload"]["source"] == (

@@ -250,9 +250,7 @@ def test_unstable_when_a_spread_is_too_wide() -> None:
     ],
     ids=["too-few-windows", "a-window-without-latency", "no-throughput"],
 )
-def test_stability_not_computable(
-    history: list[Window], spread: dict[str, float | None]
-) -> None:
+def test_stability_not_computable(history: list[Window], spread: dict[str, float | None]) -> None:
     assert stability(history, last=3, tolerance_pct=10.0) == (False, spread)
 
 

@@ -51,9 +51,7 @@ def _http(servers: Any, arm: str, path: str, body: Any = None) -> tuple[int, Any
 def test_grpc_predict_matches_the_model_in_process(mlp_servers, in_process, arm: str) -> None:
     stub = prediction_service_pb2_grpc.PredictionServiceStub(_grpc(mlp_servers, arm))
     response = stub.Predict(_predict_request(X), timeout=30)
-    np.testing.assert_allclose(
-        array_from_proto(response.outputs["logits"]), in_process, atol=1e-5
-    )
+    np.testing.assert_allclose(array_from_proto(response.outputs["logits"]), in_process, atol=1e-5)
     assert response.model_spec.name == "mlp"
     assert response.model_spec.version.value == 1
     assert response.model_spec.signature_name == "serving_default"

@@ -68,8 +68,16 @@ def test_unknown_rank_is_a_shape_of_its_own() -> None:
     assert not spec.batch_free
     assert sample_inputs([spec], batch_size=3)["t"].shape == (3,)
     (contract,) = contracts_from_mapping(
-        {"signatures": {"serving_default": {"inputs": {"t": {"dtype": "string", "shape": "*"},
-                                                        "u": {"dtype": "int64", "shape": None}}}}},
+        {
+            "signatures": {
+                "serving_default": {
+                    "inputs": {
+                        "t": {"dtype": "string", "shape": "*"},
+                        "u": {"dtype": "int64", "shape": None},
+                    }
+                }
+            }
+        },
         "test",
     )
     assert [s.shape for s in contract.inputs] == [None, None]

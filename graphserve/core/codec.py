@@ -525,9 +525,7 @@ def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
     return cast
 
 
-def _out_of_range(
-    spec: TensorSpec, low: float, high: float, integer: bool = False
-) -> InvalidInput:
+def _out_of_range(spec: TensorSpec, low: float, high: float, integer: bool = False) -> InvalidInput:
     # TF Serving refuses an integer that does not fit in words of its own (json_tensor.cc); a
     # float past float32's range it reads as infinity, where we refuse it.
     words = f" (JSON value not of expected type: {spec.dtype})" if integer else ""

@@ -46,20 +46,29 @@ def check_tfserving(tensorflow_version: str, image: str | None = None) -> TFServ
     exported, served = _minor(tensorflow_version), _minor(tag)
     if served is None or exported is None:
         return TFServingCheck(
-            tensorflow_version, image, None, None,
+            tensorflow_version,
+            image,
+            None,
+            None,
             f"cannot tell which TensorFlow {image} runs: pin TFSERVING_IMAGE to a release tag "
             f"(e.g. {DEFAULT_TFSERVING_IMAGE}) no older than TensorFlow {tensorflow_version}",
         )
     version = ".".join(map(str, served))
     if exported > served:
         return TFServingCheck(
-            tensorflow_version, image, version, False,
+            tensorflow_version,
+            image,
+            version,
+            False,
             f"exported with TensorFlow {tensorflow_version}, newer than {image} (TF Serving "
             f"{version}): ops or attributes added since may fail to load there; deploy with a "
             f"TF Serving image >= {exported[0]}.{exported[1]} (TFSERVING_IMAGE) or export with "
             f"TensorFlow {version}",
         )
     return TFServingCheck(
-        tensorflow_version, image, version, True,
+        tensorflow_version,
+        image,
+        version,
+        True,
         f"TF Serving {version} ({image}) can load a TensorFlow {tensorflow_version} export",
     )

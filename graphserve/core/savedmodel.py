@@ -36,7 +36,6 @@ _PB = "saved_model.pb"
 _PBTXT = "saved_model.pbtxt"
 
 
-
 def find_saved_model_file(path: Path | str) -> Path | None:
     """`path/saved_model.pb` (or `.pbtxt`) if `path` holds one, else None."""
     for name in (_PB, _PBTXT):

@@ -98,9 +98,7 @@ def read_warmup_records(version_dir: Path) -> Iterator[prediction_log_pb2.Predic
         yield prediction_log_pb2.PredictionLog.FromString(record)
 
 
-def replay_warmup(
-    version_dir: Path, run: Callable[[str, dict[str, np.ndarray]], object]
-) -> int:
+def replay_warmup(version_dir: Path, run: Callable[[str, dict[str, np.ndarray]], object]) -> int:
     """Run every warm-up record through `run(signature, inputs)`, as a server does on load.
 
     Returns the number of records; exceptions from `run` propagate (a record the model rejects).

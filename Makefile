@@ -56,24 +56,24 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
-bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/results.{json,md}
-	$(BIN)/python -m bench --out bench
+bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/results/results.{json,md}
+	$(BIN)/python -m bench --out bench/results
 
 # Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under bench/.work,
 # installed there on first use (about 6 min and 12 GB for all five), kept for the next run.
-bench-peers: $(STAMP) ## graphserve against the servers users pick instead: bench/peers.{json,md,png}
-	$(BIN)/python -m bench peers --out bench
+bench-peers: $(STAMP) ## graphserve against the servers users pick instead: bench/results/peers.{json,md,png}
+	$(BIN)/python -m bench peers --out bench/results
 
 # The five model families of docs_src/byom (keras_hub and transformers BERTs, EfficientNetB0, a
 # Keras text classifier, a tf.Module with a vocabulary file), tiny and built in code: about 3 min.
-bench-families: $(STAMP) ## export, serve and load the models users bring: bench/families.{json,md}
-	$(BIN)/python -m bench families --out bench
+bench-families: $(STAMP) ## export, serve and load the models users bring: bench/results/families.{json,md}
+	$(BIN)/python -m bench families --out bench/results
 
 # An hour by default; `make soak DURATION=10m` for a short one (a command-line DURATION beats
 # this target's own default, which beats the demo's 20 s).
 soak: DURATION = 1h
-soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, bench/soak.{md,json,png}
-	$(BIN)/python -m bench soak --duration $(DURATION) --out bench
+soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, bench/results/soak.{md,json,png}
+	$(BIN)/python -m bench soak --duration $(DURATION) --out bench/results
 
 test: $(STAMP) chromium ## run the test suite
 	@docker/engine

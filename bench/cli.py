@@ -22,7 +22,7 @@ def bench(
     ctx: typer.Context,
     out: Annotated[
         Path, typer.Option("--out", help="Where results.json and results.md are written.")
-    ] = Path("bench"),
+    ] = Path("bench/results"),
     models: Annotated[
         str, typer.Option("--models", help="Built-in models to measure, e.g. mlp,power,cnn.")
     ] = "mlp,power,cnn",
@@ -77,7 +77,7 @@ def bench(
 def generator(
     out: Annotated[
         Path, typer.Option("--out", help="Where generator.json and generator.md are written.")
-    ] = Path("bench"),
+    ] = Path("bench/results"),
     clients: Annotated[
         str, typer.Option("--clients", help="Numbers of concurrent clients, e.g. 1,4,16.")
     ] = "1,4,16",
@@ -102,7 +102,7 @@ def generator(
     from bench.run import MODELS
     from bench.served import model_servers
     from graphserve.exporter.api import ExportSpec, export_model
-    from graphserve.loadtest.compare import environment
+    from graphserve.loadtest.compare.run import environment
 
     try:
         counts = tuple(int(c) for c in clients.split(",") if c.strip())
@@ -174,7 +174,7 @@ def soak(
     ] = 100.0,
     out: Annotated[
         Path, typer.Option("--out", help="Where soak.json, soak.md and soak.png are written.")
-    ] = Path("bench"),
+    ] = Path("bench/results"),
     work_dir: Annotated[
         Path | None,
         typer.Option("--work-dir", help="The export and the server log (default: temporary)."),
@@ -218,7 +218,7 @@ def soak(
 def peers(
     out: Annotated[
         Path, typer.Option("--out", help="Where peers.json, peers.md and peers.png are written.")
-    ] = Path("bench"),
+    ] = Path("bench/results"),
     models: Annotated[
         str, typer.Option("--models", help="Models to serve: mlp, mobilenet or both.")
     ] = "mlp,mobilenet",
@@ -301,7 +301,7 @@ def peers(
 def families(
     out: Annotated[
         Path, typer.Option("--out", help="Where families.json and families.md are written.")
-    ] = Path("bench"),
+    ] = Path("bench/results"),
     only: Annotated[
         str | None,
         typer.Option("--families", help="Families to run, e.g. efficientnet,vocab_module."),
@@ -345,9 +345,103 @@ def families(
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
 
 
+def http(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where http.json and http.md are written.")
+    ] = Path("bench/results"),
+    servers: Annotated[
+        str | None,
+        typer.Option("--servers", help="HTTP servers to compare [default: all installed]."),
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
+    ] = False,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="The export and server logs (default: temporary)."),
+    ] = None,
+) -> None:
+    """The REST front end's transport against the HTTP servers it was chosen from (issue 15,
+    bench/httpcompare.py): keep-alive and new-connection p50, req/s at 16 clients, probes of
+    timeouts and caps; goals G11 and G12. Not part of `make bench` (the record of a past
+    choice); writes OUT/http.json and http.md."""
+    quiet_tensorflow()
+    from dataclasses import replace
+
+    from bench.render import goal_lines
+    from bench.run import HTTP_SERVERS, HttpSpec, run_http, write_results
+
+    chosen = tuple(n.strip() for n in (servers or "").split(",") if n.strip())
+    if set(chosen) - set(HTTP_SERVERS):
+        stderr.print(f"[red]error:[/] --servers {servers!r}: expected some of "
+                     f"{', '.join(HTTP_SERVERS)}")  # fmt: skip
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="graphserve-bench-http-") as tmp:
+        where = work_dir or Path(tmp)
+        spec = HttpSpec.quick(where) if quick else HttpSpec(where)
+        if chosen:
+            spec = replace(spec, servers=chosen)
+        try:
+            results = run_http(spec, say=progress)
+        except (RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    json_path, md_path = write_results(results, out, "http")
+    for line in goal_lines(results):
+        typer.echo(line)
+    typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
+
+
+def containers(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where containers.json and containers.md are written.")
+    ] = Path("bench/results"),
+    skip_cold: Annotated[
+        bool, typer.Option("--skip-cold", help="Only cached builds (no debootstrap, no fetch).")
+    ] = False,
+    duration: Annotated[
+        str, typer.Option("--duration", help="Measured per arm and step of the load.")
+    ] = "15s",
+) -> None:
+    """What containers cost here: image builds cold and cached, `deploy tfserving` to every
+    model AVAILABLE, and the same load against the server on the host and in its container.
+    Needs a Docker engine (`make docker-engine`); root for the cold base."""
+    from bench.containers import run_containers
+    from graphserve.loadtest.cli import parse_duration
+
+    parse_duration(duration)
+    typer.echo(run_containers(out, skip_cold, duration))
+
+
+def runners(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="SavedModel version directories.")
+    ] = None,
+    mlp: Annotated[bool, typer.Option("--mlp", help="Also export and time examples:mlp.")] = False,
+    batch: Annotated[
+        list[int] | None, typer.Option("--batch", help="Batch sizes [default: 1 and 32].")
+    ] = None,
+    budget: Annotated[float, typer.Option("--budget", help="Seconds per batch size.")] = 3.0,
+    signature: Annotated[str, typer.Option("--signature")] = "serving_default",
+) -> None:
+    """Session or function: the two ways the graph server runs a SavedModel, timed side by
+    side (TF1 Session as TF Serving runs it, against `tf.saved_model.load`'s functions)."""
+    quiet_tensorflow()
+    from bench.runners import run_runners
+
+    if not paths and not mlp:
+        stderr.print("[red]error:[/] give SavedModel version directories, or --mlp")
+        raise typer.Exit(2)
+    for line in run_runners(paths or [], mlp, batch or [1, 32], budget, signature):
+        typer.echo(line)
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.callback(invoke_without_command=True, epilog=STRICT_EPILOG)(bench)
 app.command("generator")(generator)
 app.command("soak", epilog=STRICT_EPILOG)(soak)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
+app.command("http")(http)
+app.command("containers")(containers)
+app.command("runners")(runners)

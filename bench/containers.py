@@ -1,4 +1,5 @@
-"""What containers cost here: `python -m bench.containers [--out bench] [--skip-cold]`.
+"""What containers cost here: `python -m bench containers [--out bench/results]
+[--skip-cold]`.
 
 - Image builds: the base from Debian's packages (debootstrap + docker import), the wheels (pip
   download; cold still has pip's own cache), and the graph and TF Serving stand-in targets, cold
@@ -16,7 +17,6 @@ root for the cold base. A development tool, like the rest of bench/.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -174,13 +174,8 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.containers", description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("bench"))
-    parser.add_argument("--skip-cold", action="store_true", help="only cached builds")
-    parser.add_argument("--duration", default="15s", help="measured per arm and step")
-    args = parser.parse_args()
-
+def run_containers(out: Path, skip_cold: bool, duration: str) -> str:
+    """Measure, write OUT/containers.json and containers.md, and return the markdown."""
     from graphserve.deploy.docker import require_compose
     from graphserve.exporter import ExportSpec, export_model
 
@@ -192,7 +187,7 @@ def main() -> None:
         "compose": tool.describe(),
     }
     print("image builds ...", file=sys.stderr)
-    results["builds"] = image_builds(args.skip_cold)
+    results["builds"] = image_builds(skip_cold)
     work = Path(tempfile.mkdtemp(prefix="graphserve-bench-containers-"))
     work.chmod(0o755)
     try:
@@ -203,14 +198,11 @@ def main() -> None:
         print("deploy tfserving ...", file=sys.stderr)
         results["deploy"] = deploy_times(base, work)
         print("host vs container load ...", file=sys.stderr)
-        results["load"] = host_vs_container(base, work, args.duration)
+        results["load"] = host_vs_container(base, work, duration)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "containers.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "containers.md").write_text(render(results))
-    print(render(results))
-
-
-if __name__ == "__main__":
-    main()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "containers.json").write_text(json.dumps(results, indent=2) + "\n")
+    markdown = render(results)
+    (out / "containers.md").write_text(markdown)
+    return markdown

@@ -8,7 +8,7 @@ commands, run as a reader runs them (from that directory, `python -m graphserve 
     run_compare         a short `graphserve loadtest compare` of one family's two servers
 
 tests/test_families.py (CI) and `python -m bench families` (`make bench-families`, the published
-bench/families.{json,md}) both read the table and use these helpers.
+bench/results/families.{json,md}) both read the table and use these helpers.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 from graphserve.core.manifest import read_manifest
 from graphserve.core.processes import ServerProcess, model_available
-from graphserve.loadtest.results import Report, load_report
+from graphserve.loadtest.results.run import Report, load_report
 
 __all__ = [
     "BENCH_COMPARE",
@@ -351,7 +351,7 @@ def run_families(
 ) -> dict[str, Any]:
     """Export every family one at a time, serve them all, load each one's two servers in turn:
     the results `write_families` writes."""
-    from graphserve.loadtest.compare import environment
+    from graphserve.loadtest.compare.run import environment
 
     started = time.perf_counter()
     source_dir = copy_sources(work_dir / "byom")

@@ -4,15 +4,15 @@ Agreement (`python -m bench generator`, and in `make bench`): Triton's perf_anal
 Serving's gRPC Predict) and wrk (C, HTTP) load the same server as `graphserve loadtest compare`
 does, one after the other in alternating order, at the same numbers of clients. Where both
 generators cost nothing, both report the server: the ratios say how much of what we report is our
-generator. The compare runs also give our generator's CPU per request (loadtest/analysis.py).
+generator. The compare runs also give our generator's CPU per request (loadtest/report/analysis.py).
 
 Capacity: requests per second per CPU core that one locust process generates, for the gRPC and
-the REST user of loadtest/locustfile.py, against the null server (no model work, so the server is
-never what limits). A user learns from it how many worker cores a load test needs to drive a
-server at a given rate before the generator, not the server, is what gets measured. The users run
-in a child process of their own (`python -m bench.generator`), as in a locust worker: it lets them
-settle, then reads its own CPU clock and locust's request count at the start and at the end of a
-steady stretch, and prints what it measured.
+the REST user of loadtest/generator/locustfile.py, against the null server (no model work, so
+the server is never what limits). A user learns from it how many worker cores a load test
+needs to drive a server at a given rate before the generator, not the server, is what gets
+measured. The users run in a child process of their own (`python -m bench.generator`), as in a
+locust worker: it lets them settle, then reads its own CPU clock and locust's request count at
+the start and at the end of a steady stretch, and prints what it measured.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def ours_points(
 ) -> tuple[list[Point], Path]:
     """One `loadtest compare` run of one arm over `clients` users; the points and the encoded
     request it sent (the reference generators send the same body where they can)."""
-    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare
 
     target = address if protocol == "grpc" else f"http://{address}"
     spec = CompareSpec(
@@ -322,7 +322,7 @@ def agreements(
     missing here (bench.tools.ToolMissing) or a run that fails is recorded with the reason
     (`not_measured`), not raised."""
     from bench.tools import ToolMissing, perf_analyzer, wrk
-    from graphserve.loadtest.metadata import fetch_specs
+    from graphserve.loadtest.generator.metadata import fetch_specs
 
     work_dir.mkdir(parents=True, exist_ok=True)
     out: list[dict[str, Any]] = []
@@ -357,8 +357,8 @@ def agreements(
 
 def _rest_body(address: str, model_name: str, out: Path) -> None:
     """The REST body `loadtest compare` sends (built from the server's metadata, seed 0)."""
-    from graphserve.loadtest.metadata import fetch_specs
-    from graphserve.loadtest.payloads import build_payload, rest_body
+    from graphserve.loadtest.generator.metadata import fetch_specs
+    from graphserve.loadtest.generator.payloads import build_payload, rest_body
 
     specs = fetch_specs("rest", f"http://{address}", model_name, "serving_default")
     out.write_bytes(rest_body(build_payload(specs, 1, 0), "serving_default"))
@@ -418,7 +418,7 @@ def _measure(
     import gevent
     from locust.env import Environment
 
-    from graphserve.loadtest import locustfile
+    from graphserve.loadtest.generator import locustfile
 
     user_class = getattr(locustfile, USERS[protocol])
     host = address if protocol == "grpc" else f"http://{address}"

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from bench.inprocess import METHODS
-from graphserve.loadtest.results import Environment
+from graphserve.loadtest.results.run import Environment
 
 __all__ = ["goal_lines", "render_markdown"]
 
@@ -50,20 +50,22 @@ def goal_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def render_markdown(results: dict[str, Any]) -> str:
+def _head(title: str, results: dict[str, Any]) -> list[str]:
+    """The title, where and when it ran, and the goals table."""
     env = Environment.model_validate(results["environment"])
     lines = [
-        "# graphserve benchmark results",
+        f"# {title}",
         "",
         f"{env.timestamp} on `{env.hostname}`: {env.cpus} CPUs, {env.platform}, "
         f"Python {env.python}, TensorFlow {env.versions.get('tensorflow')}; "
-        f"the run took {results['seconds']:.0f} s. Times are milliseconds; p50/p99 are "
-        "nearest-rank percentiles of every timed call.",
+        + (f"the run took {results['seconds']:.0f} s. " if results.get("seconds") else "")
+        + (f"{results['origin']} " if results.get("origin") else "")
+        + "Times are milliseconds; p50/p99 are nearest-rank percentiles of every timed call.",
         "",
         "## Goals",
         "",
     ]
-    lines += _table(
+    return lines + _table(
         ["goal", "ratio", "measured", "target", "result", "from"],
         (
             [
@@ -78,6 +80,10 @@ def render_markdown(results: dict[str, Any]) -> str:
         ),
         "llrlll",
     )
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    lines = _head("graphserve benchmark results", results)
     lines += _in_process(results["in_process"])
     lines += _served(results)
     lines += _batching(results["served"])
@@ -86,7 +92,6 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += _cold_start(results["cold_start"])
     lines += _generator(results.get("generator") or {})
     lines += agreement_lines(results.get("agreement") or [])
-    lines += _http(results.get("http"))
     return "\n".join(lines)
 
 
@@ -239,21 +244,25 @@ def _json_codec(suite: dict[str, Any]) -> list[str]:
     ]
 
 
-def _http(http: dict[str, Any] | None) -> list[str]:
-    if not http:
-        return []
+def render_http(results: dict[str, Any]) -> str:
+    """bench/results/http.md: `python -m bench http`'s goals and table."""
     from bench.httpcompare import render
 
-    return [
-        f"## HTTP servers, REST {http['model']} (bench/httpcompare.py)",
-        "",
-        "stdlib-legacy is the REST front end before issue 15 (ThreadingHTTPServer, the standard "
-        "library's JSON); every other server runs today's handler. Probes: short limits (1 s "
-        "timeouts, 4 connections), what each server did.",
-        "",
-        render(http["servers"]),
-        "",
-    ]
+    http = results["http"]
+    return "\n".join(
+        [
+            *_head("HTTP servers for the REST front end (`python -m bench http`)", results),
+            "",
+            f"## HTTP servers, REST {http['model']} (bench/httpcompare.py)",
+            "",
+            "stdlib-legacy is the REST front end before issue 15 (ThreadingHTTPServer, the "
+            "standard library's JSON); every other server runs today's handler. Probes: short "
+            "limits (1 s timeouts, 4 connections), what each server did.",
+            "",
+            render(http["servers"]),
+            "",
+        ]
+    )
 
 
 def _generator(suite: dict[str, Any]) -> list[str]:

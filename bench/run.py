@@ -86,10 +86,6 @@ class BenchSpec:
     image: bool = True
     mobilenet: bool = True
     json_s: float = 4.0  # per shape, the REST JSON codec before and after issue 15
-    http_s: float = 4.0  # per measurement, every HTTP server interleaved (bench/httpcompare.py)
-    http_servers: tuple[str, ...] = HTTP_SERVERS
-    http_probes: bool = True
-    http_clients: int = 16
     generator_s: float = 6.0  # per protocol: one locust process against the null server
     # Ours against perf_analyzer (gRPC) and wrk (REST) on mlp's graph and null servers (both
     # installed on first use, bench/tools.py); None: not run. `python -m bench generator` runs
@@ -114,10 +110,6 @@ class BenchSpec:
             cold_start_steady=20,
             cold_start_runs=1,
             json_s=0.3,
-            http_s=0.3,
-            http_servers=("stdlib-legacy", "graphserve"),
-            http_probes=False,
-            http_clients=4,
             generator_s=1.0,
             agreement=AgreementPlan(
                 runs=(("graph", "grpc"), ("graph", "rest")), clients=(1, 16), rounds=1, window_s=0.5
@@ -138,7 +130,7 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     Raises what the parts raise: SourceError/SignatureError/ExportError for a model that cannot
     be loaded or exported, RuntimeError for a server that does not start or answers wrongly.
     """
-    from graphserve.loadtest.compare import environment
+    from graphserve.loadtest.compare.run import environment
 
     started = time.perf_counter()
     run = _Run(spec, say)
@@ -164,8 +156,6 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
         _served(run, IMAGE, _export(run, IMAGE), kinds=("graph",), batching=False)
     if spec.mobilenet:
         _served(run, MOBILENET, _export(run, MOBILENET), kinds=MOBILENET_KINDS)
-    if "mlp" in bases and spec.http_servers:
-        _http(run, bases["mlp"])
     run.results["seconds"] = time.perf_counter() - started
     run.results["goals"] = [g.to_json() for g in evaluate(run.results)]
     return run.results
@@ -197,21 +187,50 @@ def _json(run: _Run) -> None:
         run.results["json"][name] = {t.encoding: t.to_json() for t in timings}
 
 
-def _http(run: _Run, base: Path) -> None:
-    from bench.httpcompare import compare
+@dataclass
+class HttpSpec:
+    """`python -m bench http`: the REST front end's transport against the HTTP servers it was
+    chosen from (bench/httpcompare.py), goals G11 and G12. The record of one past choice
+    (issue 15), so not part of `make bench`: its result is kept in bench/results/http.*."""
 
-    spec = run.spec
-    run.say(f"HTTP servers: {', '.join(spec.http_servers)} (the installed ones), mlp b1")
-    run.results["http"] = {
-        "model": "mlp/b1",
-        "servers": compare(
-            list(spec.http_servers),
-            seconds=spec.http_s,
-            clients=spec.http_clients,
-            model_dir=str(base),
-            probes=spec.http_probes,
-        ),
+    work_dir: Path
+    seconds: float = 4.0  # per measurement, every HTTP server interleaved
+    servers: tuple[str, ...] = HTTP_SERVERS
+    probes: bool = True
+    clients: int = 16
+
+    @classmethod
+    def quick(cls, work_dir: Path) -> HttpSpec:
+        return cls(work_dir, seconds=0.3, servers=("stdlib-legacy", "graphserve"), probes=False,
+                   clients=4)  # fmt: skip
+
+
+def run_http(spec: HttpSpec, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """The mlp exported, every installed server of `spec` measured; results with G11 and G12."""
+    from bench.goals import HTTP_GOALS
+    from bench.httpcompare import compare
+    from graphserve.loadtest.compare.run import environment
+
+    started = time.perf_counter()
+    run = _Run(BenchSpec(spec.work_dir, models=()), say)
+    base = _export(run, next(m for m in MODELS if m.name == "mlp"))
+    say(f"HTTP servers: {', '.join(spec.servers)} (the installed ones), mlp b1")
+    results: dict[str, Any] = {
+        "environment": environment().to_json(),
+        "http": {
+            "model": "mlp/b1",
+            "servers": compare(
+                list(spec.servers),
+                seconds=spec.seconds,
+                clients=spec.clients,
+                model_dir=str(base),
+                probes=spec.probes,
+            ),
+        },
     }
+    results["seconds"] = time.perf_counter() - started
+    results["goals"] = [g.to_json() for g in evaluate(results, HTTP_GOALS)]
+    return results
 
 
 def _export(run: _Run, model: BenchModel) -> Path:
@@ -239,8 +258,8 @@ def _served(
         served_latency,
         server_kinds_json,
     )
-    from graphserve.loadtest.metadata import fetch_specs
-    from graphserve.loadtest.payloads import build_payload
+    from graphserve.loadtest.generator.metadata import fetch_specs
+    from graphserve.loadtest.generator.payloads import build_payload
 
     run.say(f"starting {', '.join(kinds)} servers for {model.name}")
     with model_servers(model.name, base, model.source, run.spec.work_dir, kinds) as servers:
@@ -288,8 +307,8 @@ def _generator(run: _Run, servers: Mapping[str, ServerProcess], model_name: str)
 
 
 def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
-    from graphserve.loadtest.coldstart import cold_start_suite
-    from graphserve.loadtest.payloads import build_payload
+    from graphserve.loadtest.compare.coldstart import cold_start_suite
+    from graphserve.loadtest.generator.payloads import build_payload
     from graphserve.model.sources import load_source, resolve_contracts
 
     contract = resolve_contracts(load_source(model.source))[0]
@@ -307,12 +326,15 @@ def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
     run.results["cold_start"][model.name] = [s.to_json() for s in starts]
 
 
-def write_results(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """Write OUT/results.json and OUT/results.md; returns their paths."""
-    from bench.render import render_markdown
+def write_results(
+    results: dict[str, Any], out_dir: Path, name: str = "results"
+) -> tuple[Path, Path]:
+    """Write OUT/NAME.json and OUT/NAME.md (results: the suite; http: `bench http`); returns
+    their paths."""
+    from bench.render import render_http, render_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / "results.json", out_dir / "results.md"
+    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
     json_path.write_text(json.dumps(results, indent=2) + "\n")
-    md_path.write_text(render_markdown(results))
+    md_path.write_text((render_http if name == "http" else render_markdown)(results))
     return json_path, md_path

@@ -1,6 +1,6 @@
 """Session or function: the two ways the graph server runs a SavedModel, timed side by side.
 
-    python -m bench.runners [PATH ...] [--mlp] [--batch N ...] [--budget SECONDS]
+    python -m bench runners [PATH ...] [--mlp] [--batch N ...] [--budget SECONDS]
 
 For each SavedModel version directory, both runners load it: `session` (SessionRunner: a TF1
 Session, a callable per signature, as TF Serving runs it) and `function` (GraphRunner: the
@@ -13,11 +13,10 @@ half of the choice `serving.runners.load_runner` makes. `--mlp` first exports `e
 
 from __future__ import annotations
 
-import argparse
 import functools
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ import numpy as np
 
 from bench.timing import Timing, interleave
 
-__all__ = ["RunnerComparison", "compare_runners", "main"]
+__all__ = ["RunnerComparison", "compare_runners", "run_runners"]
 
 PATHS = ("session", "function")
 
@@ -127,32 +126,20 @@ def compare_runners(
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.runners", description=__doc__)
-    parser.add_argument("paths", nargs="*", type=Path, help="SavedModel version directories")
-    parser.add_argument("--mlp", action="store_true", help="also export and time examples:mlp")
-    parser.add_argument("--batch", type=int, action="append", help="batch sizes (1 and 32)")
-    parser.add_argument("--budget", type=float, default=3.0, help="seconds per batch size")
-    parser.add_argument("--signature", default="serving_default")
-    args = parser.parse_args(argv)
+def run_runners(
+    paths: Sequence[Path], mlp: bool, batches: Sequence[int], budget_s: float, signature: str
+) -> Iterator[str]:
+    """One line per runner and batch size, for each SavedModel version directory (and the
+    example mlp, exported here, with `mlp`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        paths = list(args.paths)
-        if args.mlp:
+        todo = list(paths)
+        if mlp:
             from graphserve.exporter import ExportSpec, export_model
 
             exported = export_model(
                 ExportSpec(source="examples:mlp", name="mlp", base_path=Path(tmp))
             )
-            paths.append(exported.path)
-        if not paths:
-            parser.error("give SavedModel version directories, or --mlp")
-        for path in paths:
-            for result in compare_runners(
-                Path(path), args.signature, args.batch or (1, 32), budget_s=args.budget
-            ):
-                print(result.line(), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+            todo.append(exported.path)
+        for path in todo:
+            for result in compare_runners(Path(path), signature, batches, budget_s=budget_s):
+                yield result.line()

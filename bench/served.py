@@ -8,7 +8,8 @@ For one exported model it starts, as child processes on free loopback ports:
                     floor a served request cannot go below
     graph-batching  the graph server with TF Serving-style batching on (a parameters file)
     eager-batching  the eager server with the same batching
-    peer            `python -m bench.peer`: Flask calling `model.predict`, what users write first
+    peer            `python -m bench.flask_peer`: Flask calling `model.predict`, what users
+                    write first
 
 and measures, with the same request bytes for all, p50/p99 at concurrency 1 over gRPC and REST
 (interleaved rounds, see bench.timing) and throughput and p99 at 16 closed-loop clients with
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from bench.clients import Load, closed_loop, grpc_caller, merge, rest_caller
-from bench.peer import PeerProcess
+from bench.flask_peer import PeerProcess
 from bench.timing import Timing, interleave
 from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.processes import ServerProcess
@@ -116,7 +117,7 @@ class Requests:
 
 def encode_requests(model_name: str, payload: Mapping[str, np.ndarray]) -> Requests:
     from graphserve.core.client import rest_path
-    from graphserve.loadtest.payloads import grpc_request_bytes, rest_body
+    from graphserve.loadtest.generator.payloads import grpc_request_bytes, rest_body
 
     return Requests(
         grpc=grpc_request_bytes(payload, model_name),

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphserve.core.results import JsonResult
-from graphserve.loadtest.stats import percentile
+from graphserve.loadtest.results.stats import percentile
 
 __all__ = ["Timing", "interleave", "timing_of"]
 

@@ -43,7 +43,7 @@ from graphserve.core.codec import (
 )
 from graphserve.core.results import JsonResult
 from graphserve.core.signature import TensorSpec
-from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, rest_body
+from graphserve.loadtest.generator.payloads import build_payload, grpc_request_bytes, rest_body
 
 __all__ = [
     "ENCODINGS",

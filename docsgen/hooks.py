@@ -42,7 +42,7 @@ def on_files(files: Files, config: Any) -> Files:
     files.append(
         File.generated(config, "reference/report-schema.md", content=schema_reference(schema))
     )
-    bench = ROOT / "bench"
+    bench = ROOT / "bench" / "results"
     for name, page in BENCH_PAGES.items():
         files.append(File.generated(config, f"benchmarks/{page}", abs_src_path=str(bench / name)))
     for image in sorted(bench.glob("*.png")):

@@ -1,5 +1,6 @@
 """reference/report-schema.md: the JSON schema of report.json (docs/report.schema.json, generated
-by pydantic from graphserve.loadtest.results) as a page: the top-level object, then one section per
+by pydantic from graphserve.loadtest.results.run) as
+a page: the top-level object, then one section per
 definition, each a table of its fields.
 
 Types are written as `list[X]`, `dict[string, X]`, `tuple[X, Y]` and `X | null`, a `$ref` as a

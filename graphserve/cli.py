@@ -16,7 +16,7 @@ from graphserve.demo import demo
 from graphserve.deploy.cli import app as deploy_app
 from graphserve.exporter.cli import export, inspect
 from graphserve.loadtest.cli import app as loadtest_app
-from graphserve.loadtest.tune_cli import app as tune_app
+from graphserve.loadtest.tune.cli import app as tune_app
 from graphserve.serving.cli import app as serve_app
 
 app = typer.Typer(

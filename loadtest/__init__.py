@@ -1,7 +1,8 @@
 """Load tests of TF Serving-compatible servers with locust, and the A/B comparison report.
 
 Importing this package is light: TensorFlow and locust load only when a comparison runs (and in
-the locust processes, which import `loadtest/sweepfile.py` or `loadtest/locustfile.py`).
+the locust processes, which import `loadtest/generator/sweepfile.py` or
+`loadtest/generator/locustfile.py`).
 """
 
 from graphserve.core.errors import (
@@ -12,11 +13,11 @@ from graphserve.core.errors import (
     ServerStartError,
     SloError,
 )
-from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare
-from graphserve.loadtest.results import Report, load_report
-from graphserve.loadtest.rollout import RolloutSpec, rollout
-from graphserve.loadtest.rollout_results import RolloutReport, load_rollout
-from graphserve.loadtest.targets import check_loopback
+from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare
+from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.results.rollout import RolloutReport, load_rollout
+from graphserve.loadtest.results.run import Report, load_report
+from graphserve.loadtest.rollout.run import RolloutSpec, rollout
 
 __all__ = [
     "Arm",

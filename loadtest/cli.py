@@ -21,10 +21,10 @@ from graphserve.core.console import quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
 
 if TYPE_CHECKING:
-    from graphserve.loadtest.compare import CompareSpec
-    from graphserve.loadtest.findmax import SearchSpec
-    from graphserve.loadtest.results import Report
-    from graphserve.loadtest.rollout_results import RolloutReport
+    from graphserve.loadtest.compare.findmax import SearchSpec
+    from graphserve.loadtest.compare.run import CompareSpec
+    from graphserve.loadtest.results.rollout import RolloutReport
+    from graphserve.loadtest.results.run import Report
 
 __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 
@@ -253,7 +253,7 @@ def compare(
     refused target, 3 when an --slo or --max-failures gate is missed.
     """
     from graphserve.core.errors import LoadTestError, PayloadError
-    from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, check_payload_protocol
+    from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, check_payload_protocol
 
     addresses = _pairs(arm or [], "--arm")
     for name, address in (("graph", graph), ("eager", eager)):
@@ -321,7 +321,7 @@ def compare(
     out_dir = out or Path("loadtest-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     search = None
     if find_max:
-        from graphserve.loadtest.findmax import SearchSpec
+        from graphserve.loadtest.compare.findmax import SearchSpec
 
         search = SearchSpec(max_load=max_load, max_probes=max_probes, precision_pct=precision)
     quiet = output is OutputFormat.json
@@ -342,7 +342,7 @@ def _serve_kinds(serve: str | None, model_base_path: Path, source: str | None) -
         return [k.strip() for k in serve.split(",") if k.strip()]
     if source is None:
         from graphserve.core.errors import LoadTestError
-        from graphserve.loadtest.managed import export_record
+        from graphserve.loadtest.compare.managed import export_record
 
         try:
             record = export_record(model_base_path)
@@ -365,10 +365,10 @@ def _run(
 ) -> Report:
     from functools import partial
 
-    from graphserve.loadtest.compare import compare as run_compare
-    from graphserve.loadtest.compare import with_metrics_probe
-    from graphserve.loadtest.findmax import find_max
-    from graphserve.loadtest.managed import Run, run_managed
+    from graphserve.loadtest.compare.findmax import find_max
+    from graphserve.loadtest.compare.managed import Run, run_managed
+    from graphserve.loadtest.compare.run import compare as run_compare
+    from graphserve.loadtest.compare.run import with_metrics_probe
 
     printer = None if quiet else ProgressPrinter()
     say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{m}[/dim]"))
@@ -387,8 +387,8 @@ def _run(
 def finish(report: Report, out_dir: Path, quiet: bool, print_json: bool = True) -> None:
     """Print the report (table, or JSON on stdout when quiet and `print_json`), then exit 1 when
     an arm got no successful request, 3 when a gate was missed."""
-    from graphserve.loadtest.report import render_table
-    from graphserve.loadtest.slo import describe
+    from graphserve.loadtest.report.render import render_table
+    from graphserve.loadtest.results.slo import describe
 
     if quiet:
         if print_json:
@@ -487,7 +487,7 @@ def worker(
     for a minute); exits 1 when it cannot reach the master."""
     import subprocess
 
-    from graphserve.loadtest.compare import worker_command, worker_env
+    from graphserve.loadtest.compare.run import worker_command, worker_env
 
     command, env = worker_command(master_host, master_port), worker_env(allow_remote)
     stderr.print(
@@ -613,8 +613,8 @@ def rollout_command(
     loopback, 3 when an --slo gate is missed.
     """
     from graphserve.core.errors import LoadTestError, ServerUnreachable
-    from graphserve.loadtest.rollout import RolloutSpec, is_saved_model, rollout
-    from graphserve.loadtest.targets import check_loopback
+    from graphserve.loadtest.generator.targets import check_loopback
+    from graphserve.loadtest.rollout.run import RolloutSpec, is_saved_model, rollout
 
     if rate is not None and users is not None:
         raise typer.BadParameter("use --rate (open loop) or --users (closed loop), not both")
@@ -685,7 +685,7 @@ def _rollout_progress(event: dict[str, Any]) -> None:
 def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
     """Print the rollout (table, or rollout.json on stdout when quiet), then exit 1 when the
     swap did not complete, 3 when a gate was missed."""
-    from graphserve.loadtest.rollout_report import render_table
+    from graphserve.loadtest.rollout.report import render_table
 
     if quiet:
         typer.echo(json.dumps(report.to_json(), indent=2))
@@ -726,14 +726,14 @@ def report_command(
 
     try:
         if (out / "rollout.json").exists() and not (out / "report.json").exists():
-            from graphserve.loadtest.rollout_report import write_rollout
-            from graphserve.loadtest.rollout_results import load_rollout
+            from graphserve.loadtest.results.rollout import load_rollout
+            from graphserve.loadtest.rollout.report import write_rollout
 
             write_rollout(load_rollout(out / "rollout.json"), out)
             page = out / "rollout.html"
         else:
-            from graphserve.loadtest.report import write_report
-            from graphserve.loadtest.results import load_report
+            from graphserve.loadtest.report.render import write_report
+            from graphserve.loadtest.results.run import load_report
 
             write_report(load_report(out / "report.json"), out)  # this version or the one before
             page = out / "report.html"

@@ -27,7 +27,7 @@ from graphserve.cli import app
 from graphserve.core.processes import free_port
 from graphserve.core.savedmodel import signature_defs
 from graphserve.core.signature import spec_from_tensor_info
-from graphserve.loadtest.payloads import load_payload
+from graphserve.loadtest.generator.payloads import load_payload
 
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())
 IMAGE = "tensorflow/serving:2.21.0-gpu"

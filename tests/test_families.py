@@ -180,7 +180,7 @@ def _grpc_predict(address: str, name: str, inputs: dict[str, np.ndarray]) -> np.
 
 def _rest_predict(address: str, name: str, inputs: dict[str, np.ndarray]) -> np.ndarray:
     from graphserve.core.client import RestClient
-    from graphserve.loadtest.payloads import rest_body
+    from graphserve.loadtest.generator.payloads import rest_body
 
     with RestClient(address, timeout=60) as rest:
         reply = rest.predict(name, rest_body(inputs, columnar=False))

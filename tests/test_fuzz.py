@@ -486,7 +486,7 @@ def fitting_arrays(draw: st.DrawFn, specs: Mapping[str, TensorSpec]) -> dict[str
 @pytest.mark.parametrize("signature", ["multi_io", "every_dtype", "mlp"])
 def test_json_round_trip_of_fitting_arrays(signature: str) -> None:
     """The other half of (a): whatever a client encodes correctly is decoded to the same values."""
-    from graphserve.loadtest.payloads import rest_body
+    from graphserve.loadtest.generator.payloads import rest_body
 
     specs = SIGNATURES[signature]
 

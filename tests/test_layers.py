@@ -86,7 +86,12 @@ def test_the_wheel_installs_only_graphserve(tmp_path: Path) -> None:
     assert {t for t in top if not t.endswith(".dist-info")} == {"graphserve"}
     for package in ("core", "model", *FOLDERS[:5]):
         assert f"graphserve/{package}/__init__.py" in names
-    assert "graphserve/loadtest/locustfile.py" in names
+    for locustfile in (
+        "generator/locustfile.py",
+        "generator/sweepfile.py",
+        "rollout/locustfile.py",
+    ):
+        assert f"graphserve/loadtest/{locustfile}" in names  # run by path, by locust
     assert "graphserve/loadtest/py.typed" in names
     assert not [n for n in names if n.startswith(("bench/", "fuzz/", "graphserve/bench"))]
 

@@ -23,17 +23,20 @@ from graphserve.core.codec import array_from_proto, shape_proto
 from graphserve.core.errors import LoadTestError, PayloadError, RemoteTargetError
 from graphserve.core.signature import TensorSpec
 from graphserve.loadtest.cli import app, parse_duration, parse_loads
-from graphserve.loadtest.metadata import specs_from_grpc_metadata, specs_from_rest_metadata
-from graphserve.loadtest.payloads import (
+from graphserve.loadtest.generator.metadata import (
+    specs_from_grpc_metadata,
+    specs_from_rest_metadata,
+)
+from graphserve.loadtest.generator.payloads import (
     build_payload,
     grpc_request_bytes,
     load_payload,
     rest_body,
     save_payload,
 )
-from graphserve.loadtest.results import REPORT_SCHEMA
-from graphserve.loadtest.scrape import scrape, snapshot_from_text
-from graphserve.loadtest.targets import check_loopback, http_base_url
+from graphserve.loadtest.generator.scrape import scrape, snapshot_from_text
+from graphserve.loadtest.generator.targets import check_loopback, http_base_url
+from graphserve.loadtest.results.run import REPORT_SCHEMA
 
 # ---------------------------------------------------------------------------------------------
 # Durations
@@ -322,7 +325,7 @@ def test_cli_needs_the_model_name_for_addresses(tmp_path: Path) -> None:
 def test_model_name_comes_from_the_option_or_the_base_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from graphserve.loadtest.compare import Arm, CompareSpec, compare, model_name_of
+    from graphserve.loadtest.compare.run import Arm, CompareSpec, compare, model_name_of
 
     arms = (Arm("graph", "127.0.0.1:1"),)
     assert model_name_of(CompareSpec(arms, model_base_path=Path("models/mobilenet"))) == "mobilenet"
@@ -610,7 +613,7 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_locustfile_alone_refuses_a_remote_host() -> None:
-    locustfile = Path(__file__).parent.parent / "loadtest" / "locustfile.py"
+    locustfile = Path(__file__).parent.parent / "loadtest" / "generator" / "locustfile.py"
     done = subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "-u", "1",
          "-t", "2s", "--host", "10.0.0.1:8500", "GrpcPredictUser"],

@@ -17,23 +17,23 @@ import pytest
 from PIL import Image
 from rich.console import Console
 
-from graphserve.loadtest import plots
-from graphserve.loadtest.analysis import (
+from graphserve.loadtest.report import plots
+from graphserve.loadtest.report.analysis import (
     BREAKDOWN_STATISTIC,
     RawRun,
     analyze,
     breakdown,
     load_records,
 )
-from graphserve.loadtest.plan import ArmTarget, Plan
-from graphserve.loadtest.report import (
+from graphserve.loadtest.report.render import (
     headline,
     render_html,
     render_markdown,
     render_table,
     write_report,
 )
-from graphserve.loadtest.results import REPORT_SCHEMA, OpenLoop, RatioValue, Report
+from graphserve.loadtest.results.plan import ArmTarget, Plan
+from graphserve.loadtest.results.run import REPORT_SCHEMA, OpenLoop, RatioValue, Report
 
 T0 = 1_763_632_800.0  # 2025-11-20T10:00:00Z
 WINDOW_S = 5.0

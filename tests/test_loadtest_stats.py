@@ -8,10 +8,16 @@ import numpy as np
 import pytest
 
 from graphserve.core.errors import SloError
-from graphserve.loadtest.analysis import generator_load
-from graphserve.loadtest.results import RatioValue, Report, SloResult, Window
-from graphserve.loadtest.slo import Gate, describe, evaluate, every_request_failed, parse_gate
-from graphserve.loadtest.stats import (
+from graphserve.loadtest.report.analysis import generator_load
+from graphserve.loadtest.results.run import RatioValue, Report, SloResult, Window
+from graphserve.loadtest.results.slo import (
+    Gate,
+    describe,
+    evaluate,
+    every_request_failed,
+    parse_gate,
+)
+from graphserve.loadtest.results.stats import (
     PERCENTILES,
     mean_draws,
     percentile,
@@ -442,7 +448,7 @@ def test_evaluate_max_failures() -> None:
 def test_a_run_in_which_every_request_failed_is_not_judged() -> None:
     from rich.console import Console
 
-    from graphserve.loadtest.report import render_markdown, render_table
+    from graphserve.loadtest.report.render import render_markdown, render_table
 
     failed = report()
     for step in failed.steps:

@@ -23,9 +23,9 @@ import pytest
 from typer.testing import CliRunner
 
 from graphserve.loadtest.cli import app
-from graphserve.loadtest.plan import ArmTarget, Plan
-from graphserve.loadtest.results import CpuSpread, LostAt, WindowRef
-from graphserve.loadtest.workers import workers_section
+from graphserve.loadtest.generator.workers import workers_section
+from graphserve.loadtest.results.plan import ArmTarget, Plan
+from graphserve.loadtest.results.run import CpuSpread, LostAt, WindowRef
 
 _SHORT = ["--warmup", "0.5s", "--window", "1s"]
 
@@ -206,7 +206,7 @@ def test_missing_workers_fail_naming_who_came(graph_server: str, tmp_path: Path)
 def test_a_worker_refuses_remote_targets_without_its_own_allow_remote(
     mlp_export, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    from graphserve.loadtest.payloads import save_payload
+    from graphserve.loadtest.generator.payloads import save_payload
 
     payload = tmp_path / "payload.npz"
     save_payload(payload, {"x": np.zeros((1, 4), np.float32)})

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
-from graphserve.loadtest.analysis import breakdown
-from graphserve.loadtest.report import IMAGE_TITLES, write_report
-from graphserve.loadtest.results import ArmSearch, FindMax, Probe, Report, Step
-from graphserve.loadtest.workers import workers_section
+from graphserve.loadtest.generator.workers import workers_section
+from graphserve.loadtest.report.analysis import breakdown
+from graphserve.loadtest.report.render import IMAGE_TITLES, write_report
+from graphserve.loadtest.results.run import ArmSearch, FindMax, Probe, Report, Step
 from tests.test_loadtest_report import make_report, make_report_document, write_records
 
 VIEWPORT = {"width": 1280, "height": 800}

@@ -1,4 +1,4 @@
-"""report.json's typed shape (loadtest/results.py): the published JSON schema stays the models',
+"""report.json's typed shape (loadtest/results/run.py): the published JSON schema stays the models',
 a written report validates against it with a JSON-schema library that is not ours, the previous
 version still loads, and anything else fails naming its version."""
 
@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from graphserve.core.errors import LoadTestError
 from graphserve.loadtest.cli import app
-from graphserve.loadtest.report import write_report
-from graphserve.loadtest.results import (
+from graphserve.loadtest.report.render import write_report
+from graphserve.loadtest.results.run import (
     READABLE_SCHEMAS,
     REPORT_SCHEMA,
     Report,
@@ -37,7 +37,7 @@ def test_the_published_schema_is_the_models() -> None:
     generated = json.dumps(report_json_schema(), indent=2, sort_keys=True) + "\n"
     assert SCHEMA_FILE.read_text() == generated, (
         "docs/report.schema.json is stale: regenerate it from "
-        "graphserve.loadtest.results.report_json_schema()"
+        "graphserve.loadtest.results.run.report_json_schema()"
     )
 
 

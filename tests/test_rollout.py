@@ -30,16 +30,16 @@ from typer.testing import CliRunner
 from graphserve.core.errors import SloError
 from graphserve.core.processes import ServerProcess, free_port
 from graphserve.loadtest.cli import app
-from graphserve.loadtest.rollout import RolloutSpec, rollout, serving_version
-from graphserve.loadtest.rollout_analysis import (
+from graphserve.loadtest.results.rollout import load_rollout
+from graphserve.loadtest.results.slo import Gate, parse_gate
+from graphserve.loadtest.rollout.analysis import (
     Moments,
     check_gate_windows,
     check_gates,
     first_requests,
     windows,
 )
-from graphserve.loadtest.rollout_results import load_rollout
-from graphserve.loadtest.slo import Gate, parse_gate
+from graphserve.loadtest.rollout.run import RolloutSpec, rollout, serving_version
 from graphserve.model.warmup import WARMUP_FILE
 
 NAME = "mlp"

@@ -15,7 +15,7 @@ from graphserve.core.batchingparams import load_batching_parameters
 from graphserve.core.client import model_status
 from graphserve.core.processes import ServerProcess
 from graphserve.core.versions import version_dirs
-from graphserve.loadtest.tune import Candidate, TuneResult, _wait_for, candidates_for
+from graphserve.loadtest.tune.search import Candidate, TuneResult, _wait_for, candidates_for
 from tests.conftest import MlpExport
 
 RECIPE = Candidate(max_batch_size=16, batch_timeout_micros=0, num_batch_threads=2)

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from graphserve.core import client
 from graphserve.core.client import GrpcClient, RestClient
-from graphserve.loadtest.payloads import rest_body, save_payload
+from graphserve.loadtest.generator.payloads import rest_body, save_payload
 from tests import zoo_models
 
 MODELS = ["mobilenet", "text_lookup", "dict_io", "keras_export", "estimator"]

@@ -1,4 +1,4 @@
-"""bench/peers.json, peers.md and peers.png from `run_peers`' results."""
+"""bench/results/peers.json, peers.md and peers.png from `run_peers`' results."""
 
 from __future__ import annotations
 

@@ -85,8 +85,9 @@ class PeersSpec:
 
 
 def run_peers(spec: PeersSpec, say: Say = lambda _m: None) -> dict[str, Any]:
-    """Every model against every server of `spec`; the results dictionary (bench/peers.json)."""
-    from graphserve.loadtest.compare import environment
+    """Every model against every server of `spec`; the results dictionary
+    (bench/results/peers.json)."""
+    from graphserve.loadtest.compare.run import environment
 
     started = time.perf_counter()
     spec.work_dir = spec.work_dir.resolve()  # the apps run from their log directory

@@ -160,7 +160,7 @@ def start_graphserve(
     """`graphserve serve graph` on `model_dir` (BASE/NAME), batching off or on."""
     from bench.served import serve_args
     from graphserve.core.processes import serve_args as core_args
-    from graphserve.loadtest.payloads import grpc_request_bytes
+    from graphserve.loadtest.generator.payloads import grpc_request_bytes
 
     kind = "graph-batching" if batching else "graph"
     args = serve_args(kind, model_dir, "", logs) if batching else core_args("graph", model_dir, "")

@@ -64,7 +64,7 @@ def batching(
     that holds --slo as OUT/batching_parameters.txt, with every trial in OUT/tune.md and
     tune.json. Exits 1 when the search fails, 2 for bad arguments, 3 when no candidate holds."""
     from graphserve.core.errors import LoadTestError
-    from graphserve.loadtest.tune import TuneSpec, tune_batching
+    from graphserve.loadtest.tune.search import TuneSpec, tune_batching
 
     spec = TuneSpec(
         model_base_path=model_base_path,
@@ -78,7 +78,7 @@ def batching(
         allow_remote=allow_remote,
     )
     if address is not None:
-        from graphserve.loadtest.targets import check_loopback
+        from graphserve.loadtest.generator.targets import check_loopback
 
         try:
             check_loopback(address, allow_remote)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike
 
-from graphserve.loadtest.results import RatioValue, Window
+from graphserve.loadtest.results.run import RatioValue, Window
 
 __all__ = [
     "PERCENTILES",

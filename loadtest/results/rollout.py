@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import Field, ValidationError
 
 from graphserve.core.errors import LoadTestError
-from graphserve.loadtest.results import Environment, Percentiles, StrictModel
+from graphserve.loadtest.results.run import Environment, Percentiles, StrictModel
 
 __all__ = [
     "ROLLOUT_SCHEMA",

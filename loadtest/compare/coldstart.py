@@ -29,9 +29,9 @@ from graphserve.core.client import GrpcClient, predict_outputs
 from graphserve.core.errors import ColdStartError, LoadTestError, ServerStartError
 from graphserve.core.processes import ServerProcess, serve_args
 from graphserve.core.versions import version_dirs
-from graphserve.loadtest.payloads import grpc_request_bytes
-from graphserve.loadtest.results import ColdStartRun
-from graphserve.loadtest.stats import percentile
+from graphserve.loadtest.generator.payloads import grpc_request_bytes
+from graphserve.loadtest.results.run import ColdStartRun
+from graphserve.loadtest.results.stats import percentile
 from graphserve.model.warmup import WARMUP_FILE
 
 __all__ = [

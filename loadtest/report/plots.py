@@ -20,9 +20,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from graphserve.loadtest.labels import load_label
-from graphserve.loadtest.results import ArmStep, Report, Step, Window
-from graphserve.loadtest.rollout_results import RolloutReport
+from graphserve.loadtest.results.labels import load_label
+from graphserve.loadtest.results.rollout import RolloutReport
+from graphserve.loadtest.results.run import ArmStep, Report, Step, Window
 
 __all__ = [
     "latency_cdf",

@@ -2,9 +2,9 @@
 
 Works on its own against any TF Serving API (ours or a real TF Serving), one user class at a time:
 
-    locust -f loadtest/locustfile.py --headless -u 1 -r 1 -t 10s \
+    locust -f loadtest/generator/locustfile.py --headless -u 1 -r 1 -t 10s \
         --host 127.0.0.1:8500 GrpcPredictUser
-    locust -f loadtest/locustfile.py --headless -u 1 -r 1 -t 10s \
+    locust -f loadtest/generator/locustfile.py --headless -u 1 -r 1 -t 10s \
         --host http://127.0.0.1:8501 RestPredictUser
 
 Options added to locust's: --model-name, --signature-name, --payload-file (an .npz from
@@ -29,9 +29,14 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from graphserve.core.client import JSON_HEADERS, GrpcClient, rest_path
 from graphserve.core.errors import LoadTestError
-from graphserve.loadtest.metadata import fetch_specs
-from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, load_payload, rest_body
-from graphserve.loadtest.senders import (
+from graphserve.loadtest.generator.metadata import fetch_specs
+from graphserve.loadtest.generator.payloads import (
+    build_payload,
+    grpc_request_bytes,
+    load_payload,
+    rest_body,
+)
+from graphserve.loadtest.generator.senders import (
     Completed,
     Completions,
     HttpSender,
@@ -40,7 +45,7 @@ from graphserve.loadtest.senders import (
     timed_call,
     timed_post,
 )
-from graphserve.loadtest.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback
 
 logger = logging.getLogger("graphserve.loadtest")
 
@@ -213,7 +218,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
 
 class GrpcPredictUser(User):
     """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back,
-    from a real OS thread of its own over a channel of its own (loadtest/senders.py says why):
+    from a real OS thread of its own over a channel of its own (generator/senders.py says why):
     the bytes go out as they are, the reply is not parsed, and the call alone is timed."""
 
     host = "127.0.0.1:8500"  # TF Serving's default gRPC port
@@ -252,7 +257,7 @@ class GrpcPredictUser(User):
 
 class RestPredictUser(User):
     """POSTs one pre-encoded JSON body to `/v1/models/NAME:predict` over a keep-alive connection,
-    from a real OS thread of its own (loadtest/senders.py says why); anything but 200 fails."""
+    from a real OS thread of its own (generator/senders.py says why); anything but 200 fails."""
 
     host = "http://127.0.0.1:8501"  # TF Serving's default REST port
     protocol = "rest"

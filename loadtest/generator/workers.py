@@ -1,7 +1,7 @@
 """The report's "workers": which locust workers generated the load, where, how busy, and which
 windows a lost worker missed.
 
-Input: OUT/raw/phases.json as loadtest/sweepfile.py writes it ("nodes": each worker's hello, when
+Input: OUT/raw/phases.json as generator/sweepfile.py writes it ("nodes": each worker's hello, when
 it joined, when its records last came and when the master noticed it gone; "cpu" and
 "machine_cpu": per phase and worker). A run without workers (one local process) has none.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from graphserve.loadtest.results import CpuSpread, LostAt, WindowRef, WorkerNode, Workers
+from graphserve.loadtest.results.run import CpuSpread, LostAt, WindowRef, WorkerNode, Workers
 
 __all__ = ["workers_section"]
 

@@ -26,9 +26,9 @@ from graphserve.core.manifest import MANIFEST_FILE, read_manifest
 from graphserve.core.processes import SERVER_KINDS, export_flags, serve_args
 from graphserve.core.signature import SERVING_DEFAULT
 from graphserve.core.versions import version_dirs
-from graphserve.loadtest.analysis import CALIBRATION_ARM
-from graphserve.loadtest.compare import Arm, CompareSpec, compare, model_name_of
-from graphserve.loadtest.results import ColdStartRun, Report
+from graphserve.loadtest.compare.run import Arm, CompareSpec, compare, model_name_of
+from graphserve.loadtest.report.analysis import CALIBRATION_ARM
+from graphserve.loadtest.results.run import ColdStartRun, Report
 
 __all__ = [
     "SERVER_KINDS",
@@ -270,9 +270,9 @@ def _cold_start(
     source_flags: Sequence[str],
     say: Callable[[str], None],
 ) -> list[ColdStartRun]:
-    from graphserve.loadtest.coldstart import cold_start_suite
-    from graphserve.loadtest.compare import payload_specs
-    from graphserve.loadtest.payloads import build_payload
+    from graphserve.loadtest.compare.coldstart import cold_start_suite
+    from graphserve.loadtest.compare.run import payload_specs
+    from graphserve.loadtest.generator.payloads import build_payload
 
     assert spec.model_base_path is not None
     specs, _, recorded = payload_specs(spec)

@@ -5,10 +5,11 @@
 
 The payload is built once (from a payload file, the SavedModel's signature or the first arm's
 metadata, with a fixed seed) and encoded once into OUT/request.bin, so every arm gets exactly the
-same bytes. Locust runs in a subprocess on loadtest/sweepfile.py (or as a master with N local
-workers and M that join from other machines: `graphserve loadtest worker --master-host ...`),
-alternating the arms window by window; its raw records become the report (loadtest/analysis.py),
-rendered by loadtest/report.py and checked against the SLO gates (loadtest/slo.py).
+same bytes. Locust runs in a subprocess on loadtest/generator/sweepfile.py (or as a master with
+N local workers and M that join from other machines: `graphserve loadtest worker --master-host
+...`), alternating the arms window by window; its raw records become the report
+(loadtest/report/analysis.py), rendered by loadtest/report/render.py and checked against the SLO
+gates (loadtest/results/slo.py).
 
 TensorFlow (through the payload and metadata modules) is imported inside `compare`, not at import.
 """
@@ -36,8 +37,9 @@ from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
 from graphserve.core.inputs import InputSource
 from graphserve.core.manifest import read_manifest
 from graphserve.core.signature import SERVING_DEFAULT
-from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
-from graphserve.loadtest.results import (
+from graphserve.loadtest.generator.targets import check_loopback, http_base_url
+from graphserve.loadtest.results.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
+from graphserve.loadtest.results.run import (
     REPORT_SCHEMA,
     ArmInfo,
     Calibration,
@@ -52,7 +54,6 @@ from graphserve.loadtest.results import (
     Step,
     Workers,
 )
-from graphserve.loadtest.targets import check_loopback, http_base_url
 
 __all__ = [
     "SWEEPFILE",
@@ -70,14 +71,16 @@ __all__ = [
     "worker_env",
 ]
 
-SWEEPFILE = Path(__file__).with_name("sweepfile.py")
+SWEEPFILE = Path(__file__).parent.parent / "generator" / "sweepfile.py"
 # Beyond the plan's longest run: locust start-up and shut-down; a run still alive is stuck.
 _MARGIN_S = 120
 _STOP_TIMEOUT_S = 5
 _VERSIONED = ("graphserve", "tensorflow", "tensorflow-serving-api", "grpcio", "locust", "numpy")
 # locust's own default master port: where `graphserve loadtest worker` looks without --master-port
 DEFAULT_MASTER_PORT = 5557
-_WORKER_ALLOW_REMOTE_ENV = "GRAPHSERVE_WORKER_ALLOW_REMOTE"  # read by loadtest/sweepfile.py
+_WORKER_ALLOW_REMOTE_ENV = (
+    "GRAPHSERVE_WORKER_ALLOW_REMOTE"  # read by loadtest/generator/sweepfile.py
+)
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ def compare(
     unreadable gate, PayloadError when no payload can be built, LocustRunError when locust fails
     or leaves no results. A missed SLO is not raised: it is in report.slo.passed.
     """
-    from graphserve.loadtest.slo import parse_gate
+    from graphserve.loadtest.results.slo import parse_gate
 
     spec = replace(spec, model_name=model_name_of(spec))
     _check(spec)
@@ -161,9 +164,9 @@ def compare(
     started = time.time()
     _run_locust(spec, plan, out_dir, say)
 
-    from graphserve.loadtest.analysis import analyze, read_raw
-    from graphserve.loadtest.report import write_report
-    from graphserve.loadtest.slo import evaluate
+    from graphserve.loadtest.report.analysis import analyze, read_raw
+    from graphserve.loadtest.report.render import write_report
+    from graphserve.loadtest.results.slo import evaluate
 
     raw = read_raw(out_dir)
     baseline = spec.baseline or spec.arms[-1].name
@@ -171,7 +174,7 @@ def compare(
     report = Report(
         schema=REPORT_SCHEMA,
         title=_title(spec, baseline),
-        headline=[],  # one sentence per step, written with the report (loadtest/report.py)
+        headline=[],  # one sentence per step, written with the report (loadtest/report/render.py)
         settings=_settings(spec, baseline, inputs, payload_source),
         environment=environment(),
         arms={arm.name: _arm_info(arm, spec) for arm in spec.arms},
@@ -320,7 +323,7 @@ def _check(spec: CompareSpec) -> None:
 
 def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
     """Write OUT/payload.npz and the encoded OUT/request.bin; return the inputs and their origin."""
-    from graphserve.loadtest.payloads import (
+    from graphserve.loadtest.generator.payloads import (
         build_payload,
         grpc_request_bytes,
         load_payload,
@@ -369,14 +372,14 @@ def _given(payload_file: Path) -> str:
 def payload_specs(spec: CompareSpec) -> tuple[list[Any], str, InputSource]:
     """The payload's input specs, where they were read, and the inputs the export recorded in
     its manifest (samples file, ranges; empty for a server's metadata or no manifest)."""
-    from graphserve.loadtest.metadata import fetch_specs
+    from graphserve.loadtest.generator.metadata import fetch_specs
 
     if spec.model_base_path is not None:
         from tensorflow_serving.apis import get_model_metadata_pb2
 
         from graphserve.core.errors import ExportError
         from graphserve.core.savedmodel import signature_defs
-        from graphserve.loadtest.metadata import specs_from_signature_map
+        from graphserve.loadtest.generator.metadata import specs_from_signature_map
 
         version = _latest_version(spec.model_base_path)
         try:
@@ -621,7 +624,7 @@ def _arm_info(arm: Arm, spec: CompareSpec) -> ArmInfo:
 
 def _calibration(steps: Sequence[Step], plan: Plan) -> Calibration | None:
     """The null endpoint's numbers per step: the ceiling of this generator and server stack."""
-    from graphserve.loadtest.analysis import CALIBRATION_ARM
+    from graphserve.loadtest.report.analysis import CALIBRATION_ARM
 
     arm = next((a for a in plan.arms if a.name == CALIBRATION_ARM), None)
     if arm is None:
@@ -641,8 +644,8 @@ def _calibration(steps: Sequence[Step], plan: Plan) -> Calibration | None:
 
 
 def _workers(spec: CompareSpec, out_dir: Path) -> Workers | None:
-    """Who generated the load (loadtest/workers.py); None for a single local process."""
-    from graphserve.loadtest.workers import workers_section
+    """Who generated the load (loadtest/generator/workers.py); None for a single local process."""
+    from graphserve.loadtest.generator.workers import workers_section
 
     document = json.loads((out_dir / "raw" / "phases.json").read_text())
     names = [arm.name for arm in spec.arms]
@@ -662,7 +665,7 @@ def _manifest(base: Path | None) -> dict[str, Any] | None:
 
 def with_metrics_probe(arms: Sequence[Arm], protocol: str) -> tuple[Arm, ...]:
     """REST arms without a metrics URL get the TF Serving path on their own port if it answers."""
-    from graphserve.loadtest.scrape import scrape
+    from graphserve.loadtest.generator.scrape import scrape
 
     probed = []
     for arm in arms:

@@ -2,8 +2,8 @@
 
 Input: OUT/raw/records.npz (one row per request) and OUT/raw/phases.json (phases with their
 times, the servers' metrics scraped around them, the load generator's CPU), both written by
-loadtest/sweepfile.py. Output: the run's steps, typed (loadtest/results.py: Step, ArmStep,
-Window, Ratio, ...).
+loadtest/generator/sweepfile.py. Output: the run's steps, typed (loadtest/results/run.py: Step,
+ArmStep, Window, Ratio, ...).
 
 Latency statistics use the successful requests that started inside measurement windows; warm-up
 requests are counted but never timed. In open loop a request's latency runs from its scheduled
@@ -24,8 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from graphserve.core.errors import LocustRunError
-from graphserve.loadtest.plan import Plan
-from graphserve.loadtest.results import (
+from graphserve.loadtest.generator.scrape import Snapshot
+from graphserve.loadtest.results.plan import Plan
+from graphserve.loadtest.results.run import (
     ArmStep,
     Breakdown,
     GeneratorLoad,
@@ -39,8 +40,7 @@ from graphserve.loadtest.results import (
     Step,
     Window,
 )
-from graphserve.loadtest.scrape import Snapshot
-from graphserve.loadtest.stats import (
+from graphserve.loadtest.results.stats import (
     percentile_cis,
     ratio_summary,
     stability,

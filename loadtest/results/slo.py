@@ -14,7 +14,7 @@ throughput / rps (req/s; unit rps or /s optional). Ratios take p50 ... p99.9, me
 and no unit. `errors` counts failed requests (no unit, no ratio). OP is <, <=, >, >= or ==. A gate
 without ARM checks the first arm of the report; a ratio gate without ARM checks the first arm that
 is not the baseline. `graphserve loadtest rollout` reads the same gates, with the windows of the
-swap (before, during, after) in place of arms (loadtest/rollout_analysis.py).
+swap (before, during, after) in place of arms (loadtest/rollout/analysis.py).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from graphserve.core.errors import SloError
-from graphserve.loadtest.labels import load_label
-from graphserve.loadtest.results import GateCheck, Report, SloResult, Step
-from graphserve.loadtest.stats import PERCENTILES
+from graphserve.loadtest.results.labels import load_label
+from graphserve.loadtest.results.run import GateCheck, Report, SloResult, Step
+from graphserve.loadtest.results.stats import PERCENTILES
 
 __all__ = [
     "NOT_JUDGED",

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-from graphserve.loadtest.labels import NONE, fmt_plain, is_number, load_label
-from graphserve.loadtest.results import (
+from graphserve.loadtest.results.labels import NONE, fmt_plain, is_number, load_label
+from graphserve.loadtest.results.run import (
     ArmSearch,
     ArmStep,
     FindMax,
@@ -42,9 +42,9 @@ from graphserve.loadtest.results import (
     Step,
     check_report,
 )
-from graphserve.loadtest.slo import NOT_JUDGED, every_request_failed
-from graphserve.loadtest.slo import parse_gate as _parse_gate
-from graphserve.loadtest.stats import PERCENTILES
+from graphserve.loadtest.results.slo import NOT_JUDGED, every_request_failed
+from graphserve.loadtest.results.slo import parse_gate as _parse_gate
+from graphserve.loadtest.results.stats import PERCENTILES
 
 __all__ = [
     "IMAGE_TITLES",
@@ -124,8 +124,8 @@ def write_report(
     Raises OSError when a file cannot be written, ValueError when raw/records.npz is malformed,
     and LoadTestError (after writing) when report.json does not read back as the same shape.
     """
-    from graphserve.loadtest import plots  # matplotlib: only when plots are drawn
-    from graphserve.loadtest.analysis import load_records
+    from graphserve.loadtest.report import plots  # matplotlib: only when plots are drawn
+    from graphserve.loadtest.report.analysis import load_records
 
     out_dir.mkdir(parents=True, exist_ok=True)
     raw_path = out_dir / "raw" / "records.npz"

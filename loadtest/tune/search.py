@@ -39,10 +39,10 @@ from pydantic import BaseModel, ConfigDict
 
 from graphserve.core.batchingparams import PER_MODEL_BATCHING_FILE, BatchingParameters
 from graphserve.core.errors import LoadTestError, ServerStartError, SloError
-from graphserve.loadtest.compare import Arm, CompareSpec, LoadSpec, compare, model_name_of
-from graphserve.loadtest.findmax import first_gate_value, held_load
-from graphserve.loadtest.labels import NONE
-from graphserve.loadtest.results import Report
+from graphserve.loadtest.compare.findmax import first_gate_value, held_load
+from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare, model_name_of
+from graphserve.loadtest.results.labels import NONE
+from graphserve.loadtest.results.run import Report
 
 __all__ = [
     "Candidate",
@@ -169,7 +169,7 @@ def tune_batching(
     LoadTestError when the model has no version or a candidate version is not served in time,
     ServerStartError when the tuner's own server does not start, and what `compare` raises.
     """
-    from graphserve.loadtest.slo import parse_gate
+    from graphserve.loadtest.results.slo import parse_gate
 
     started = time.monotonic()
     gates = [parse_gate(text) for text in spec.slo]

@@ -5,8 +5,8 @@
 
 `windows` cuts the run at the swap's start and end (a request belongs to the window it was sent
 in), `timeline` bins it by second, `first_requests` compares the new version's first answers
-with its last ones, `check_gates` reads the `--slo` gates (loadtest/slo.py's grammar, with the
-windows in place of arms). Pure numpy: no TensorFlow, no locust, no gRPC.
+with its last ones, `check_gates` reads the `--slo` gates (loadtest/results/slo.py's grammar,
+with the windows in place of arms). Pure numpy: no TensorFlow, no locust, no gRPC.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from graphserve.core.errors import SloError
-from graphserve.loadtest.results import Percentiles
-from graphserve.loadtest.rollout_results import (
+from graphserve.loadtest.results.rollout import (
     WINDOWS,
     FirstRequests,
     RolloutGate,
@@ -31,8 +30,9 @@ from graphserve.loadtest.rollout_results import (
     Swap,
     WindowStats,
 )
-from graphserve.loadtest.slo import Gate, passes
-from graphserve.loadtest.stats import percentile, summarize
+from graphserve.loadtest.results.run import Percentiles
+from graphserve.loadtest.results.slo import Gate, passes
+from graphserve.loadtest.results.stats import percentile, summarize
 
 __all__ = [
     "Moments",

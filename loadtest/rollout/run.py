@@ -4,7 +4,7 @@
                        new_version=Path("export/mlp/7"), rate=200, before_s=10, after_s=30)
     report = rollout(spec, Path("reports/rollout"))
 
-Locust (loadtest/rollout_file.py, in a subprocess) sends the same pre-encoded Predict steadily
+Locust (loadtest/rollout/locustfile.py, in a subprocess) sends the same pre-encoded Predict steadily
 and records every request: when it was sent, its latency, its status and the version that
 answered (the response's model_spec.version). This process is the controller: after `before_s`
 it copies the new version into BASE/NAME the way a TF Serving file-system source needs it (under
@@ -18,8 +18,8 @@ Progress events go to the `progress` callback and to OUT/events.jsonl, one JSON 
 "swap_end", "stopping"): a deploy script run with `--push-existing` can wait for
 "waiting_for_push" there.
 
-Only loopback targets are loaded (loadtest/targets.py). TensorFlow (through the payload and
-metadata modules) is imported when a rollout runs, not at import.
+Only loopback targets are loaded (loadtest/generator/targets.py). TensorFlow (through the
+payload and metadata modules) is imported when a rollout runs, not at import.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from graphserve.core.errors import (
     RolloutError,
     ServerUnreachable,
 )
-from graphserve.loadtest.rollout_analysis import Moments
-from graphserve.loadtest.rollout_results import RolloutReport, RolloutSettings
-from graphserve.loadtest.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
+from graphserve.loadtest.rollout.analysis import Moments
 
 __all__ = ["ROLLOUT_FILE", "RolloutSpec", "is_saved_model", "rollout", "serving_version"]
 
-ROLLOUT_FILE = Path(__file__).with_name("rollout_file.py")
+ROLLOUT_FILE = Path(__file__).with_name("locustfile.py")
 _START_TIMEOUT_S = 90.0  # locust's start-up, on a busy machine
 _UNLOAD_GRACE_S = 5.0  # after the new version is AVAILABLE, how long the old may take to go
 _STOP_TIMEOUT_S = 20.0  # the users finish the call they are in, then the records are written
@@ -103,8 +103,8 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     not complete in time is not raised: report.swap.completed is False and says why; missed
     gates are in report.slo.
     """
-    from graphserve.loadtest.rollout_analysis import check_gate_windows
-    from graphserve.loadtest.slo import parse_gate
+    from graphserve.loadtest.results.slo import parse_gate
+    from graphserve.loadtest.rollout.analysis import check_gate_windows
 
     _check(spec)
     gates = [parse_gate(text) for text in spec.slo]
@@ -125,7 +125,7 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
         (raw / "stop").touch()
         _wait_for(process, log)
     records = _read_records(raw, out_dir)
-    from graphserve.loadtest.rollout_report import build_report, write_rollout
+    from graphserve.loadtest.rollout.report import build_report, write_rollout
 
     report = build_report(spec, _settings(spec), records, moments, gates, _warmup_of(spec, moments))
     write_rollout(report, out_dir)
@@ -203,8 +203,12 @@ def _check(spec: RolloutSpec) -> None:
 def _payload(spec: RolloutSpec, out_dir: Path) -> None:
     """A fixed-seed request built from the server's metadata, encoded once: OUT/payload.npz
     and OUT/raw/request.bin."""
-    from graphserve.loadtest.metadata import fetch_specs
-    from graphserve.loadtest.payloads import build_payload, grpc_request_bytes, save_payload
+    from graphserve.loadtest.generator.metadata import fetch_specs
+    from graphserve.loadtest.generator.payloads import (
+        build_payload,
+        grpc_request_bytes,
+        save_payload,
+    )
 
     specs = fetch_specs("grpc", spec.address, spec.name, spec.signature_name)
     inputs = build_payload(specs, spec.batch_size, spec.seed)

@@ -1,15 +1,15 @@
 """The locustfile of `graphserve loadtest rollout`: steady gRPC Predict load until told to stop.
 
-    locust -f loadtest/rollout_file.py --headless -u 16 -r 16 -t 300s --host 127.0.0.1:8500 \
+    locust -f loadtest/rollout/locustfile.py --headless -u 16 -r 16 -t 300s --host 127.0.0.1:8500 \
         --rollout-dir OUT/raw --rollout-rate 200
 
 Each user sends the pre-encoded request in OUT/raw/request.bin from a real OS thread over a
-channel of its own (loadtest/senders.py says why). Closed loop (--rollout-rate 0): back to back.
+channel of its own (generator/senders.py says why). Closed loop (--rollout-rate 0): back to back.
 Open loop: the users share one schedule of evenly spaced sends at the rate, starting together,
 and a send that goes out late records its lag. Every answer is read only as far as its
 `model_spec` (the version that answered); the outputs are skipped, not parsed.
 
-The controller (loadtest/rollout.py, in the CLI's process) watches OUT/raw:
+The controller (loadtest/rollout/run.py, in the CLI's process) watches OUT/raw:
     started.json   written when the load begins: {"t0": time.time() of the first send}
     stop           the controller creates it to end the run
     records.npz    every request: start (time.time()), latency_ms, lag_ms, code (gRPC status
@@ -36,8 +36,14 @@ from locust.exception import StopUser
 from tensorflow_serving.apis import model_pb2
 
 from graphserve.core.client import GrpcClient
-from graphserve.loadtest.senders import Completed, Completions, LoopThread, RealLock, real_sleep
-from graphserve.loadtest.targets import check_loopback
+from graphserve.loadtest.generator.senders import (
+    Completed,
+    Completions,
+    LoopThread,
+    RealLock,
+    real_sleep,
+)
+from graphserve.loadtest.generator.targets import check_loopback
 
 _RPC_TIMEOUT_S = 10.0
 _WATCH_S = 0.05  # how often the hub looks for the stop file

@@ -5,8 +5,9 @@
     report = build_report(spec, settings, records, moments, gates, warmup)
     write_rollout(report, Path("out"))
 
-Markdown and HTML are rendered from the comparison report's document model (loadtest/report.py:
-headings, paragraphs, tables, warnings) with its styles, so both reports look and read alike.
+Markdown and HTML are rendered from the comparison report's document model
+(loadtest/report/render.py: headings, paragraphs, tables, warnings) with its styles, so both
+reports look and read alike.
 matplotlib loads only in `write_rollout`.
 """
 
@@ -19,8 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphserve.loadtest.labels import NONE, fmt_plain, load_label
-from graphserve.loadtest.report import (
+from graphserve.loadtest.report.render import (
     REPORT_CSS,
     Block,
     Heading,
@@ -34,7 +34,9 @@ from graphserve.loadtest.report import (
     html_block,
     markdown_block,
 )
-from graphserve.loadtest.rollout_analysis import (
+from graphserve.loadtest.results.labels import NONE, fmt_plain, load_label
+from graphserve.loadtest.results.rollout import ROLLOUT_SCHEMA, RolloutReport, RolloutSettings
+from graphserve.loadtest.rollout.analysis import (
     Moments,
     check_gates,
     errors_by_status,
@@ -44,13 +46,12 @@ from graphserve.loadtest.rollout_analysis import (
     timeline,
     windows,
 )
-from graphserve.loadtest.rollout_results import ROLLOUT_SCHEMA, RolloutReport, RolloutSettings
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from graphserve.loadtest.rollout import RolloutSpec
-    from graphserve.loadtest.slo import Gate
+    from graphserve.loadtest.results.slo import Gate
+    from graphserve.loadtest.rollout.run import RolloutSpec
 
 __all__ = ["build_report", "render_markdown", "render_table", "write_rollout"]
 
@@ -67,7 +68,7 @@ def build_report(
     warmup: tuple[bool | None, str | None],
 ) -> RolloutReport:
     """The report of one rollout from its records and the moments the controller saw."""
-    from graphserve.loadtest.compare import environment
+    from graphserve.loadtest.compare.run import environment
 
     end = moments.load_end or moments.t0
     open_loop = settings.mode == "open"
@@ -100,7 +101,7 @@ def build_report(
 def write_rollout(report: RolloutReport, out_dir: Path) -> list[str]:
     """Write rollout.json, rollout.md, rollout.html and rollout.png into `out_dir`; set and
     return report.files. Raises OSError when a file cannot be written."""
-    from graphserve.loadtest.plots import rollout_timeline
+    from graphserve.loadtest.report.plots import rollout_timeline
 
     png = rollout_timeline(report)
     (out_dir / "rollout.png").write_bytes(png)
@@ -390,7 +391,7 @@ def _statuses(errors: Mapping[str, int]) -> str:
 
 
 def _value(expression: str, value: float | None) -> str:
-    from graphserve.loadtest.slo import parse_gate
+    from graphserve.loadtest.results.slo import parse_gate
 
     metric = parse_gate(expression).metric
     if metric == "errors":

@@ -20,7 +20,7 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 from graphserve.core import client
 from graphserve.core.errors import PayloadError, SignatureError
 from graphserve.core.signature import TensorSpec, spec_from_tensor_info
-from graphserve.loadtest.targets import http_base_url
+from graphserve.loadtest.generator.targets import http_base_url
 
 __all__ = [
     "fetch_grpc_specs",
@@ -31,7 +31,9 @@ __all__ = [
     "specs_from_signature_map",
 ]
 
-_HINT = "pass --payload-file with inputs saved by graphserve.loadtest.payloads.save_payload"
+_HINT = (
+    "pass --payload-file with inputs saved by graphserve.loadtest.generator.payloads.save_payload"
+)
 
 
 def specs_from_signature_map(

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from graphserve.core.errors import LoadTestError, SloError
-from graphserve.loadtest.compare import CompareSpec, compare, environment
-from graphserve.loadtest.results import (
+from graphserve.loadtest.compare.run import CompareSpec, compare, environment
+from graphserve.loadtest.results.run import (
     REPORT_SCHEMA,
     ArmSearch,
     FindMax,
@@ -40,7 +40,7 @@ from graphserve.loadtest.results import (
     SloResult,
     Step,
 )
-from graphserve.loadtest.slo import NOT_JUDGED
+from graphserve.loadtest.results.slo import NOT_JUDGED
 
 __all__ = ["SearchSpec", "find_max", "first_gate_value", "held_load", "next_load"]
 
@@ -71,8 +71,8 @@ def find_max(
     no gate to hold or a gate is a ratio (a ratio needs both arms at one load), LoadTestError
     for a search that cannot run (bad bounds), and what `compare` raises for a probe.
     """
-    from graphserve.loadtest.report import write_report
-    from graphserve.loadtest.slo import parse_gate
+    from graphserve.loadtest.report.render import write_report
+    from graphserve.loadtest.results.slo import parse_gate
 
     gates = [parse_gate(text) for text in spec.slo]
     _check(spec, search, gates)

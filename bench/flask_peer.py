@@ -1,6 +1,6 @@
 """The peer: the server a user writes first — Flask, JSON in, `model.predict`, JSON out.
 
-    python -m bench.peer SOURCE --port 8080 [--model-name NAME]
+    python -m bench.flask_peer SOURCE --port 8080 [--model-name NAME]
 
 It answers TF Serving's row-format predict body at the same URL (`POST /v1/models/NAME:predict`
 with `{"instances": [...]}` → `{"predictions": ...}`), so the benchmark sends it the very bytes it
@@ -59,11 +59,11 @@ def build_app(source: str, model_name: str) -> Any:
 
 
 class PeerProcess(ServerProcess):
-    """`python -m bench.peer` as a child process; ready when GET /health answers 200."""
+    """`python -m bench.flask_peer` as a child process; ready when GET /health answers 200."""
 
     def __init__(self, source: str, model_name: str, log_path: Path, port: int = 0) -> None:
         super().__init__([], "", model_name, log_path)
-        self._base_args = [sys.executable, "-m", "bench.peer", source]
+        self._base_args = [sys.executable, "-m", "bench.flask_peer", source]
         self._base_args += ["--model-name", model_name]
         if port:
             self._listen_on(port)
@@ -92,7 +92,7 @@ class PeerProcess(ServerProcess):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.peer", description=__doc__.split("\n")[0]
+        prog="python -m bench.flask_peer", description=__doc__.split("\n")[0]
     )
     parser.add_argument("source", help="model source, as for `graphserve export`")
     parser.add_argument("--port", type=int, default=8080)

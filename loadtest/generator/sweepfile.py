@@ -1,10 +1,11 @@
 """The locustfile of `graphserve loadtest compare`: alternating A/B windows over a load sweep.
 
-    GRAPHSERVE_PLAN=out/plan.json locust -f loadtest/sweepfile.py --headless --csv out/locust
+    GRAPHSERVE_PLAN=out/plan.json \
+        locust -f loadtest/generator/sweepfile.py --headless --csv out/locust
 
-The plan (loadtest/plan.py) lists the arms and the steps (closed loop: users; open loop: target
-req/s). `SweepShape`, a locust LoadTestShape, sets the users of each step, and its controller
-moves every user through the phases of the step together:
+The plan (loadtest/results/plan.py) lists the arms and the steps (closed loop: users; open
+loop: target req/s). `SweepShape`, a locust LoadTestShape, sets the users of each step, and its
+controller moves every user through the phases of the step together:
 
     warm-up A, warm-up B, window A0, window B0, window B1, window A1, window A2, window B2 ...
 
@@ -58,10 +59,8 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from graphserve import __version__
 from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text
 from graphserve.core.errors import RemoteTargetError
-from graphserve.loadtest.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
-from graphserve.loadtest.results import Window
-from graphserve.loadtest.scrape import scrape
-from graphserve.loadtest.senders import (
+from graphserve.loadtest.generator.scrape import scrape
+from graphserve.loadtest.generator.senders import (
     Completed,
     Completions,
     HttpSender,
@@ -71,8 +70,10 @@ from graphserve.loadtest.senders import (
     timed_call,
     timed_post,
 )
-from graphserve.loadtest.stats import stability, window_summary
-from graphserve.loadtest.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.results.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
+from graphserve.loadtest.results.run import Window
+from graphserve.loadtest.results.stats import stability, window_summary
 
 _FLUSH_S = 0.5
 # An open loop keeps up to --max-in-flight (64) users' threads waiting: these bound the wake-ups
@@ -91,8 +92,9 @@ def _read_plan() -> Plan | None:
     path = os.environ.get(PLAN_ENV)
     if not path:
         raise SystemExit(
-            f"loadtest/sweepfile.py runs a plan written by `graphserve loadtest compare`: set "
-            f"{PLAN_ENV} to its plan.json (or use loadtest/locustfile.py for a plain run)"
+            f"loadtest/generator/sweepfile.py runs a plan written by `graphserve loadtest "
+            f"compare`: set {PLAN_ENV} to its plan.json (or use "
+            "loadtest/generator/locustfile.py for a plain run)"
         )
     if path == PLAN_FROM_MASTER:
         return None
@@ -144,7 +146,7 @@ class Arrivals:
 class Local:
     """This process's view: the current phase, its arrivals, and the requests recorded.
 
-    The hub changes phases and records requests; the users' threads (loadtest/senders.py)
+    The hub changes phases and records requests; the users' threads (loadtest/generator/senders.py)
     read `current` and count what they send through the methods that take `lock`.
     """
 
@@ -282,7 +284,7 @@ def _on_request(
 
 class SweepUser(User):
     """Sends the plan's request to whichever arm the current phase names, from a real OS thread
-    of its own with a connection of its own per arm (loadtest/senders.py says why)."""
+    of its own with a connection of its own per arm (loadtest/generator/senders.py says why)."""
 
     wait_time = constant(0)
 

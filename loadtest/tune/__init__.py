@@ -1,0 +1,1 @@
+"""`graphserve tune batching`: the search for batching parameters (`search`) and its command."""

@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families soak test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families figures soak test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ bench-peers: $(STAMP) ## graphserve against the servers users pick instead: benc
 # Keras text classifier, a tf.Module with a vocabulary file), tiny and built in code: about 3 min.
 bench-families: $(STAMP) ## export, serve and load the models users bring: bench/results/families.{json,md}
 	$(BIN)/python -m bench families --out bench/results
+
+# Every published figure from the current code: the suite, the generator, the families, the
+# soak (SOAK=1h), the peers (their venvs installed on first use), the containers (a Docker
+# engine) and the manual's sample report, one after the other. Hours, not minutes.
+figures: SOAK ?= 1h
+figures: $(STAMP) ## regenerate every published figure: bench/results/* and docs/loadtest/*
+	$(BIN)/python -m bench figures --soak-duration $(SOAK)
 
 # An hour by default; `make soak DURATION=10m` for a short one (a command-line DURATION beats
 # this target's own default, which beats the demo's 20 s).

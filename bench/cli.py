@@ -98,7 +98,7 @@ def generator(
     installed on first use (bench/tools.py)."""
     quiet_tensorflow()
     from bench.generator import AgreementPlan, agreements, generator_capacity
-    from bench.render import agreement_lines
+    from bench.render import render_generator
     from bench.run import MODELS
     from bench.served import model_servers
     from graphserve.exporter.api import ExportSpec, export_model
@@ -142,15 +142,9 @@ def generator(
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "generator.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = agreement_lines(agreed)
-    lines += [
-        f"One locust process against the null server: {g['requests_per_core_s']:,.0f} {p} "
-        f"req/s per core ({g['requests_per_s']:,.0f} req/s on {g['cpu_s'] / g['seconds']:.2f} "
-        "cores)."
-        for p, g in capacity.items()
-    ]
-    (out / "generator.md").write_text("\n".join(lines) + "\n")
-    typer.echo("\n".join(lines))
+    markdown = render_generator(results)
+    (out / "generator.md").write_text(markdown)
+    typer.echo(markdown)
     typer.echo(f"results: {out / 'generator.json'} and {out / 'generator.md'}")
 
 
@@ -392,6 +386,50 @@ def http(
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
 
 
+def figures(
+    skip: Annotated[
+        str,
+        typer.Option(
+            "--skip",
+            help="Results not to regenerate: results, generator, families, soak, peers, "
+            "containers, http, sample-report.",
+        ),
+    ] = "http",
+    soak_duration: Annotated[
+        str, typer.Option("--soak-duration", help="The soak's length (its own default: 1h).")
+    ] = "1h",
+) -> None:
+    """Every published figure, regenerated from the current code, one command after the other:
+    bench/results/* (the suite, the generator, the model families, the soak, the peers, the
+    containers; `bench http` only without --skip http, being the record of a past choice) and
+    the manual's sample report (docs/loadtest). Each command is the one its page names."""
+    from bench.published import PUBLISHED, run_figures
+    from graphserve.loadtest.cli import parse_duration
+
+    skipped = tuple(n.strip() for n in skip.split(",") if n.strip())
+    known = {p.name for p in PUBLISHED} | {"sample-report"}
+    if set(skipped) - known:
+        stderr.print(f"[red]error:[/] --skip {skip!r}: expected some of {', '.join(sorted(known))}")
+        raise typer.Exit(2)
+    parse_duration(soak_duration, "--soak-duration")
+    took = run_figures(skipped, soak_duration, say=progress)
+    for name, seconds in took.items():
+        typer.echo(f"{name}: {seconds:.0f} s")
+
+
+def sample_report(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where report.{json,md,html} and its plots go.")
+    ] = Path("docs/loadtest"),
+) -> None:
+    """The manual's sample load-test report: the load-test guide's `loadtest compare` command
+    on the example mlp (graph, null and eager servers started by the command itself)."""
+    from bench.published import sample_report as write_sample
+
+    for path in write_sample(out):
+        typer.echo(str(path))
+
+
 def containers(
     out: Annotated[
         Path, typer.Option("--out", help="Where containers.json and containers.md are written.")
@@ -443,5 +481,7 @@ app.command("soak", epilog=STRICT_EPILOG)(soak)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
 app.command("http")(http)
+app.command("figures")(figures)
+app.command("sample-report")(sample_report)
 app.command("containers")(containers)
 app.command("runners")(runners)

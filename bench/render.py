@@ -296,6 +296,18 @@ AGREEMENT_HEADER = (
 )  # fmt: skip
 
 
+def render_generator(results: dict[str, Any]) -> str:
+    """generator.md, from generator.json alone (`python -m bench generator`)."""
+    lines = agreement_lines(results["agreement"])
+    lines += [
+        f"One locust process against the null server: {g['requests_per_core_s']:,.0f} {p} "
+        f"req/s per core ({g['requests_per_s']:,.0f} req/s on {g['cpu_s'] / g['seconds']:.2f} "
+        "cores)."
+        for p, g in results["generator"].items()
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def agreement_lines(entries: Sequence[dict[str, Any]]) -> list[str]:
     """Ours against the reference generators (bench/generator.py), one table."""
     if not entries:

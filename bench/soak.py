@@ -465,6 +465,11 @@ def plot(results: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
+def render_soak(results: dict[str, Any]) -> str:
+    """soak.md, from soak.json alone."""
+    return _markdown(results, summary_lines(results))
+
+
 def write_soak(results: dict[str, Any], out: Path) -> tuple[list[Path], list[str]]:
     """OUT/soak.json, soak.md and soak.png; the paths, and the summary lines."""
     import json
@@ -473,6 +478,6 @@ def write_soak(results: dict[str, Any], out: Path) -> tuple[list[Path], list[str
     lines = summary_lines(results)
     paths = [out / "soak.json", out / "soak.md", out / "soak.png"]
     paths[0].write_text(json.dumps(results, indent=2) + "\n")
-    paths[1].write_text(_markdown(results, lines))
+    paths[1].write_text(render_soak(results))
     paths[2].write_bytes(plot(results))
     return paths, lines

@@ -42,9 +42,10 @@ def on_files(files: Files, config: Any) -> Files:
     files.append(
         File.generated(config, "reference/report-schema.md", content=schema_reference(schema))
     )
-    bench = ROOT / "bench" / "results"
+    bench = ROOT / "bench"
     for name, page in BENCH_PAGES.items():
-        files.append(File.generated(config, f"benchmarks/{page}", abs_src_path=str(bench / name)))
-    for image in sorted(bench.glob("*.png")):
+        source = bench / name if name == "README.md" else bench / "results" / name
+        files.append(File.generated(config, f"benchmarks/{page}", abs_src_path=str(source)))
+    for image in sorted((bench / "results").glob("*.png")):
         files.append(File.generated(config, f"benchmarks/{image.name}", abs_src_path=str(image)))
     return files

@@ -61,7 +61,8 @@ def _most(row: dict[str, Any], budget_ms: float) -> str:
     return f"- (p99 {first['p99_ms']:,.0f} ms > {budget_ms:g} at {first['clients']} client(s))"
 
 
-def _markdown(results: dict[str, Any]) -> str:
+def render_peers(results: dict[str, Any]) -> str:
+    """peers.md, from peers.json alone."""
     env = results["environment"]
     spec = results["spec"]
     out = [
@@ -177,6 +178,6 @@ def write_peers(results: dict[str, Any], out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "peers.json", out / "peers.md", out / "peers.png"]
     paths[0].write_text(json.dumps(results, indent=2) + "\n")
-    paths[1].write_text(_markdown(results))
+    paths[1].write_text(render_peers(results))
     _plot(results, paths[2])
     return paths

@@ -148,17 +148,29 @@ def perf_analyzer_point(
             command, capture_output=True, text=True, timeout=300, check=False, env=tool.environ()
         )
         text = done.stdout + done.stderr
-        p50 = _number(r"p50 latency: (\d+) usec", text)
-        p99 = _number(r"p99 latency: (\d+) usec", text)
-        rps = _number(r"Throughput: ([\d.]+) infer/sec", text)
+        p50, p99, rps = _perf_analyzer_numbers(text)
         if p50 is not None and rps is not None:
             note = "" if tolerance == 10 else f"stable only within {tolerance} %"
-            return Point(
-                "perf_analyzer", clients, p50 / 1000, p99 / 1000 if p99 else None, rps, note=note
-            )
-        if "Failed to obtain stable measurement" not in text:
+            return Point("perf_analyzer", clients, p50, p99, rps, note=note)
+        if _PERF_ANALYZER_UNSTABLE not in text:
             break
     raise RuntimeError(f"perf_analyzer measured nothing (exit {done.returncode}): {text[-800:]}")
+
+
+_PERF_ANALYZER_UNSTABLE = "Failed to obtain stable measurement"
+
+
+def _perf_analyzer_numbers(text: str) -> tuple[float | None, float | None, float | None]:
+    """p50 and p99 in ms and requests per second from perf_analyzer's output (stdout then
+    stderr); None for what it did not print."""
+    p50 = _number(r"p50 latency: (\d+) usec", text)
+    p99 = _number(r"p99 latency: (\d+) usec", text)
+    rps = _number(r"Throughput: ([\d.]+) infer/sec", text)
+    return (
+        p50 / 1000 if p50 is not None else None,
+        p99 / 1000 if p99 is not None else None,
+        rps,
+    )
 
 
 _WRK_SCRIPT = """wrk.method = "POST"
@@ -183,8 +195,14 @@ def wrk_point(
     text = done.stdout + done.stderr
     if done.returncode != 0 or "Non-2xx" in text:
         raise RuntimeError(f"wrk failed or got errors (exit {done.returncode}): {text[-800:]}")
+    return Point("wrk", clients, *_wrk_numbers(text))
+
+
+def _wrk_numbers(text: str) -> tuple[float | None, float | None, float | None]:
+    """p50 and p99 in ms and requests per second from wrk's `--latency` output; None for what
+    it did not print."""
     rps = _number(r"Requests/sec:\s+([\d.]+)", text)
-    return Point("wrk", clients, _wrk_ms("50%", text), _wrk_ms("99%", text), rps)
+    return _wrk_ms("50%", text), _wrk_ms("99%", text), rps
 
 
 def _number(pattern: str, text: str) -> float | None:
@@ -193,6 +211,8 @@ def _number(pattern: str, text: str) -> float | None:
 
 
 def _wrk_ms(percentile: str, text: str) -> float | None:
+    # wrk writes a latency in us, ms or s (format_time_us in its units.c); in minutes only from
+    # 51 s, longer than any of our runs lasts.
     found = re.search(rf"^\s*{percentile}\s+([\d.]+)(us|ms|s)\s*$", text, re.MULTILINE)
     if found is None:
         return None

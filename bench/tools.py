@@ -1,10 +1,12 @@
 """The field's reference load generators, found or installed on first use, never our dependencies.
 
     perf_analyzer  Triton's C++ generator (`--service-kind tfserving`: TF Serving's gRPC Predict).
-                   The `tritonclient` 2.41.0 manylinux wheel is the last that carries the binary;
-                   it needs Debian's libb64-0d and libcudart.so.12 (the nvidia-cuda-runtime-cu12
-                   wheel, on LD_LIBRARY_PATH; no GPU is used). Installed into a virtual
-                   environment of its own under the cache directory.
+                   From the `tritonclient` 2.41.0 manylinux wheel, the last tritonclient that
+                   carries the binary (the newer `perf-analyzer` wheels need glibc 2.38, which
+                   Debian 12 has not: see TRITONCLIENT). It needs Debian's libb64-0d and
+                   libcudart.so.12 (the nvidia-cuda-runtime-cu12 wheel, on LD_LIBRARY_PATH; no
+                   GPU is used). Installed into a virtual environment of its own under the cache
+                   directory.
     wrk            an event-loop HTTP generator in C (Debian's package `wrk`), for REST.
 
 As root (CI) the Debian packages are installed with apt-get; anyone else is told which.
@@ -22,6 +24,12 @@ from pathlib import Path
 
 __all__ = ["TRITONCLIENT", "Tool", "ToolMissing", "perf_analyzer", "wrk"]
 
+# Not the `perf-analyzer` package (2.58 to 2.60), which carries the binary too and needs neither
+# libb64 nor libcudart: its wheels are manylinux_2_38 and the binary needs GLIBC_2.38 and
+# GLIBCXX_3.4.32. On Debian 12 (glibc 2.36: this machine, and the images' base here) pip finds
+# only its 0.1.0 placeholder, which has no binary, and the 2.60 binary run anyway stops with
+# "version `GLIBC_2.38' not found". It runs on glibc 2.38 or later (tried on Debian 13 against
+# the graph server with the flags bench/generator.py passes: it prints the same lines).
 TRITONCLIENT = "2.41.0"
 _CUDA_RUNTIME = "nvidia-cuda-runtime-cu12>=12,<13"
 

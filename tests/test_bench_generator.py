@@ -1,35 +1,89 @@
 """The generator agreement's pieces that need no server: reading the reference generators' output
 and the medians and ratios over rounds (bench/generator.py). The runs themselves are in
-tests/test_bench.py, against real servers with the real perf_analyzer and wrk."""
+tests/test_bench.py, against real servers with the real perf_analyzer and wrk.
+
+The outputs read here are what the programs printed, captured from real runs against a graph
+server and never edited: tests/fixtures/README.md says how, when and with which versions."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench.generator import Agreement, Point, _number, _wrk_ms
+from bench.generator import (
+    _PERF_ANALYZER_UNSTABLE,
+    Agreement,
+    Point,
+    _perf_analyzer_numbers,
+    _wrk_ms,
+    _wrk_numbers,
+    perf_analyzer_point,
+    wrk_point,
+)
+from bench.tools import Tool
 
-# What wrk 4.1 printed here for `wrk -t1 -c1 -d5s --latency -s post.lua URL` (abridged).
-WRK_OUTPUT = """Running 5s test @ http://127.0.0.1:18501/v1/models/mlp:predict
-  1 threads and 1 connections
-  Thread Stats   Avg      Stdev     Max   +/- Stdev
-    Latency   735.12us  210.33us   5.01ms   91.20%
-  Latency Distribution
-     50%  701.00us
-     75%  790.00us
-     90%    1.02ms
-     99%    1.51s
-  6962 requests in 5.00s, 1.10MB read
-Requests/sec:   1392.42
-Transfer/sec:    225.73KB
-"""
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def captured(name: str) -> str:
+    return (FIXTURES / name).read_text()
 
 
 def test_wrk_latencies_are_read_in_their_units() -> None:
-    assert _wrk_ms("50%", WRK_OUTPUT) == pytest.approx(0.701)
-    assert _wrk_ms("90%", WRK_OUTPUT) == pytest.approx(1.02)
-    assert _wrk_ms("99%", WRK_OUTPUT) == pytest.approx(1510.0)
-    assert _wrk_ms("95%", WRK_OUTPUT) is None
-    assert _number(r"Requests/sec:\s+([\d.]+)", WRK_OUTPUT) == pytest.approx(1392.42)
+    one = captured("wrk_c1.txt")  # 50% 433.00us, 75% 694.00us, 90% 2.84ms, 99% 30.53ms
+    assert _wrk_ms("50%", one) == pytest.approx(0.433)
+    assert _wrk_ms("75%", one) == pytest.approx(0.694)
+    assert _wrk_ms("90%", one) == pytest.approx(2.84)
+    assert _wrk_numbers(one) == pytest.approx((0.433, 30.53, 1711.43))
+    assert _wrk_ms("95%", one) is None  # wrk --latency prints 50, 75, 90 and 99 only
+    assert _wrk_numbers(captured("wrk_c16.txt")) == pytest.approx((4.66, 96.0, 2636.2))
+    # From 1 s on wrk writes seconds (format_time_us in its units.c); no run here was that slow.
+    assert _wrk_ms("99%", "     99%    1.51s\n") == pytest.approx(1510.0)
+
+
+def test_perf_analyzer_latencies_are_read_in_ms() -> None:
+    assert _perf_analyzer_numbers(captured("perf_analyzer_2.41_c1.txt")) == pytest.approx(
+        (0.655, 4.048, 905.025)
+    )
+    assert _perf_analyzer_numbers(captured("perf_analyzer_2.41_c16.txt")) == pytest.approx(
+        (6.109, 16.472, 2441.57)
+    )
+    # The perf-analyzer 2.60 wheel's binary prints the same lines (it does not run on Debian 12).
+    assert _perf_analyzer_numbers(captured("perf_analyzer_2.60_c1.txt")) == pytest.approx(
+        (0.645, 4.447, 1304.11)
+    )
+    unstable = captured("perf_analyzer_2.41_unstable_c1.txt")
+    assert _perf_analyzer_numbers(unstable) == (None, None, None)
+    assert _PERF_ANALYZER_UNSTABLE in unstable
+
+
+def replaying(tmp_path: Path, name: str, script: str) -> Tool:
+    """A stand-in for a generator's program that prints captured output (`script`: sh)."""
+    program = tmp_path / name
+    program.write_text(f"#!/bin/sh\ncd {FIXTURES}\n{script}\n")
+    program.chmod(0o755)
+    return Tool(name, "captured", program, {})
+
+
+def test_wrk_point_is_what_wrk_printed(tmp_path: Path) -> None:
+    wrk = replaying(tmp_path, "wrk", "cat wrk_c16.txt")
+    body = tmp_path / "body.json"
+    body.write_text("{}")
+    point = wrk_point(wrk, "http://127.0.0.1:1/", body, 16, seconds=6.0, work_dir=tmp_path)
+    assert point == Point("wrk", 16, 4.66, 96.0, 2636.2)
+
+
+def test_perf_analyzer_point_retries_at_25_percent_when_unstable(tmp_path: Path) -> None:
+    # As on the shared machine: no three windows within 10 %, then a measurement within 25 %.
+    tool = replaying(
+        tmp_path,
+        "perf_analyzer",
+        'case "$*" in *"-s 10"*) cat perf_analyzer_2.41_unstable_c1.txt; exit 2 ;; esac\n'
+        "cat perf_analyzer_2.41_c1.txt",
+    )
+    point = perf_analyzer_point(tool, "127.0.0.1:1", "mlp", ["images:1,784"], 1, window_ms=2000)
+    assert point == Point("perf_analyzer", 1, 0.655, 4.048, 905.025, note="stable only within 25 %")
 
 
 def _point(who: str, clients: int, p50: float, rps: float) -> Point:

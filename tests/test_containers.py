@@ -507,6 +507,7 @@ def test_the_embedded_compose_file_serves_both_arms_for_a_comparison(
 
     ports = {k: str(free_port()) for k in ("GRAPH_GRPC", "GRAPH_REST", "EAGER_GRPC", "EAGER_REST")}
     env = {**os.environ, "MODEL_BASE_PATH": str(base), "MODEL_NAME": "mlp"}
+    env["PYTHON_IMAGE"] = BASE_IMAGE  # no registry here: the base make images built
     env.update({f"{key}_PORT": port for key, port in ports.items()})
     project = unique("gs-embedded")
     compose = [

@@ -94,10 +94,14 @@ def test_dockerfile_builds_graph_and_eager_servers_from_this_project() -> None:
     stages = dockerfile_stages()
     assert list(stages)[-1] == "graph"  # the default target
     assert {"venv", "base", "graph", "eager", "tfserving-standin"} <= set(stages)
-    # The base made from Debian's packages (docker/build-images), no registry image.
-    assert instruction(stages[""], "ARG") == ["PYTHON_IMAGE=graphserve-base:bookworm-python3.11"]
+    # By default the base a user has; `make images` passes the one it makes from Debian's
+    # packages, since no registry can be reached here.
+    assert instruction(stages[""], "ARG") == ["PYTHON_IMAGE=python:3.11-slim"]
     assert instruction(stages["venv"], "FROM") == ["${PYTHON_IMAGE} AS venv"]
     assert instruction(stages["base"], "FROM") == ["${PYTHON_IMAGE} AS base"]
+    build_images = (DOCKER / "build-images").read_text()
+    assert "BASE_IMAGE=${BASE_IMAGE:-graphserve-base:bookworm-python3.11}" in build_images
+    assert '--build-arg "PYTHON_IMAGE=$BASE_IMAGE"' in build_images
     # No frontend to pull (`# syntax=`), nothing only BuildKit has: the classic builder, which
     # Compose v1 and a docker CLI without buildx use, builds it too.
     assert not DOCKERFILE.read_text().startswith("# syntax")
@@ -171,7 +175,7 @@ def test_embedded_compose_runs_both_servers_and_the_comparison() -> None:
         assert (EMBEDDED.parent / build["context"]).resolve() == ROOT
         assert ROOT / build["dockerfile"] == DOCKERFILE
         assert build["target"] == name
-        assert defaults(build["args"]["PYTHON_IMAGE"]) == "graphserve-base:bookworm-python3.11"
+        assert defaults(build["args"]["PYTHON_IMAGE"]) == "python:3.11-slim"  # what users have
 
     # On the host's network: nothing published, the servers bound to loopback.
     ports = {}

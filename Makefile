@@ -56,7 +56,7 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
-bench: $(STAMP) ## the benchmark suite (8-13 min): goals with pass/miss, bench/results/results.{json,md}
+bench: $(STAMP) ## the benchmark suite (minutes; bench/results/results.md says how long): goals with pass/miss, bench/results/results.{json,md}
 	$(BIN)/python -m bench --out bench/results
 
 # Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under bench/.work,

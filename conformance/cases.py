@@ -4,7 +4,17 @@
     GrpcCase   an RPC and its request, the status code, and a check of the response or error text
 
 A case runs against a `Target` (a gRPC channel and, if given, a REST address) and gives a
-`CaseResult`: pass, fail (what was expected and what came back) or n/a (why it does not apply).
+`CaseResult`, one of four outcomes:
+
+    pass       the answer is TF Serving's
+    fail       it is not (what was expected and what came back)
+    deviates   it is the answer the case's `Deviation` names: a known difference, graphserve's
+               by choice (an option such as --strict-json-numbers), shown with TF Serving's
+               answer, this one and why; not a failure
+    n/a        the request cannot be made for this server or model (why): no REST address, no
+               integer input to overflow, inputs the model refuses. Never for a request the
+               server can take.
+
 Each case names the file of tensorflow/serving its expectation comes from and the test there, so
 a failure points at the reference. Error texts are judged as TF Serving's tests judge them: the
 status code exactly, the message by a substring of it.
@@ -21,9 +31,13 @@ from graphserve.core import client
 from graphserve.core.results import JsonResult
 
 __all__ = [
+    "DEVIATES",
     "NOT_APPLICABLE",
+    "OUTCOMES",
+    "STRICT_JSON_NUMBERS",
     "Case",
     "CaseResult",
+    "Deviation",
     "GrpcCase",
     "Mismatch",
     "Outcome",
@@ -33,7 +47,9 @@ __all__ = [
     "expect",
 ]
 
-Outcome = Literal["pass", "fail", "n/a"]
+Outcome = Literal["pass", "fail", "deviates", "n/a"]
+OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "deviates", "n/a")
+DEVIATES: Outcome = "deviates"
 NOT_APPLICABLE: Outcome = "n/a"
 _SHOWN = 300  # characters of a body or message shown on a failure
 
@@ -49,8 +65,23 @@ def expect(condition: bool, problem: str) -> None:
 
 
 @dataclass(frozen=True)
+class Deviation:
+    """An answer graphserve gives knowingly where TF Serving answers otherwise: its status (an
+    HTTP status, or a gRPC code's name), a substring of its error message, and why (the option
+    that asks for it, and how to get TF Serving's answer instead)."""
+
+    status: int | str
+    error: str
+    why: str
+
+    def matches(self, status: int | str, message: str) -> bool:
+        return status == self.status and self.error in message
+
+
+@dataclass(frozen=True)
 class CaseResult(JsonResult):
-    """One case's verdict. `expected` and `got` are filled on a failure, `reason` on n/a."""
+    """One case's verdict. `expected` (TF Serving's answer) and `got` are filled when the case
+    fails or deviates, `reason` when it deviates (why) or is n/a (why not)."""
 
     source: str  # the tensorflow/serving file its expectation comes from
     test: str  # the test there
@@ -91,6 +122,7 @@ class _Judged:
     source: str
     test: str
     check: Callable[[Any], None] | None
+    deviation: Deviation | None
 
     @property
     def case(self) -> str:
@@ -100,8 +132,15 @@ class _Judged:
         raise NotImplementedError
 
     def result(self, outcome: Outcome, got: str = "", reason: str = "") -> CaseResult:
-        expected = self.expected() if outcome == "fail" else ""
+        expected = self.expected() if outcome in ("fail", DEVIATES) else ""
         return CaseResult(self.source, self.test, self.case, outcome, expected, got, reason)
+
+    def refused(self, status: int | str, message: str, got: str) -> CaseResult:
+        """The verdict on an answer that is not TF Serving's: deviates when it is the case's
+        known deviation, else fail."""
+        if self.deviation is not None and self.deviation.matches(status, message):
+            return self.result(DEVIATES, got=got, reason=self.deviation.why)
+        return self.result("fail", got=got)
 
     def checked(self, answer: Any, said: str, shown: str = "") -> CaseResult:
         """pass when `check` (if any) accepts `answer`; else fail with `said` (how it came back)
@@ -134,6 +173,7 @@ class RestCase(_Judged):
     headers: Mapping[str, str] = field(default_factory=dict)
     what: str = ""  # a few words when the path alone does not say what the case sends
     not_applicable: str = ""  # set: the case is n/a for this reason
+    deviation: Deviation | None = None  # graphserve's known other answer, if it has one
 
     kind: ClassVar[str] = "REST"
 
@@ -160,16 +200,16 @@ class RestCase(_Judged):
         except OSError as exc:
             return self.result("fail", got=f"no answer: {exc}")
         got = f"{status} {_shown(body)}"
+        error = body.get("error") if isinstance(body, dict) else None
+        message = error if isinstance(error, str) else ""
         if status != self.status:
-            return self.result("fail", got=got)
+            return self.refused(status, message, got)
         if content_type.split(";")[0].strip() != "application/json":
             return self.result("fail", got=f"{status} with Content-Type {content_type!r}")
         if self.expect is not None and body != self.expect:
-            return self.result("fail", got=got)
-        if self.error is not None:
-            error = body.get("error") if isinstance(body, dict) else None
-            if not isinstance(error, str) or self.error not in error:
-                return self.result("fail", got=got)
+            return self.refused(status, message, got)
+        if self.error is not None and self.error not in message:
+            return self.refused(status, message, got)
         return self.checked(body, str(status), f" in {got}")
 
 
@@ -212,6 +252,7 @@ class GrpcCase(_Judged):
     error: str | None = None
     what: str = ""
     not_applicable: str = ""
+    deviation: Deviation | None = None
 
     kind: ClassVar[str] = "gRPC"
 
@@ -232,11 +273,10 @@ class GrpcCase(_Judged):
         try:
             response = target.grpc.call(self.rpc, self.request(), timeout=target.timeout)
         except grpc.RpcError as exc:
-            got = f"{exc.code().name}: {_shown(exc.details() or '')}"
-            if exc.code().name != self.code:
-                return self.result("fail", got=got)
-            if self.error is not None and self.error not in (exc.details() or ""):
-                return self.result("fail", got=got)
+            code, details = exc.code().name, exc.details() or ""
+            got = f"{code}: {_shown(details)}"
+            if code != self.code or (self.error is not None and self.error not in details):
+                return self.refused(code, details, got)
             return self.result("pass")
         if self.code != "OK":
             return self.result("fail", got=f"OK: {_shown(str(response))}")
@@ -244,3 +284,13 @@ class GrpcCase(_Judged):
 
 
 Case = RestCase | GrpcCase
+
+
+# -- the known deviations: graphserve's other answers, each asked for by an option -------------
+
+STRICT_JSON_NUMBERS = Deviation(
+    400,
+    "values out of range for float32",
+    "graphserve was started with --strict-json-numbers, which refuses a finite JSON number past "
+    "float32's range; TF Serving, and graphserve without the option, read it as +-inf",
+)

@@ -1,8 +1,9 @@
 """`graphserve conformance ADDRESS` and `graphserve conformance write-models DIR`.
 
 Parses arguments and prints results; the work is in conformance.run and conformance.models.
-Exit codes: 0 every case passed (or was n/a), 1 the server cannot be reached or does not serve
-the model, 2 bad arguments (a --request that does not fit the signature), 3 a case failed.
+Exit codes: 0 no case failed (each passed, deviated knowingly or was n/a; deviations are always
+shown), 1 the server cannot be reached or does not serve the model, 2 bad arguments (a --request
+that does not fit the signature), 3 a case failed.
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ class Output(StrEnum):
     json = "json"
 
 
-_SHORT = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "n/a": "[dim]n/a [/]"}
+_SHORT = {
+    "pass": "[green]pass[/]",
+    "fail": "[red]FAIL[/]",
+    "deviates": "[yellow]DEVIATES[/]",
+    "n/a": "[dim]n/a [/]",
+}
 
 
 @app.command(
@@ -111,8 +117,10 @@ def run(
     """Run the cases of TF Serving's own tests against the server at ADDRESS: the ones that
     hold for any model (status, metadata, Predict in every form, routing, every model-free
     error), driven by the server's own metadata; with --reference, TF Serving's whole table on
-    its half_plus_two models. One line per case; exit 3 when a case fails, 1 when the server
-    cannot be reached or does not serve the model."""
+    its half_plus_two models. One line per case: pass, FAIL, DEVIATES (graphserve's known
+    other answer, under an option such as --strict-json-numbers: shown, not a failure) or n/a;
+    exit 3 when a case fails, 1 when the server cannot be reached or does not serve the
+    model."""
     if request is not None and reference:
         stderr.print("[red]error:[/] --request is for --model's cases, not with --reference")
         raise typer.Exit(2)
@@ -169,32 +177,57 @@ def _print(report: Any) -> None:
         if result.outcome == "fail":
             console.print(f"        expected: {escape(result.expected)}")
             console.print(f"        got:      {escape(result.got)}")
+        elif result.outcome == "deviates":
+            console.print(f"        TF Serving:  {escape(result.expected)}")
+            console.print(f"        this server: {escape(result.got)}")
+            console.print(f"        [yellow]why:[/]         {escape(result.reason)}")
         elif result.outcome == "n/a":
             console.print(f"        [dim]{escape(result.reason)}[/]")
-    console.print(summary(report))
+    if report.server:
+        console.print(escape(whose(report)))
+    console.print(escape(summary(report)))
 
 
 def summary(report: Any) -> str:
+    """One line: the server, its models, the verdict and every outcome's count."""
     counts = report.counts()
     models = ", ".join(report.models)
-    verdict = "conforms" if not counts["fail"] else "does NOT conform"
+    if counts["fail"]:
+        verdict = "does NOT conform"
+    elif counts["deviates"]:
+        verdict = "conforms but for known deviations"
+    else:
+        verdict = "conforms"
+    server = f"; server: {report.server}" if report.server else ""
     return (
-        f"{report.address} ({models}) {verdict}: {counts['pass']} passed, {counts['fail']} "
-        f"failed, {counts['n/a']} not applicable"
+        f"{report.address} ({models}{server}) {verdict}: {counts['pass']} passed, "
+        f"{counts['fail']} failed, {counts['deviates']} deviate, {counts['n/a']} not applicable"
+    )
+
+
+def whose(report: Any) -> str:
+    """What a result from a server that says it is graphserve means."""
+    return (
+        f"the server says it is {report.server}, in a metadata field of graphserve's own: "
+        "these are graphserve's answers, not TF Serving's, whatever its image or binary is "
+        "named (the TF Serving stand-in is graphserve)"
     )
 
 
 def markdown(report: Any) -> str:
-    """The report as a Markdown table, failures first."""
-    lines = [
-        f"# Conformance: {summary(report)}",
-        "",
-        "| result | case | TF Serving test | expected | got / reason |",
+    """The report as a Markdown table: failures, then deviations, then the rest."""
+    lines = [f"# Conformance: {summary(report)}", ""]
+    if report.server:
+        said = whose(report)
+        lines += [said[0].upper() + said[1:] + ".", ""]
+    lines += [
+        "| result | case | TF Serving test | expected (TF Serving's answer) | got / reason |",
         "| --- | --- | --- | --- | --- |",
     ]
-    order = {"fail": 0, "pass": 1, "n/a": 2}
+    order = {"fail": 0, "deviates": 1, "pass": 2, "n/a": 3}
     for r in sorted(report.results, key=lambda r: order[r.outcome]):
-        cells = [r.outcome, r.case, f"`{r.source}` {r.test}", r.expected, r.got or r.reason]
+        said = f"{r.got}: {r.reason}" if r.outcome == "deviates" else r.got or r.reason
+        cells = [r.outcome, r.case, f"`{r.source}` {r.test}", r.expected, said]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -5,13 +5,19 @@ whose expected status and message depend only on TF Serving's API, not on the mo
 
     status and metadata        REST and gRPC agree (versions, states, signatures)
     Predict                    generated inputs (a fixed seed) over gRPC, REST rows and REST
-                               columns, the three answers equal; output_filter; a gzip body
+                               columns, the three answers equal; output_filter; a gzip body; a
+                               number past float32's range, read as inf (REST's answer is
+                               gRPC's to the same inputs with inf there)
     versions and labels        each AVAILABLE version and each label given answers as itself
-    errors                     bad JSON, empty body, unknown model / version / label / signature,
-                               missing and extra inputs, wrong dtype, malformed tensors, both
-                               formats at once, values past the input's integer range, bad routes
+    errors                     bad JSON, empty body, a number past double's range, unknown model
+                               / version / label / signature, missing and extra inputs, wrong
+                               dtype, malformed tensors, both formats at once, values past the
+                               input's integer range, bad routes
 
-A case that cannot apply to this model (one version: no version routing) is n/a with the reason.
+A case whose request cannot be made for this model (no integer input to overflow, no label
+named) is n/a with the reason; a request the server can take is never n/a. A case may name
+graphserve's known other answer (a `Deviation`, given under an option): that answer deviates,
+it does not fail.
 """
 
 from __future__ import annotations
@@ -24,7 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from graphserve.conformance.cases import Case, GrpcCase, Mismatch, RestCase, Target, expect
+from graphserve.conformance.cases import (
+    STRICT_JSON_NUMBERS,
+    Case,
+    GrpcCase,
+    Mismatch,
+    RestCase,
+    Target,
+    expect,
+)
 from graphserve.core import client
 from graphserve.core.codec import decode_json_request, tf_type_name, to_json_value
 from graphserve.core.errors import InvalidInput
@@ -36,6 +50,7 @@ __all__ = ["ModelFacts", "cases_for", "discover", "request_inputs"]
 ITEST = "model_servers/tensorflow_model_server_test.py"
 HANDLER = "model_servers/http_rest_api_handler_test.cc"
 JSON = "util/json_tensor_test.cc"
+JSON_CODE = "util/json_tensor.cc"  # its parser's own behaviour, where no test of theirs has it
 PREDICT = "servables/tensorflow/predict_util_test.cc"
 PREDICT_IMPL = "servables/tensorflow/predict_impl_test.cc"
 STATUS = "model_servers/get_model_status_impl_test.cc"
@@ -46,6 +61,7 @@ _BATCH = 2  # rows of the generated inputs
 _SEED = 0
 _RTOL, _ATOL = 1e-5, 1e-6  # REST carries float32 exactly; a float64 model may differ past this
 _INT32 = ("int8", "int16", "int32", "uint8", "uint16")  # JSON ints TF Serving reads as int32
+_PAST_FLOAT32 = 1e39  # finite, past float32's largest (3.4e38): TF Serving reads inf
 
 
 @dataclass(frozen=True)
@@ -155,22 +171,29 @@ class _Reference:
         self._target, self._facts, self._inputs, self._how = target, facts, inputs, how
         self._outputs: dict[str, np.ndarray] | None = None
 
-    def refusal(self) -> str:
-        """Why the model refuses the inputs with INVALID_ARGUMENT, or "" when it answers."""
+    def refused_with(self) -> str:
+        """The first line of the model's INVALID_ARGUMENT refusal of the inputs, or "" when it
+        answers (or fails otherwise: the cases comparing with it say what went wrong)."""
         import grpc
 
         try:
             self._ask()
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
-                return ""  # not about the inputs: the cases say what went wrong
-            details = (exc.details() or "").splitlines()[0][:160]
-            return (
-                f"the model refuses generated inputs ({self._how}: {details}): give a request "
-                "it takes with --request FILE, or the values an input takes with --input-range "
-                "NAME=LOW:HIGH"
-            )
+                return ""
+            return (exc.details() or "INVALID_ARGUMENT").splitlines()[0][:160]
         return ""
+
+    def refusal(self) -> str:
+        """Why the model refuses the inputs with INVALID_ARGUMENT, or "" when it answers."""
+        details = self.refused_with()
+        if not details:
+            return ""
+        return (
+            f"the model refuses generated inputs ({self._how}: {details}): give a request it "
+            "takes with --request FILE, or the values an input takes with --input-range "
+            "NAME=LOW:HIGH"
+        )
 
     def outputs(self) -> dict[str, np.ndarray]:
         """gRPC's answer; Mismatch when gRPC failed, for the REST case comparing with it."""
@@ -219,6 +242,8 @@ def cases_for(
     answered = [*_predict_cases(facts, inputs, reference, what), *_routing_cases(facts, inputs)]
     if refused:
         answered = [replace(c, not_applicable=c.not_applicable or refused) for c in answered]
+    else:  # (asks the model, so only of inputs it takes)
+        answered.append(_past_float32_range(target, facts, inputs))
     return [
         *_status_cases(facts),
         *_metadata_cases(target, facts),
@@ -375,14 +400,12 @@ def _routing_cases(facts: ModelFacts, inputs: Mapping[str, np.ndarray]) -> list[
     name = facts.name
     _, columns = _rows_and_columns(facts, inputs)
     cases: list[Case] = []
-    several = "" if len(facts.versions) > 1 else "the model has one AVAILABLE version"
-    for version in facts.versions if several == "" else facts.versions[-1:]:
+    for version in facts.versions:  # one version too: a request any server takes
         cases += [
             GrpcCase(HANDLER, "Predict", "Predict", _predict_on(facts, inputs, version=version),
-                     check=_answered_by(version), what=f"version {version}",
-                     not_applicable=several),
+                     check=_answered_by(version), what=f"version {version}"),
             RestCase(HANDLER, "Predict", "POST", client.rest_path(name, "predict",
-                     version=version), columns, 200, not_applicable=several),
+                     version=version), columns, 200),
         ]  # fmt: skip
     if not facts.labels:
         reason = "no labels named (--label NAME; TF Serving's API does not list them)"
@@ -482,11 +505,15 @@ def _error_cases(facts: ModelFacts, inputs: Mapping[str, np.ndarray]) -> list[Ca
         ragged = {"signature_name": signature, "instances": [rows["instances"][0], [1, 20, 30]]}
         ragged_error, ragged_na = "Expecting object but got list", ""
     too_big, too_big_text, too_big_na = _past_integer_range(facts, values)
+    past_double = b'{"signature_name": %s, "inputs": [1e400]}' % json.dumps(signature).encode()
     return [
         RestCase(HANDLER, "PredictRequestErrors", "POST", path, b"", 400,
                  error="JSON Parse error: The document is empty", what="empty body"),
         RestCase(HANDLER, "PredictRequestErrors", "POST", path, b"instances = [1, 2]", 400,
                  error="JSON Parse error: Invalid value", what="not JSON"),
+        RestCase(JSON_CODE, "FillPredictRequestFromJson", "POST", path, past_double, 400,
+                 error="JSON Parse error: Number too big to be stored in double",
+                 what="a number past double's range, 1e400"),
         RestCase(HANDLER, "PredictRequestErrors", "POST", path, {"signature_name": 100}, 400,
                  error="'signature_name' key must be a string value.",
                  what="signature_name 100"),
@@ -562,18 +589,54 @@ def _past_integer_range(facts: ModelFacts, values: Mapping[str, Any]) -> tuple[A
     for an int64) and the words of TF Serving's refusal, or why there is none."""
     ints = [k for k, s in sorted(facts.inputs.items()) if s.dtype in (*_INT32, "int64")]
     if not ints:
-        return None, "", ("no integer input (TF Serving reads a float past float32's range as "
-                          "inf: what follows depends on the model)")  # fmt: skip
+        return None, "", "no integer input"
     key = ints[0]
-    small = facts.inputs[key].dtype in _INT32
-    value = 2**40 if small else 2**64 - 1
-    tensor = json.loads(json.dumps(values[key]))  # a copy to change
-    row = tensor
+    value = 2**40 if facts.inputs[key].dtype in _INT32 else 2**64 - 1
+    body = _columnar(facts, {**values, key: _with_first(values[key], value)})
+    return body, "not of expected type", ""
+
+
+def _past_float32_range(
+    target: Target, facts: ModelFacts, inputs: Mapping[str, np.ndarray]
+) -> RestCase:
+    """A columnar body with the first value of the first float32 input past float32's range,
+    which TF Serving reads as inf (json_tensor_test.cc FloatTensorThatExceedsMaxReturnsInf):
+    REST's answer must be gRPC's to the same inputs with inf there, whatever the model makes
+    of it (its answer, or its refusal in the same words). Under --strict-json-numbers
+    graphserve refuses the number: a known deviation."""
+    path = client.rest_path(facts.name, "predict")
+    test, what = "FloatTensorThatExceedsMaxReturnsInf", "a number past float32's range, read as inf"
+    floats = [k for k, s in sorted(facts.inputs.items()) if s.dtype == "float32"]
+    key = next((k for k in floats if inputs[k].size), None)
+    if key is None:
+        reason = "no float32 input" if not floats else f"the input {floats[0]!r} is empty"
+        return RestCase(JSON, test, "POST", path, None, 200, what=what, not_applicable=reason)
+    values = _json_values(inputs)
+    body = _columnar(facts, {**values, key: _with_first(values[key], _PAST_FLOAT32)})
+    infinite = np.array(inputs[key], copy=True)
+    infinite.flat[0] = np.inf
+    reference = _Reference(target, facts, {**inputs, key: infinite})
+    refused = reference.refused_with()
+    if refused:
+        return RestCase(JSON, test, "POST", path, body, 400, error=refused,
+                        what=f"{what}, which the model refuses",
+                        deviation=STRICT_JSON_NUMBERS)  # fmt: skip
+
+    def like_grpc(answer: Any) -> None:
+        _same(_rest_answer(answer, facts, "outputs"), reference.outputs(), "REST outputs")
+
+    return RestCase(JSON, test, "POST", path, body, 200, check=like_grpc,
+                    what=f"{what}, equal to gRPC's answer with inf",
+                    deviation=STRICT_JSON_NUMBERS)  # fmt: skip
+
+
+def _with_first(tensor: Any, value: Any) -> Any:
+    """A JSON tensor (nested lists, or a scalar) with its first number replaced by `value`."""
+    copy = json.loads(json.dumps(tensor))
+    row = copy
     while isinstance(row, list) and row and isinstance(row[0], list):
         row = row[0]
-    if isinstance(row, list) and row:
-        row[0] = value
-    else:
-        tensor = value
-    body = _columnar(facts, {**values, key: tensor})
-    return body, "not of expected type", ""
+    if not (isinstance(row, list) and row):
+        return value
+    row[0] = value
+    return copy

@@ -7,15 +7,18 @@ them (conformance/models.py) and serves them under two names:
     two       versions 123 and 124, labelled stable and canary
 
 Every case names the file of tensorflow/serving it comes from (read there; no code or test data
-of theirs is copied). Cases that cannot be expressed against a server over the network are in
-`NOT_EXPRESSIBLE`, with the reason.
+of theirs is copied). Tests of TF Serving's JSON parser alone (json_tensor_test.cc) are sent as
+REST predicts to half_plus_two, whose answer (y = 0.5 x + 2) says what x was read as. A case
+with a `deviation` names graphserve's known other answer, given only under an option
+(cases.STRICT_JSON_NUMBERS). Tests that cannot be expressed as a request to a server are in
+`NOT_EXPRESSIBLE`, each with the reason.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from graphserve.conformance.cases import GrpcCase, RestCase, expect
+from graphserve.conformance.cases import STRICT_JSON_NUMBERS, GrpcCase, RestCase, expect
 from graphserve.core import client
 
 __all__ = [
@@ -124,6 +127,29 @@ def _metadata_body(body: Any) -> None:
     expect(signatures["serving_default"]["outputs"]["y"]["name"] == "y:0", "y is not y:0")
 
 
+def _half_plus_two(*xs: float) -> Any:
+    """A check of `predictions`: half_plus_two's answer, in float32, for each x read as TF
+    Serving reads a JSON number for a float input (the nearest double, cast to float32)."""
+
+    def check(body: Any) -> None:
+        import numpy as np
+
+        with np.errstate(over="ignore"):  # past float32's range: +-inf, as the cast gives
+            want = [float(np.float32(0.5) * np.float32(x) + np.float32(2)) for x in xs]
+        got = body.get("predictions") if isinstance(body, dict) else None
+        as_float32 = [float(np.float32(v)) for v in got] if isinstance(got, list) else None
+        expect(as_float32 == want, f"predictions {got}, expected {want}")
+
+    return check
+
+
+def _json_number(test: str, what: str, *xs: float, **kw: Any) -> RestCase:
+    return RestCase(JSON, test, "POST", "/v1/models/default:predict", {"instances": list(xs)},
+                    200, check=_half_plus_two(*xs), what=what, **kw)  # fmt: skip
+
+
+DOUBLE_MAX, DOUBLE_MIN = 1.79769e308, 2.22507e-308  # as absl::Substitute writes them: 6 digits
+
 REST_CASES = [
     # tensorflow_model_server_test.py: the integration test's REST calls and bodies
     RestCase(ITEST, "testPredictREST", "POST", "/v1/models/default:predict",
@@ -200,6 +226,20 @@ REST_CASES = [
              _available("124")),
     RestCase(STATUS, "AllVersionsSuccess", "GET", f"/v1/models/{TWO}", None, 200,
              check=_every_version_ok),
+    # json_tensor_test.cc: JSON numbers read for a float input
+    _json_number("MixedInputForFloatTensor", "integers and decimals", 1, 2.0, 3, 4, 5.003,
+                 0.007, 0.0),
+    _json_number("FloatTensorWithPrecisionLoss", "1435774380 rounds to a float32", 1435774380),
+    _json_number("FloatTensorWithPrecisionLoss", "1435774380.0 rounds to a float32",
+                 1435774380.0),
+    _json_number("FloatTensorThatExceedsMaxReturnsInf", "double's max reads as inf", DOUBLE_MAX,
+                 deviation=STRICT_JSON_NUMBERS),
+    _json_number("FloatTensorThatExceedsMaxReturnsInf", "minus double's max reads as -inf",
+                 -DOUBLE_MAX, deviation=STRICT_JSON_NUMBERS),
+    _json_number("FloatTensorThatExceedsMinReturnsZero", "double's least normal reads as 0",
+                 DOUBLE_MIN),
+    _json_number("FloatTensorThatExceedsMinReturnsZero", "its negative reads as -0",
+                 -DOUBLE_MIN),
 ]  # fmt: skip
 
 
@@ -398,18 +438,18 @@ GRPC_CASES = [
 
 NOT_EXPRESSIBLE = [
     (ITEST, "testPredictOnTfLite, testPredictWithSignatureDefOnTfLite",
-     "TF Lite models: graphserve serves SavedModels only"),
+     "need a TF Lite model served (--prefer_tflite_model): graphserve serves SavedModels only, "
+     "so no model of it takes these requests"),
     (ITEST, "test_profiler_service_with_valid_trace_request",
-     "TF Serving's profiler service is not part of its serving API"),
+     "TensorFlow's profiler service, not TF Serving's API: a trace makes the server write a "
+     "profile to its own disk, which no conformance run should do to the server it tests. "
+     "graphserve serves no profiler service (it answers UNIMPLEMENTED)"),
     (ITEST, "test_tf_text", "needs the tensorflow-text ops, which TF Serving links in"),
     (ITEST, "testGoodModelConfig, testBadModelConfig, testModelConfigReload*, testPredictUDS, "
      "testPrometheusEndpoint", "process-level: run by tests/test_tfserving_flags.py and by "
      "TF Serving's own test through ../shared/tools/tfserving-itest"),
     (HANDLER, "GetModelMetadata (exact file)",
      "compares with a JSON file of TF Serving's test data; the same keys are checked here"),
-    (JSON, "MixedInputForFloatTensor, FloatTensorWithPrecisionLoss, FloatTensorThatExceeds*",
-     "these check rapidjson's number parsing into float32 (values past float32's range become "
-     "inf there); graphserve refuses a finite number past float32's range with a 400 instead"),
     (PREDICT, "ModelMissingSignatures, PredictionWithCustomizedSignatures",
      "need a model without signatures or TF Serving's internal signature override"),
     (CLASSIFY + ", " + REGRESS, "the fake-Session tests (Run totally failed, wrong output dtype)",

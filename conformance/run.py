@@ -3,10 +3,16 @@
     spec = ConformanceSpec("127.0.0.1:8500", rest="127.0.0.1:8501", model="mlp")
     report = run_conformance(spec)          # ServerUnreachable when nothing answers
     report.failed                           # cases that broke: exit 3 in the CLI
+    report.deviated                         # graphserve's known other answers: shown, exit 0
+    report.server                           # "graphserve (graph)" when the server says so
 
 Against any model the cases come from the server's own metadata (conformance/generic.py). With
 `reference=True` the server is expected to serve TF Serving's half_plus_two models as
 `write-models` lays them out, and TF Serving's own table (conformance/reference.py) runs too.
+
+A graphserve server says so in a metadata field of its own (`runner`, which TF Serving refuses):
+the report names it, so that results from graphserve in TF Serving's clothes (the TF Serving
+stand-in image) read as graphserve's own, never as TF Serving's.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from graphserve.conformance.cases import Case, CaseResult, Target, call_rest
+from graphserve.conformance.cases import OUTCOMES, Case, CaseResult, Target, call_rest
 from graphserve.conformance.generic import cases_for, discover, request_inputs
 from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
 from graphserve.core import client
@@ -27,6 +33,8 @@ from graphserve.core.results import JsonKeys, JsonResult
 __all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]
 
 REFERENCE_MODELS = ("default", TWO)
+# graphserve's own GetModelMetadata field (serving.dataplane.RUNNER_FIELD): how the model runs
+RUNNER_FIELD = "runner"
 
 
 @dataclass(frozen=True)
@@ -46,25 +54,35 @@ class ConformanceSpec:
 
 @dataclass(frozen=True)
 class ConformanceReport(JsonResult):
-    """Every case's result, in the order run, and the counts."""
+    """Every case's result, in the order run, and the counts. `server` is what the server says
+    it is: "graphserve (RUNNER)" from a graphserve server, whatever its image is named; ""
+    from any other."""
 
     address: str
     rest: str | None
     models: tuple[str, ...]
     reference: bool
     results: tuple[CaseResult, ...] = field(default=())
+    server: str = ""
 
-    json_keys: ClassVar[JsonKeys] = ("address", "rest", "models", "reference", "counts", "results")
+    json_keys: ClassVar[JsonKeys] = (
+        "address", "rest", "server", "models", "reference", "counts", "results"
+    )  # fmt: skip
 
     def counts(self) -> dict[str, int]:
-        """How many cases passed, failed and did not apply: {"pass", "fail", "n/a"}."""
+        """How many cases had each outcome: {"pass", "fail", "deviates", "n/a"}."""
         tally = Counter(r.outcome for r in self.results)
-        return {"pass": tally["pass"], "fail": tally["fail"], "n/a": tally["n/a"]}
+        return {outcome: tally[outcome] for outcome in OUTCOMES}
 
     @property
     def failed(self) -> list[CaseResult]:
         """The cases that failed, in the order run (the CLI exits 3 when there is one)."""
         return [r for r in self.results if r.outcome == "fail"]
+
+    @property
+    def deviated(self) -> list[CaseResult]:
+        """The cases answered with graphserve's known other answer (shown; not failures)."""
+        return [r for r in self.results if r.outcome == "deviates"]
 
 
 def connect(spec: ConformanceSpec) -> Target:
@@ -132,15 +150,36 @@ def cases(target: Target, spec: ConformanceSpec) -> list[Case]:
     return chosen
 
 
+def identify(target: Target, model: str) -> str:
+    """What the server says it is: "graphserve (RUNNER)" when it answers graphserve's own
+    metadata field for `model` (the TF Serving stand-in does: it is graphserve), "" when it
+    refuses the field (TF Serving: INVALID_ARGUMENT, "Metadata field runner is not supported")
+    or leaves it out."""
+    import grpc
+    from google.protobuf import wrappers_pb2
+
+    request = client.metadata_request(model, fields=("signature_def", RUNNER_FIELD))
+    try:
+        response = target.grpc.call("GetModelMetadata", request)
+    except grpc.RpcError:
+        return ""
+    runner = wrappers_pb2.StringValue()
+    if RUNNER_FIELD not in response.metadata or not response.metadata[RUNNER_FIELD].Unpack(runner):
+        return ""
+    return f"graphserve ({runner.value})" if runner.value else ""
+
+
 def run_conformance(spec: ConformanceSpec) -> ConformanceReport:
     """Run every case of `spec` against its server, one after the other; a case that fails is
     in the report, not raised. Raises ServerUnreachable when the server does not answer at
     `spec`'s addresses or does not serve the model, ConfigError when `spec.request` does not
     fit the model's signature."""
     target = connect(spec)
+    models = REFERENCE_MODELS if spec.reference else (spec.model,)
     try:
-        results = tuple(case.run(target) for case in cases(target, spec))
+        chosen = cases(target, spec)
+        server = identify(target, models[0])
+        results = tuple(case.run(target) for case in chosen)
     finally:
         target.grpc.close()
-    models = REFERENCE_MODELS if spec.reference else (spec.model,)
-    return ConformanceReport(spec.address, spec.rest, models, spec.reference, results)
+    return ConformanceReport(spec.address, spec.rest, models, spec.reference, results, server)

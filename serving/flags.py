@@ -316,6 +316,19 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         False,
     ),
+    "strict_json_numbers": (
+        Annotated[
+            bool,
+            typer.Option(
+                "--strict-json-numbers",
+                help="Refuse (400) a REST predict body whose finite number is past its float "
+                "input's range, which TF Serving (and this server without the option) reads as "
+                "+-inf. Not a TF Serving flag: with it, `graphserve conformance` reports those "
+                "cases as known deviations.",
+            ),
+        ],
+        False,
+    ),
     "grpc_channel_arguments": (
         Annotated[
             str | None,
@@ -369,6 +382,7 @@ class ServeFlags:
     per_model_batching: bool = False
     rest_timeout_ms: int = TFSERVING_REST_TIMEOUT_MS
     method_name_check: bool = False
+    strict_json_numbers: bool = False
     grpc_channel_arguments: str | None = None
     batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
     warnings: list[str] = field(default_factory=list)  # logged once logging is set up
@@ -498,6 +512,7 @@ class ServeFlags:
             grpc_arguments=grpc_arguments,
             rest_timeout_ms=self.rest_timeout_ms or None,
             method_name_check=self.method_name_check,
+            strict_json_numbers=self.strict_json_numbers,
         )
         config = ServeConfig(
             options=options,

@@ -137,6 +137,8 @@ class RestOptions:
     workers          threads that run requests (the model, batching queues), at most: a few
                      start at once, the rest as load needs them; the connections
                      themselves wait on one event loop and take no thread while idle
+    strict_json_numbers  a predict body's finite number past a float input's range is refused
+                     (400), where TF Serving (and this server by default) reads it as ±inf
     """
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -147,6 +149,7 @@ class RestOptions:
     body_timeout: float | None = DEFAULT_BODY_TIMEOUT_S
     max_connections: int | None = DEFAULT_MAX_CONNECTIONS
     workers: int = DEFAULT_GRPC_WORKERS
+    strict_json_numbers: bool = False
 
 
 class _Handler:
@@ -232,7 +235,9 @@ class _Handler:
         plane, depth = self.plane, self.options.max_json_depth
         with _resolve(plane, name, version, body, parse_predict_body, depth) as resolved:
             servable, signature, request = resolved
-            inputs, fmt = decode_json_request(request, signature.inputs)
+            inputs, fmt = decode_json_request(
+                request, signature.inputs, strict_numbers=self.options.strict_json_numbers
+            )
             outputs = plane.predict(servable, signature, inputs)
             return encode_json_response(outputs, row_format=fmt == "row")
 

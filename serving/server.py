@@ -108,6 +108,9 @@ class ServerOptions:
     # TF Serving's --enable_signature_method_name_check: Classify and Regress refuse a signature
     # whose method is another (Predict takes any of the three, there as here).
     method_name_check: bool = False
+    # --strict-json-numbers: a REST body's finite number past a float input's range is refused
+    # (400), where TF Serving reads it as ±inf (and so does this server by default).
+    strict_json_numbers: bool = False
 
 
 class _LoopThread:
@@ -212,6 +215,7 @@ class ModelServer:
                 body_timeout=opts.rest_body_timeout,
                 max_connections=opts.rest_max_connections,
                 workers=opts.rest_workers or opts.grpc_workers,  # the same work as gRPC's
+                strict_json_numbers=opts.strict_json_numbers,
             )
             self._rest = RestServer(opts.host, opts.rest_port, self.plane, rest_options)
             self.rest_port = self._rest.port

@@ -235,13 +235,6 @@ CASES = [
         "input 'category': values out of range for int64",
     ),
     Case(
-        "float-out-of-range",
-        "number out of range for float32 (1e39 would become infinity)",
-        Rest(body={"inputs": _inputs(features=[[1e39] * 8] * 2)}),
-        400,
-        "input 'features': values out of range for float32",
-    ),
-    Case(
         "bool-for-number",
         "true/false for a number",
         Rest(body={"inputs": _inputs(features=[[True] * 8] * 2)}),
@@ -544,6 +537,71 @@ def test_nan_and_infinity_flow_through_as_tf_serving_lets_them(
     assert reply.status == 200
     assert np.isnan(json.loads(raw)["outputs"]["score"][0])  # NaN in the features: NaN out
     assert b"NaN" in raw  # written as TF Serving writes it, a bare NaN
+
+
+PAST_FLOAT32 = np.array([[1e39, -1e39, 0, 0, 0, 0, 0, 0]] * 2)  # finite in JSON, past float32's
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_a_number_past_float32s_range_is_infinity_as_tf_serving_reads_it(
+    arms: dict[str, Arm], expected: dict[str, np.ndarray], arm: str
+) -> None:
+    """TF Serving casts the double it reads to float32 (json_tensor.cc, GetFloat()): 1e39 is
+    inf there, and here by default, so REST answers what gRPC answers with inf in its place."""
+    body = {"inputs": _inputs(features=PAST_FLOAT32.tolist())}
+    status, answer, _ = _http(arms[arm].rest, Rest(body=body))
+    assert status == 200, answer
+    infinite = PAST_FLOAT32.copy()
+    infinite[:, :2] = [np.inf, -np.inf]
+    with GrpcClient.connect(arms[arm].grpc) as stub:
+        want = client.predict_outputs(stub.predict(_request(features=infinite.astype(np.float32))))
+    np.testing.assert_array_equal(np.asarray(answer["outputs"]["score"], np.float32),
+                                  want["score"])  # fmt: skip
+    assert answer["outputs"]["bucket"] == want["bucket"].tolist()
+    _assert_good_rest(arms[arm].rest, expected)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_number_past_doubles_range_is_refused_as_tf_servings_parser_refuses_it(
+    arms: dict[str, Arm], expected: dict[str, np.ndarray], strict: bool
+) -> None:
+    """rapidjson, TF Serving's JSON parser, cannot hold 1e400 in a double and refuses the body
+    (kParseErrorNumberTooBig); so does graphserve, in its words, strict numbers or not."""
+    body = b'{"inputs": {"features": [[1e400, 0, 0, 0, 0, 0, 0, 0]], "category": [1], ' \
+        b'"text": ["a"]}}'  # fmt: skip
+    registry = arms["graph"].server.registry
+    options = ServerOptions(grpc_port=0, rest_port=0, strict_json_numbers=strict)
+    with ModelServer(registry, options) as server:
+        address = f"127.0.0.1:{server.rest_port}"
+        status, answer, _ = _http(address, Rest(body=body))
+        assert status == 400
+        assert answer["error"] == (
+            "JSON Parse error: Number too big to be stored in double: 1e400 is past float64's range"
+        )
+        _assert_good_rest(address, expected)
+
+
+def test_strict_json_numbers_refuses_a_number_past_float32s_range(
+    arms: dict[str, Arm], expected: dict[str, np.ndarray]
+) -> None:
+    """ServerOptions(strict_json_numbers=True), `serve --strict-json-numbers`: the finite number
+    TF Serving would read as inf is refused with 400, naming the input, the range and the
+    option; a body within the range is served as before, on the same server."""
+    registry = arms["graph"].server.registry
+    options = ServerOptions(grpc_port=0, rest_port=0, strict_json_numbers=True)
+    with ModelServer(registry, options) as server:
+        address = f"127.0.0.1:{server.rest_port}"
+        rows = {"instances": [{"features": [3.5e38] * 8, "category": 1, "text": "a"}]}
+        for body in ({"inputs": _inputs(features=PAST_FLOAT32.tolist())}, rows):
+            status, answer, reply = _http(address, Rest(body=body))
+            assert status == 400
+            assert reply.headers.get("content-type") == "application/json"
+            assert answer["error"] == (
+                "input 'features': values out of range for float32 [-3.4028234663852886e+38, "
+                "3.4028234663852886e+38] (--strict-json-numbers; TF Serving reads such a number "
+                "as ±inf)"
+            )
+        _assert_good_rest(address, expected)
 
 
 @pytest.mark.parametrize("arm", ARMS)

@@ -2,8 +2,9 @@
 reads every body exactly as the standard library's path does.
 
 - decoding: a decimal becomes the nearest float64, then float32 by a cast, as TF Serving's
-  rapidjson GetFloat() does; the fast path (pysimdjson) and the slow one (the standard library)
-  give the same arrays, bit for bit, or the same error;
+  rapidjson GetFloat() does (past float32's range: +-inf; past double's: refused, as rapidjson
+  refuses it); the fast path (pysimdjson) and the slow one (the standard library) give the same
+  arrays, bit for bit, or the same error;
 - encoding: a float32 in the fewest digits that read back as the same float32, whole floats
   with `.0`, float64 in its shortest form, NaN and the infinities as bare tokens.
 """
@@ -40,12 +41,12 @@ def _spec(dtype: str, rank: int = 2) -> dict[str, TensorSpec]:
     return {"x": TensorSpec("x", dtype, (None,) * rank)}
 
 
-def _both(body: bytes, specs: dict[str, TensorSpec]) -> tuple[Any, Any]:
+def _both(body: bytes, specs: dict[str, TensorSpec], strict: bool = False) -> tuple[Any, Any]:
     """What the fast and the slow path make of `body`: the array, or the error's message."""
     out = []
     for parse in (parse_predict_body, parse_json_body):
         try:
-            out.append(decode_json_request(parse(body), specs)[0]["x"])
+            out.append(decode_json_request(parse(body), specs, strict_numbers=strict)[0]["x"])
         except InvalidInput as exc:
             out.append(exc.message)
     return out[0], out[1]
@@ -126,11 +127,50 @@ def test_rectangular_arrays_are_read_fast_and_ragged_ones_are_left_to_the_slow_p
             assert fastjson.read_predict_body(body, 100) is None
 
 
-def test_a_float_past_float32s_range_is_refused_by_both_paths() -> None:
-    body = b'{"instances": [[1.0, 3.5e38]]}'
+def test_a_float_past_float32s_range_is_infinity_on_both_paths_or_refused_when_strict() -> None:
+    """TF Serving casts the double it read to float32 (GetFloat()): a finite number past
+    float32's range is +-inf there and here; with strict numbers (--strict-json-numbers) both
+    paths refuse it, in the same words. Past float16's range likewise."""
+    body = b'{"instances": [[1.0, 3.5e38, -1e39, 3.40282356e38]]}'
     fast, slow = _both(body, _spec("float32"))
     _same(fast, slow)
-    assert "values out of range for float32" in fast
+    largest = float(np.finfo(np.float32).max)  # 3.40282356e38 still rounds to it
+    assert fast.tolist() == [[1.0, np.inf, -np.inf, largest]]
+    fast, slow = _both(body, _spec("float32"), strict=True)
+    _same(fast, slow)
+    assert fast == (
+        "input 'x': values out of range for float32 [-3.4028234663852886e+38, "
+        "3.4028234663852886e+38] (--strict-json-numbers; TF Serving reads such a number as ±inf)"
+    )
+    half = b'{"instances": [[1, 70000, 65504.0]]}'
+    assert _both(half, _spec("float16"))[0].tolist() == [[1.0, np.inf, 65504.0]]
+    refused = _both(half, _spec("float16"), strict=True)[0]
+    assert "values out of range for float16 [-65504.0, 65504.0]" in refused
+    # within float32's range nothing changes, strict or not: only overflow is refused
+    fine = b'{"instances": [[1435774380, 1e-50, 2.22507e-308]]}'
+    for strict in (False, True):
+        got = _both(fine, _spec("float32"), strict=strict)[0]
+        assert got.tolist() == [[1435774336.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize(
+    "number",
+    [b"1e400", b"-1e400", b"1" + b"0" * 400 + b".0", b"17976931348623159e292", b"1" + b"0" * 400],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_number_past_doubles_range_is_refused_as_tf_servings_parser_refuses_it(
+    number: bytes, dtype: str
+) -> None:
+    """rapidjson, TF Serving's parser, refuses a number it cannot hold in a double
+    (kParseErrorNumberTooBig), where the standard library would read inf: both paths refuse
+    it in rapidjson's words, strict or not. NaN and Infinity, the tokens, are still read."""
+    body = b'{"instances": [[1.5, ' + number + b"]]}"
+    for strict in (False, True):
+        fast, slow = _both(body, _spec(dtype), strict=strict)
+        assert fast == slow
+        assert fast.startswith("JSON Parse error: Number too big to be stored in double: ")
+    tokens = _both(b'{"instances": [[NaN, Infinity, -Infinity, 1e308]]}', _spec(dtype))[0]
+    assert np.isnan(tokens[0, 0]) and tokens[0, 1:3].tolist() == [np.inf, -np.inf]
 
 
 @pytest.mark.parametrize(

@@ -83,3 +83,57 @@ def test_operator_flags_and_sigterm_under_load(mlp_export, tmp_path: Path) -> No
     log_lines = [line for line in server.log_path.read_text().splitlines() if line.startswith("{")]
     records = [json.loads(line) for line in log_lines]
     assert any(r["logger"] == "graphserve.manager" and "AVAILABLE" in r["message"] for r in records)
+
+
+@pytest.mark.slow
+def test_strict_json_numbers_is_an_option_of_every_serve_command(
+    mlp_export, tmp_path: Path
+) -> None:
+    """`serve graph --strict-json-numbers`, as an operator starts it: a finite JSON number past
+    float32's range, which TF Serving (and the server without the option) reads as inf, is
+    refused with 400 naming the input and the option; `graphserve conformance` against it
+    reports TF Serving's case as a known deviation and exits 0."""
+    from typer.testing import CliRunner
+
+    from graphserve.cli import app
+    from graphserve.core.client import HttpConnection
+
+    for command in ("graph", "eager", "null"):
+        usage = CliRunner().invoke(app, ["serve", command, "--help"], env={"COLUMNS": "200"})
+        assert "--strict-json-numbers" in usage.output, command
+    server = ServerProcess.on_free_ports(
+        ["graph", "--model-base-path", str(mlp_export.model_dir), "--strict-json-numbers"],
+        "mlp",
+        log_path=tmp_path / "server.log",
+    )
+    with server:
+        assert server.rest_address is not None
+        connection = HttpConnection(server.rest_address)
+        try:
+            rows = {"instances": [[1e39] + [0.0] * 783]}
+            reply = connection.request(
+                "POST", "/v1/models/mlp:predict", json.dumps(rows).encode(), {}
+            )
+            assert reply.status == 400
+            assert reply.json()["error"] == (
+                "input 'images': values out of range for float32 [-3.4028234663852886e+38, "
+                "3.4028234663852886e+38] (--strict-json-numbers; TF Serving reads such a number "
+                "as ±inf)"
+            )
+            rows = {"instances": [[0.5] * 784]}
+            reply = connection.request(
+                "POST", "/v1/models/mlp:predict", json.dumps(rows).encode(), {}
+            )
+            assert reply.status == 200 and len(reply.json()["predictions"][0]) == 10
+        finally:
+            connection.close()
+        argv = ["conformance", server.grpc_address, "--rest", server.rest_address, "--model",
+                "mlp", "--output", "json"]  # fmt: skip
+        result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["server"] == "graphserve (graph)"
+    deviated = [(r["test"], r["reason"]) for r in report["results"] if r["outcome"] == "deviates"]
+    assert [test for test, _ in deviated] == ["FloatTensorThatExceedsMaxReturnsInf"]
+    assert "--strict-json-numbers" in deviated[0][1]
+    assert (report["counts"]["fail"], report["counts"]["deviates"]) == (0, 1)

@@ -7,7 +7,11 @@ sends those instead.
 
 JSON follows TF Serving's REST API (g3doc/api_rest.md): the row format (`instances`) and the
 columnar format (`inputs`), `{"b64": "..."}` for binary strings, and responses as `predictions`
-or `outputs`.
+or `outputs`. Numbers follow its reader (util/json_tensor.cc, rapidjson): a number is read as
+the nearest double, and a text past double's range is a parse error; a float input takes the
+double cast to its dtype, so a finite number past float32's range is ±inf and digits past its
+precision are rounded away, silently. `decode_json_request(..., strict_numbers=True)` refuses
+a finite number that would become ±inf instead (`serve --strict-json-numbers`).
 """
 
 from __future__ import annotations
@@ -272,6 +276,10 @@ def _names(specs: Mapping[str, TensorSpec]) -> str:
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")  # a run of digits that may be an integer past 64 bits
+# A number whose text may be past double's range: an exponent of three digits, or 300 digits in
+# a row. Only a body with one has the standard library's floats checked (a call per float).
+_HUGE_NUMBER = re.compile(rb"[eE]\+?0*[1-9][0-9]{2}|[0-9]{300}")
+NUMBER_TOO_BIG = "JSON Parse error: Number too big to be stored in double"  # rapidjson's words
 
 
 def json_depth(body: bytes) -> int:
@@ -288,7 +296,8 @@ def json_depth(body: bytes) -> int:
 def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
     """The request body as a JSON object; raises InvalidInput saying what is wrong with it.
 
-    NaN, Infinity and -Infinity are accepted, as TF Serving accepts them. Arrays and objects
+    NaN, Infinity and -Infinity are accepted, as TF Serving accepts them; a number past
+    double's range (1e400) is refused in its words ("Number too big"). Arrays and objects
     nested deeper than `max_depth` are refused before parsing. orjson parses; a body it refuses
     (NaN and the infinities, anything that is not JSON) or may read otherwise (a 19-digit run:
     an integer past 64 bits) is parsed by the standard library, which reads those tokens and
@@ -318,9 +327,21 @@ def parse_json_body(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dic
     return request
 
 
+def _finite_float(text: str) -> float:
+    """A float literal as the standard library reads it, but InvalidInput past double's range,
+    where TF Serving's reader (rapidjson) refuses it and the standard library reads ±inf (NaN
+    and Infinity, the tokens, are read by both)."""
+    value = float(text)
+    if math.isinf(value):
+        number = text if len(text) <= 40 else text[:40] + "..."
+        raise InvalidInput(f"{NUMBER_TOO_BIG}: {number} is past float64's range")
+    return value
+
+
 def _parse_stdlib(body: bytes, max_depth: int) -> Any:
+    floats = _finite_float if _HUGE_NUMBER.search(body) else None
     try:
-        return json.loads(body)
+        return json.loads(body, parse_float=floats)  # (InvalidInput from floats goes through)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an int past 4300 digits
         # TF Serving's parser (rapidjson) calls a token that starts no JSON value "Invalid value"
         what = "Invalid value: " if str(exc).startswith("Expecting value") else ""
@@ -354,11 +375,14 @@ def signature_name_of(request: Mapping[str, Any]) -> str:
 
 
 def decode_json_request(
-    request: Mapping[str, Any], specs: Mapping[str, TensorSpec]
+    request: Mapping[str, Any], specs: Mapping[str, TensorSpec], *, strict_numbers: bool = False
 ) -> tuple[dict[str, np.ndarray], str]:
     """Arrays from a parsed TF Serving predict body, and its format: "row" (`instances`) or
     "columnar" (`inputs`). Tensors may be JSON lists or, from `parse_predict_body`, numpy
-    arrays; both decode alike."""
+    arrays; both decode alike.
+
+    A finite number past a float input's range becomes ±inf, as in TF Serving; with
+    `strict_numbers` it is refused (InvalidInput), as is everything that does not fit."""
     has_rows, has_cols = "instances" in request, "inputs" in request
     if has_rows and has_cols:
         raise InvalidInput(
@@ -366,13 +390,15 @@ def decode_json_request(
             "exist: request has both 'instances' and 'inputs', use one format"
         )
     if has_rows:
-        return _decode_rows(request["instances"], specs), "row"
+        return _decode_rows(request["instances"], specs, strict_numbers), "row"
     if has_cols:
-        return _decode_columns(request["inputs"], specs), "columnar"
+        return _decode_columns(request["inputs"], specs, strict_numbers), "columnar"
     raise InvalidInput("request must have 'instances' (row format) or 'inputs' (columnar format)")
 
 
-def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, np.ndarray]:
+def _decode_rows(
+    instances: Any, specs: Mapping[str, TensorSpec], strict: bool
+) -> dict[str, np.ndarray]:
     if isinstance(instances, np.ndarray):  # rows of numbers, read by parse_predict_body
         if len(specs) != 1:
             raise InvalidInput(
@@ -380,7 +406,7 @@ def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, n
                 f"{_names(specs)}"
             )
         (name,) = specs
-        return {name: _to_array(instances, specs[name])}
+        return {name: _to_array(instances, specs[name], strict)}
     if not isinstance(instances, list):
         raise InvalidInput(f"'instances' must be a list of rows, got {type(instances).__name__}")
     if not instances:
@@ -401,7 +427,7 @@ def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, n
                 f"{_names(specs)}"
             )
         (name,) = specs
-        return {name: _to_array(instances, specs[name])}
+        return {name: _to_array(instances, specs[name], strict)}
     columns: dict[str, list[Any]] = {}
     for i, row in enumerate(instances):
         if set(row) != set(instances[0]):
@@ -411,31 +437,33 @@ def _decode_rows(instances: Any, specs: Mapping[str, TensorSpec]) -> dict[str, n
             )
         for key, value in row.items():
             columns.setdefault(key, []).append(value)
-    return {key: _to_array(values, specs.get(key), key) for key, values in columns.items()}
+    return {key: _to_array(values, specs.get(key), strict, key) for key, values in columns.items()}
 
 
-def _decode_columns(inputs: Any, specs: Mapping[str, TensorSpec]) -> dict[str, np.ndarray]:
+def _decode_columns(
+    inputs: Any, specs: Mapping[str, TensorSpec], strict: bool
+) -> dict[str, np.ndarray]:
     if isinstance(inputs, dict) and not _is_b64(inputs):
-        return {key: _to_array(value, specs.get(key), key) for key, value in inputs.items()}
+        return {key: _to_array(value, specs.get(key), strict, key) for key, value in inputs.items()}
     if len(specs) != 1:
         raise InvalidInput(
             f"'inputs' must be an object keyed by input name: this signature takes {_names(specs)}"
         )
     (name,) = specs
-    return {name: _to_array(inputs, specs[name])}
+    return {name: _to_array(inputs, specs[name], strict)}
 
 
 def _is_b64(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"b64"}
 
 
-def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray:
+def _to_array(value: Any, spec: TensorSpec | None, strict: bool, name: str = "") -> np.ndarray:
     if spec is None:
         # Unknown names are reported by validate_inputs with the list of valid ones.
         return np.asarray(0)
     if isinstance(value, np.ndarray):
         if spec.dtype not in ("string", "bool"):
-            return _cast(value, spec)
+            return _cast(value, spec, strict)
         value = value.tolist()  # numbers for a string or bool input: its errors speak of lists
     if spec.dtype == "string":
         return _string_array(value, spec.name)
@@ -451,7 +479,7 @@ def _to_array(value: Any, spec: TensorSpec | None, name: str = "") -> np.ndarray
             f"input {spec.name!r} expects {spec.describe()}, got strings (JSON value not of "
             f"expected type: {tf_type_name(spec.dtype)})"
         )
-    return _cast(array, spec)
+    return _cast(array, spec, strict)
 
 
 # TensorFlow's own names for dtypes, as TF Serving's messages use them.
@@ -489,7 +517,7 @@ def _depth(value: Any) -> int:
     return depth
 
 
-def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
+def _cast(array: np.ndarray, spec: TensorSpec, strict: bool) -> np.ndarray:
     target = spec.np_dtype
     if array.dtype.kind == "O":
         array = _numbers(array, spec)
@@ -508,29 +536,34 @@ def _cast(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
             )
         info = np.iinfo(target)
         if array.size and (array.min() < info.min or array.max() > info.max):
-            raise _out_of_range(spec, info.min, info.max, integer=True)
+            raise _out_of_range(spec, info.min, info.max)
         return array.astype(target, copy=False)
-    with np.errstate(over="ignore"):  # overflow is checked, and reported, below
+    # TF Serving casts the double it read (rapidjson's GetFloat()): a finite number past the
+    # float's range becomes ±inf there, and so it does here unless `strict`
+    # (--strict-json-numbers) refuses it.
+    with np.errstate(over="ignore"):
         cast = array.astype(target, copy=False)
-    # A finite number past float32's (or float16's) range would quietly become infinity.
-    overflowed = (
-        kind == "f"
-        and cast is not array
-        and not np.isfinite(cast).all()
-        and (np.isfinite(array) & ~np.isfinite(cast)).any()
-    )
-    if overflowed:
+    if strict and cast is not array and _overflowed(array, cast):
         limit = float(np.finfo(target).max)
-        raise _out_of_range(spec, -limit, limit)
+        raise InvalidInput(
+            f"input {spec.name!r}: values out of range for {spec.dtype} [{-limit}, {limit}] "
+            "(--strict-json-numbers; TF Serving reads such a number as ±inf)"
+        )
     return cast
 
 
-def _out_of_range(spec: TensorSpec, low: float, high: float, integer: bool = False) -> InvalidInput:
-    # TF Serving refuses an integer that does not fit in words of its own (json_tensor.cc); a
-    # float past float32's range it reads as infinity, where we refuse it.
-    words = f" (JSON value not of expected type: {spec.dtype})" if integer else ""
+def _overflowed(array: np.ndarray, cast: np.ndarray) -> bool:
+    """Some finite value of `array` is infinite in `cast`."""
+    if np.isfinite(cast).all():
+        return False
+    return bool((np.isfinite(array) & ~np.isfinite(cast)).any())
+
+
+def _out_of_range(spec: TensorSpec, low: int, high: int) -> InvalidInput:
+    # ours, then TF Serving's words: it refuses an integer that does not fit (json_tensor.cc)
     return InvalidInput(
-        f"input {spec.name!r}: values out of range for {spec.dtype} [{low}, {high}]{words}"
+        f"input {spec.name!r}: values out of range for {spec.dtype} [{low}, {high}] (JSON value "
+        f"not of expected type: {spec.dtype})"
     )
 
 
@@ -548,12 +581,13 @@ def _numbers(array: np.ndarray, spec: TensorSpec) -> np.ndarray:
             raise InvalidInput(f"input {spec.name!r} expects {spec.describe()}, got {what}")
     if spec.np_dtype.kind in "iu":  # only integers past int64 make numpy fall back to objects
         info = np.iinfo(spec.np_dtype)
-        raise _out_of_range(spec, info.min, info.max, integer=True)
+        raise _out_of_range(spec, info.min, info.max)
     try:
         return np.array(values.tolist(), dtype=np.float64).reshape(array.shape)
-    except OverflowError:
-        limit = float(np.finfo(spec.np_dtype).max)
-        raise _out_of_range(spec, -limit, limit) from None
+    except OverflowError:  # an integer past double's range: TF Serving's reader refuses it
+        raise InvalidInput(
+            f"{NUMBER_TOO_BIG}: input {spec.name!r} has an integer past float64's range"
+        ) from None
 
 
 def _string_array(value: Any, name: str) -> np.ndarray:

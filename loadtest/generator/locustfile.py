@@ -16,18 +16,16 @@ only loopback targets are accepted). The payload is built and encoded once per p
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import gevent
-from locust import User, constant, events, task
+from locust import events
 from locust.env import Environment
-from locust.exception import StopUser
 from locust.runners import MasterRunner, WorkerRunner
 
-from graphserve.core.client import JSON_HEADERS, GrpcClient, rest_path
+from graphserve.core.client import rest_path
 from graphserve.core.errors import LoadTestError
 from graphserve.loadtest.generator.metadata import fetch_specs
 from graphserve.loadtest.generator.payloads import (
@@ -36,16 +34,15 @@ from graphserve.loadtest.generator.payloads import (
     load_payload,
     rest_body,
 )
-from graphserve.loadtest.generator.senders import (
-    Completed,
-    Completions,
-    HttpSender,
-    LoopThread,
-    RealLock,
-    timed_call,
-    timed_post,
-)
 from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.users import (
+    LoopUser,
+    RequestBudget,
+    Sender,
+    Traffic,
+    Turn,
+    predict_sender,
+)
 
 logger = logging.getLogger("graphserve.loadtest")
 
@@ -156,46 +153,21 @@ def encoded_request(protocol: str, host: str, options: LoadOptions) -> bytes:
     return _encoded[key]
 
 
-class RequestBudget:
-    """At most `limit` requests are sent (0: no limit); `on_spent` runs when the last one is done.
-
-    Sending is gated before the request and quitting waits for its completion, so the run neither
-    overshoots the count nor cuts off requests still in flight. `take` is safe from any thread
-    (the gRPC users send from their own); `complete` runs on the hub, as a request listener.
-    """
-
-    def __init__(self, limit: int = 0, on_spent: Callable[[], object] | None = None) -> None:
-        self.limit, self.sent, self.done = limit, 0, 0
-        self._on_spent = on_spent
-        self._lock = RealLock()
-
-    def take(self) -> bool:
-        with self._lock:
-            if self.limit and self.sent >= self.limit:
-                return False
-            self.sent += 1
-            return True
-
-    def complete(self, **_: Any) -> None:
-        self.done += 1
-        if self.limit and self.done == self.limit and self._on_spent is not None:
-            self._on_spent()
-
-
-_budget = RequestBudget()
+# Every user sends back to back, from the start, until locust stops it or the budget is spent.
+traffic: Traffic[None] = Traffic()
+traffic.publish(Turn(None))
 
 
 @events.init.add_listener
 def _on_init(environment: Environment, **_: Any) -> None:
-    global _budget
     if isinstance(environment.runner, MasterRunner):
         return  # the master sends no requests; its workers do all of this themselves
     options = LoadOptions.of(environment)
     runner = environment.runner
     if options.max_requests and runner is not None:
         # Spawned, not called: quitting from inside a user's request would kill that user mid-call.
-        _budget = RequestBudget(options.max_requests, lambda: gevent.spawn(runner.quit))
-        environment.events.request.add_listener(_budget.complete)
+        traffic.budget = RequestBudget(options.max_requests, lambda: gevent.spawn(runner.quit))
+        environment.events.request.add_listener(traffic.budget.complete)
     # Headless, fail before any user starts, with one clear line rather than once per user. (A
     # worker learns its host from the master, and the web UI takes one later: users build then.)
     headless = bool(getattr(environment.parsed_options, "headless", False))
@@ -213,77 +185,43 @@ def _on_init(environment: Environment, **_: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# gRPC
+# The users
 
 
-class GrpcPredictUser(User):
-    """Calls `PredictionService/Predict` with one pre-serialized PredictRequest, back to back,
-    from a real OS thread of its own over a channel of its own (generator/senders.py says why):
-    the bytes go out as they are, the reply is not parsed, and the call alone is timed."""
+class _PredictUser(LoopUser):
+    """Sends one pre-encoded Predict to the host, back to back, from a real OS thread of its own
+    (generator/senders.py says why); the call alone is timed and the answer is not parsed."""
+
+    abstract = True
+    traffic = traffic
+    protocol: ClassVar[str]
+
+    def __init__(self, environment: Environment) -> None:
+        super().__init__(environment)
+        options, host = LoadOptions.of(environment), self.host or ""
+        self._sender = predict_sender(
+            self.protocol,
+            host,
+            encoded_request(self.protocol, host, options),
+            timeout_s=_RPC_TIMEOUT_S,
+            rest_path=rest_path(options.model_name, "predict"),
+        )
+
+    def senders(self) -> list[Sender]:
+        return [self._sender]
+
+
+class GrpcPredictUser(_PredictUser):
+    """Calls `PredictionService/Predict` with one pre-serialized PredictRequest over a channel of
+    its own: the bytes go out as they are."""
 
     host = "127.0.0.1:8500"  # TF Serving's default gRPC port
     protocol = "grpc"
-    wait_time = constant(0)
-
-    def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
-        self._request = encoded_request(self.protocol, self.host, LoadOptions.of(environment))
-        self._client = GrpcClient.connect(self.host, timeout=_RPC_TIMEOUT_S)
-        self._predict = self._client.raw("Predict")
-        self._completions = Completions.of(environment, "grpc")
-        self._loop = LoopThread(self._send)
-
-    @task
-    def predict(self) -> None:
-        self._loop.start().watch()  # until the budget is spent or the user stops
-        raise StopUser()
-
-    def _send(self) -> bool:
-        if not _budget.take():
-            return False
-        start, ms, length, error = timed_call(self._predict, self._request, _RPC_TIMEOUT_S)
-        # A failed call is reported like any other; the user goes on.
-        self._completions.put(Completed("Predict", start, ms, length, error, {}))
-        return True
-
-    def on_stop(self) -> None:
-        self._loop.join(_RPC_TIMEOUT_S)  # the call in flight ends before its channel closes
-        self._client.close()
 
 
-# ---------------------------------------------------------------------------------------------
-# REST
-
-
-class RestPredictUser(User):
-    """POSTs one pre-encoded JSON body to `/v1/models/NAME:predict` over a keep-alive connection,
-    from a real OS thread of its own (generator/senders.py says why); anything but 200 fails."""
+class RestPredictUser(_PredictUser):
+    """POSTs one pre-encoded JSON body to `/v1/models/NAME:predict` over a keep-alive connection;
+    anything but 200 fails."""
 
     host = "http://127.0.0.1:8501"  # TF Serving's default REST port
     protocol = "rest"
-    wait_time = constant(0)
-
-    def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
-        options = LoadOptions.of(environment)
-        body = encoded_request(self.protocol, self.host, options)
-        path = rest_path(options.model_name, "predict")
-        self._sender = HttpSender(self.host, path, body, JSON_HEADERS, _RPC_TIMEOUT_S)
-        self._completions = Completions.of(environment, "POST")
-        self._loop = LoopThread(self._send)
-
-    @task
-    def predict(self) -> None:
-        self._loop.start().watch()  # until the budget is spent or the user stops
-        raise StopUser()
-
-    def _send(self) -> bool:
-        if not _budget.take():
-            return False
-        start, ms, length, error = timed_post(self._sender)
-        self._completions.put(Completed("Predict", start, ms, length, error, {}))
-        return True
-
-    def on_stop(self) -> None:
-        self._loop.join(_RPC_TIMEOUT_S)  # the request in flight ends before its connection
-        self._sender.close()

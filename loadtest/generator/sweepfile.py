@@ -49,39 +49,33 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-import gevent.event
 import numpy as np
 import psutil
-from locust import LoadTestShape, User, constant, events, task
+from locust import LoadTestShape, events
 from locust.env import Environment
 from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 
 from graphserve import __version__
-from graphserve.core.client import JSON_HEADERS, GrpcClient, grpc_error_text
+from graphserve.core.client import grpc_error_text
 from graphserve.core.errors import RemoteTargetError
 from graphserve.loadtest.generator.scrape import scrape
-from graphserve.loadtest.generator.senders import (
-    Completed,
-    Completions,
-    HttpSender,
-    LoopThread,
-    RealLock,
-    real_sleep,
-    timed_call,
-    timed_post,
-)
+from graphserve.loadtest.generator.senders import Completed, RealLock
 from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.users import (
+    LoopUser,
+    RequestBudget,
+    Schedule,
+    Sender,
+    Sent,
+    Traffic,
+    Turn,
+    predict_sender,
+)
 from graphserve.loadtest.results.plan import PLAN_ENV, PLAN_FROM_MASTER, Plan
 from graphserve.loadtest.results.run import Window
 from graphserve.loadtest.results.stats import stability, window_summary
 
 _FLUSH_S = 0.5
-# An open loop keeps up to --max-in-flight (64) users' threads waiting: these bound the wake-ups
-# (64 threads at 2 ms were 32,000 a second), not the timing, since a thread sleeps exactly until
-# its arrival when that is sooner, and looks at the phase again before it sends.
-_IDLE_S = 0.01  # how often an idle user's thread looks for a phase that names an arm
-_POLL_S = 0.02  # the longest a user's thread sleeps towards an arrival before looking again
-_JSON = dict(JSON_HEADERS)
 # A worker given this in its environment may load targets off its own machine, when the
 # master's plan allows them too (`graphserve loadtest worker --allow-remote`).
 WORKER_ALLOW_REMOTE_ENV = "GRAPHSERVE_WORKER_ALLOW_REMOTE"
@@ -128,41 +122,23 @@ class Phase:
     started: float  # time.time()
 
 
-class Arrivals:
-    """Open-loop send times for one phase: constant spacing or a Poisson process."""
-
-    def __init__(self, phase: Phase, poisson: bool, seed: int) -> None:
-        self.next_at = phase.started
-        self.spacing = 1.0 / phase.rate if phase.rate > 0 else float("inf")
-        self.rng = np.random.default_rng([seed, phase.seq, os.getpid()]) if poisson else None
-
-    def take(self) -> float:
-        due = self.next_at
-        gap = self.spacing if self.rng is None else float(self.rng.exponential(self.spacing))
-        self.next_at = due + gap
-        return due
-
-
 class Local:
-    """This process's view: the current phase, its arrivals, and the requests recorded.
+    """This process's view: the current phase, what its users send, and the requests recorded.
 
-    The hub changes phases and records requests; the users' threads (loadtest/generator/senders.py)
-    read `current` and count what they send through the methods that take `lock`.
+    The hub changes phases (each publishes what the users send: `traffic`) and records the
+    requests; the users' threads (loadtest/generator/users.py) count theirs in flight through
+    `begin` and `end`, which take `lock`.
     """
 
     def __init__(self) -> None:
-        idle = Phase(seq=0, kind="idle", step=0, window=-1, arm=-1, rate=0.0, started=0.0)
-        self.current: tuple[Phase, Arrivals | None] = (idle, None)  # one atomic read for threads
-        self.changed = gevent.event.Event()
+        self.phase = Phase(seq=0, kind="idle", step=0, window=-1, arm=-1, rate=0.0, started=0.0)
+        self.traffic: Traffic[Phase] = Traffic()
         self.lock = RealLock()
         self.columns: dict[str, list[float]] = {k: [] for k in _COLUMNS}
         self.errors: Counter[tuple[int, int, str]] = Counter()  # (arm, seq, message)
         self.in_flight: Counter[int] = Counter()  # seq -> requests not yet answered
         self.cpu: dict[int, float] = {}  # seq -> this process's CPU % during that phase
         self.machine_cpu: dict[int, float] = {}  # seq -> the machine's CPU % during that phase
-        self.reserved = 0  # requests users have committed to send
-        self.sent = 0
-        self.budget = 0  # 0: no bound
         self._cpu_mark = (time.process_time(), time.time())
         self._machine_mark = _machine_times()
 
@@ -183,40 +159,25 @@ class Local:
         self._arrive(phase)
 
     def _arrive(self, phase: Phase) -> None:
-        poisson = PLAN.arrivals == "poisson"
-        arrivals = Arrivals(phase, poisson, PLAN.seed) if PLAN.mode == "open" else None
-        self.current = (phase, arrivals)
-        self.changed.set()
-        self.changed = gevent.event.Event()
-
-    @property
-    def phase(self) -> Phase:
-        return self.current[0]
+        self.phase = phase
+        if phase.arm < 0:
+            self.traffic.publish(None)
+            return
+        schedule = None  # a closed loop: back to back
+        if PLAN.mode == "open":
+            seed = (PLAN.seed, phase.seq, os.getpid())
+            poisson = PLAN.arrivals == "poisson"
+            schedule = Schedule(phase.rate, phase.started, poisson=poisson, seed=seed)
+        name = PLAN.arms[phase.arm].name
+        self.traffic.publish(Turn(phase, name, phase.arm, schedule))
 
     def spent(self) -> bool:
         """The whole request budget has been sent (reservations do not count)."""
-        return bool(self.budget) and self.sent >= self.budget
-
-    def reserve(self) -> bool:
-        """Commit to one more request, unless the budget is all reserved."""
-        with self.lock:
-            if self.budget and self.reserved >= self.budget:
-                return False
-            self.reserved += 1
-            return True
-
-    def unreserve(self) -> None:
-        with self.lock:
-            self.reserved -= 1
-
-    def arrival(self, arrivals: Arrivals) -> float:
-        with self.lock:
-            return arrivals.take()
+        return self.traffic.budget.spent
 
     def begin(self, seq: int) -> None:
         """A request of phase `seq` goes out now."""
         with self.lock:
-            self.sent += 1
             self.in_flight[seq] += 1
 
     def end(self, seq: int) -> None:
@@ -282,82 +243,32 @@ def _on_request(
 # The user: one request at a time to the current phase's arm.
 
 
-class SweepUser(User):
+class SweepUser(LoopUser):
     """Sends the plan's request to whichever arm the current phase names, from a real OS thread
     of its own with a connection of its own per arm (loadtest/generator/senders.py says why)."""
 
-    wait_time = constant(0)
+    traffic = local.traffic
 
-    def __init__(self, environment: Environment) -> None:
-        super().__init__(environment)
-        self._grpc: dict[int, GrpcClient] = {}
-        self._calls: dict[int, Any] = {}
-        self._rest: dict[int, HttpSender] = {}
-        self._loop: LoopThread | None = None
-
-    @task
-    def send(self) -> None:
-        if local.phase.arm < 0:  # on a worker: no plan yet, or nothing to send to
-            local.changed.wait(timeout=0.25)
-            return
-        kind = "grpc" if PLAN.protocol == "grpc" else "POST"  # locust's request_type
-        self._completions = Completions.of(self.environment, kind)
-        if PLAN.protocol == "grpc":  # the channels made here, on the hub, not on the thread
-            for arm in range(len(PLAN.arms)):
-                self._grpc_call(arm)
-        self._loop = LoopThread(self._step).start()
-        self._loop.watch()  # until the user stops
-
-    def on_stop(self) -> None:
-        if self._loop is not None:  # the request in flight ends before its connection
-            self._loop.join(PLAN.request_timeout_s)
-        for client in self._grpc.values():
-            client.close()
-        for connection in self._rest.values():
-            connection.close()
-
-    # -- on this user's thread
-
-    def _step(self) -> bool:
-        phase, arrivals = local.current
-        if phase.arm < 0 or not local.reserve():
-            real_sleep(_IDLE_S)
-            return True
-        lag_ms = 0.0
-        if arrivals is not None:
-            due = local.arrival(arrivals)
-            while (delay := due - time.time()) > 0:
-                if local.current[1] is not arrivals:
-                    local.unreserve()  # the phase changed first: this arrival belongs to no phase
-                    return True
-                real_sleep(min(delay, _POLL_S))
-            lag_ms = max(0.0, (time.time() - due) * 1000)
-        local.begin(phase.seq)
-        if PLAN.protocol == "grpc":
-            start, ms, length, error = timed_call(
-                self._grpc_call(phase.arm), BODY, PLAN.request_timeout_s
+    def senders(self) -> list[Sender]:
+        return [
+            predict_sender(
+                PLAN.protocol,
+                arm.target,
+                BODY,
+                timeout_s=PLAN.request_timeout_s,
+                rest_path=PLAN.rest_path,
+                max_message_bytes=-1,
             )
-        else:
-            start, ms, length, error = timed_post(self._rest_sender(phase.arm))
-        tag = {"graphserve": (phase.arm, phase.seq, lag_ms)}
-        name = PLAN.arms[phase.arm].name
-        after = lambda: local.end(phase.seq)  # noqa: E731  # on the hub, once recorded
-        self._completions.put(Completed(name, start, ms, length, error, tag, after))
-        return True
+            for arm in PLAN.arms
+        ]
 
-    def _grpc_call(self, arm: int) -> Any:
-        """This user's channel to `arm` (a channel shared by threads would serialize them)."""
-        if arm not in self._calls:
-            client = GrpcClient.connect(PLAN.arms[arm].target, max_message_bytes=-1)
-            self._grpc[arm] = client
-            self._calls[arm] = client.raw("Predict")  # bytes in, bytes out: nothing parsed
-        return self._calls[arm]
+    def sending(self, turn: Turn[Phase]) -> None:
+        local.begin(turn.tag.seq)
 
-    def _rest_sender(self, arm: int) -> HttpSender:
-        if arm not in self._rest:
-            target, timeout = PLAN.arms[arm].target, PLAN.request_timeout_s
-            self._rest[arm] = HttpSender(target, PLAN.rest_path, BODY, _JSON, timeout)
-        return self._rest[arm]
+    def record(self, turn: Turn[Phase], sent: Sent) -> Completed:
+        phase = turn.tag  # a request belongs to the phase in which it started
+        tag = {"graphserve": (phase.arm, phase.seq, sent.lag_ms)}
+        return sent.completed(turn.name, tag, lambda: local.end(phase.seq))  # once recorded
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,9 +277,17 @@ class SweepUser(User):
 
 @dataclass
 class Collector:
-    """Every request of the run, gathered from this process or from the workers."""
+    """Every request of the run, gathered from this process or from the workers.
+
+    `columns` keeps the run for OUT/raw/records.npz; `windows` the same requests by (arm, phase
+    seq), converted as their batch arrives, so that a window's summary, asked for after every
+    round, costs its own requests and not the whole run's so far.
+    """
 
     columns: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in _COLUMNS})
+    windows: dict[tuple[int, int], list[tuple[np.ndarray, np.ndarray]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )  # (arm, seq) -> chunks of (latency from the arrival in ms, ok)
     errors: Counter[tuple[int, int, str]] = field(default_factory=Counter)
     cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     machine_cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
@@ -377,8 +296,10 @@ class Collector:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker -> who and where
 
     def add(self, node: str, batch: dict[str, Any]) -> None:
+        columns = batch["columns"]
         for key in _COLUMNS:
-            self.columns[key].extend(batch["columns"][key])
+            self.columns[key].extend(columns[key])
+        self._file(columns)
         for arm, seq, message, count in batch["errors"]:
             self.errors[(int(arm), int(seq), str(message))] += int(count)
         for seq, pct in batch["cpu"].items():
@@ -390,15 +311,31 @@ class Collector:
         if node in self.nodes:
             self.nodes[node]["last_seen"] = time.time()
 
+    def _file(self, columns: dict[str, list[float]]) -> None:
+        """One batch's requests into `windows` (a batch holds one or a few phases)."""
+        arms = np.asarray(columns["arm"], dtype=np.int64)
+        if arms.size == 0:
+            return
+        seqs = np.asarray(columns["seq"], dtype=np.int64)
+        latency = np.asarray(columns["latency_ms"], dtype=np.float64) + np.asarray(
+            columns["lag_ms"], dtype=np.float64
+        )
+        ok = np.asarray(columns["ok"], dtype=bool)
+        keys = arms << 32 | seqs
+        for key in np.unique(keys).tolist():
+            chosen = keys == key
+            self.windows[(key >> 32, key & 0xFFFFFFFF)].append((latency[chosen], ok[chosen]))
+
     def window(self, arm: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
-        """Latencies (ms) and ok flags of the requests one phase sent to one arm."""
-        arms = np.asarray(self.columns["arm"], dtype=np.int64)
-        seqs = np.asarray(self.columns["seq"], dtype=np.int64)
-        chosen = (arms == arm) & (seqs == seq)
-        latency = np.asarray(self.columns["latency_ms"], dtype=np.float64)[chosen]
-        lag = np.asarray(self.columns["lag_ms"], dtype=np.float64)[chosen]
-        ok = np.asarray(self.columns["ok"], dtype=bool)[chosen]
-        return latency + lag, ok
+        """Latencies (ms, from the arrival) and ok flags of what one phase sent to one arm."""
+        chunks = self.windows.get((arm, seq))
+        if not chunks:
+            return np.empty(0, dtype=np.float64), np.empty(0, dtype=bool)
+        if len(chunks) > 1:  # joined once: asked again, the window costs nothing more
+            chunks[:] = [
+                (np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]))
+            ]
+        return chunks[0]
 
 
 collector = Collector()
@@ -427,7 +364,7 @@ def _on_init(environment: Environment, **_: Any) -> None:
         runner.register_message("graphserve_refused", _on_refused)
         runner.register_message("graphserve_records", _on_records)
     elif PLAN.max_requests:
-        local.budget = PLAN.max_requests
+        local.traffic.budget = RequestBudget(PLAN.max_requests)
 
 
 def _whoami() -> dict[str, Any]:
@@ -457,7 +394,7 @@ def _on_plan(environment: Environment, msg: Any, **_: Any) -> None:
         return
     PLAN, BODY = plan, bytes(msg.data["body"])
     if plan.max_requests:
-        local.budget = max(1, plan.max_requests // max(1, plan.workers))
+        local.traffic.budget = RequestBudget(max(1, plan.max_requests // max(1, plan.workers)))
     if msg.data.get("phase"):
         local.enter(Phase(**msg.data["phase"]))
 

@@ -4,10 +4,11 @@
         --rollout-dir OUT/raw --rollout-rate 200
 
 Each user sends the pre-encoded request in OUT/raw/request.bin from a real OS thread over a
-channel of its own (generator/senders.py says why). Closed loop (--rollout-rate 0): back to back.
-Open loop: the users share one schedule of evenly spaced sends at the rate, starting together,
-and a send that goes out late records its lag. Every answer is read only as far as its
-`model_spec` (the version that answered); the outputs are skipped, not parsed.
+channel of its own (generator/users.py's loop; generator/senders.py says why). Closed loop
+(--rollout-rate 0): back to back. Open loop: the users share one schedule of evenly spaced sends
+at the rate, starting together, and a send that goes out late records its lag. Every answer is
+read only as far as its `model_spec` (the version that answered); the outputs are skipped, not
+parsed.
 
 The controller (loadtest/rollout/run.py, in the CLI's process) watches OUT/raw:
     started.json   written when the load begins: {"t0": time.time() of the first send}
@@ -28,27 +29,26 @@ from pathlib import Path
 from typing import Any
 
 import gevent
-import grpc
 import numpy as np
-from locust import User, constant, events, task
+from locust import events
 from locust.env import Environment
-from locust.exception import StopUser
 from tensorflow_serving.apis import model_pb2
 
-from graphserve.core.client import GrpcClient
-from graphserve.loadtest.generator.senders import (
-    Completed,
-    Completions,
-    LoopThread,
-    RealLock,
-    real_sleep,
-)
+from graphserve.loadtest.generator.senders import Completed
 from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.users import (
+    GrpcPredict,
+    LoopUser,
+    Schedule,
+    Sender,
+    Sent,
+    Traffic,
+    Turn,
+)
 
 _RPC_TIMEOUT_S = 10.0
 _WATCH_S = 0.05  # how often the hub looks for the stop file
 _START_DELAY_S = 0.3  # the schedule starts a moment after the users are spawned
-_NAP_S = 0.05  # the longest a thread sleeps towards a send before looking at the stop flag
 
 
 @events.init_command_line_parser.add_listener
@@ -61,25 +61,13 @@ def _add_options(parser: Any) -> None:
 
 
 class _Run:
-    """This process's state: the schedule, the stop flag and the records of every request."""
+    """This process's run: where it writes, the request, and the records of every request."""
 
     def __init__(self) -> None:
         self.dir = Path()
         self.body = b""
-        self.rate = 0.0
-        self.t0 = 0.0
-        self.next = 0  # the open loop's next send, as an index into the schedule
-        self.stopping = False
         self.rows: list[tuple[float, float, float, int, int]] = []  # list.append is atomic
-        self.lock = RealLock()
-        self.threads: list[LoopThread] = []
         self.written = False
-
-    def due(self) -> float:
-        """The open loop's next send time (time.time()); each is taken once."""
-        with self.lock:
-            index, self.next = self.next, self.next + 1
-        return self.t0 + index / self.rate
 
     def write(self) -> None:
         if self.written or not self.dir.parts:
@@ -100,6 +88,7 @@ class _Run:
 
 
 run = _Run()
+traffic: Traffic[None] = Traffic()
 
 
 def answered_version(reply: bytes) -> int:
@@ -143,12 +132,12 @@ def _on_start(environment: Environment, **_: Any) -> None:
     options = environment.parsed_options
     assert options is not None  # run by locust's command line, which parses our options
     run.dir = Path(options.rollout_dir)
-    run.rate = float(options.rollout_rate)
     host = environment.host or ""
     check_loopback(host)
     run.body = (run.dir / "request.bin").read_bytes()
-    run.t0 = time.time() + _START_DELAY_S
-    (run.dir / "started.json").write_text(json.dumps({"t0": run.t0, "pid": os.getpid()}))
+    t0 = time.time() + _START_DELAY_S  # every user starts then, closed loop or open
+    traffic.publish(Turn(None, schedule=Schedule(float(options.rollout_rate), t0)))
+    (run.dir / "started.json").write_text(json.dumps({"t0": t0, "pid": os.getpid()}))
     gevent.spawn(_watch_stop, environment)
 
 
@@ -157,10 +146,7 @@ def _watch_stop(environment: Environment) -> None:
     records are written and locust quits."""
     while not (run.dir / "stop").exists():
         gevent.sleep(_WATCH_S)
-    run.stopping = True
-    deadline = time.monotonic() + _RPC_TIMEOUT_S + 1
-    while any(not t.finished for t in run.threads) and time.monotonic() < deadline:
-        gevent.sleep(0.01)
+    traffic.stop(_RPC_TIMEOUT_S + 1)
     run.write()
     if environment.runner is not None:
         environment.runner.quit()
@@ -171,49 +157,24 @@ def _on_stop(**_: Any) -> None:
     run.write()  # the run ended on locust's own bound (-t) before the controller's stop
 
 
-class RolloutUser(User):
+class RolloutUser(LoopUser):
     """Sends the request to the host until the run stops; every answer is recorded with the
     version that gave it."""
 
-    wait_time = constant(0)
+    traffic = traffic
 
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         # Made here, on the hub: a channel of its own (one shared by threads serializes them).
-        self._client = GrpcClient.connect(self.host or "", max_message_bytes=-1)
-        self._predict = self._client.raw("Predict")
-        self._completions = Completions.of(environment, "grpc")
-        self._loop = LoopThread(self._send)
+        self._sender = GrpcPredict(self.host or "", run.body, _RPC_TIMEOUT_S, max_message_bytes=-1)
 
-    @task
-    def predict(self) -> None:
-        run.threads.append(self._loop)
-        self._loop.start().watch()
-        raise StopUser()
+    def senders(self) -> list[Sender]:
+        return [self._sender]
 
-    def on_stop(self) -> None:
-        self._loop.join(_RPC_TIMEOUT_S)
-        self._client.close()
-
-    # -- on this user's thread
-
-    def _send(self) -> bool:
-        due = run.due() if run.rate > 0 else max(run.t0, time.time())
-        while (delay := due - time.time()) > 0:
-            if run.stopping:
-                return False
-            real_sleep(min(delay, _NAP_S))
-        if run.stopping:
-            return False
-        lag_ms = max(0.0, (time.time() - due) * 1000) if run.rate > 0 else 0.0
-        start, t0 = time.time(), time.perf_counter()
-        try:
-            reply = self._predict(run.body, timeout=_RPC_TIMEOUT_S)
-            code, version, error = 0, answered_version(reply), None
-        except grpc.RpcError as exc:
-            reply, version, error = b"", -1, exc
-            code = int(exc.code().value[0])  # type: ignore[attr-defined]
-        ms = (time.perf_counter() - t0) * 1000
-        run.rows.append((start, ms, lag_ms, code, version))
-        self._completions.put(Completed("Predict", start, ms, len(reply), error, {}))
-        return True
+    def record(self, turn: Turn[None], sent: Sent) -> Completed:
+        if sent.error is None:
+            code, version = 0, answered_version(sent.reply)
+        else:
+            code, version = int(sent.error.code().value[0]), -1  # type: ignore[attr-defined]
+        run.rows.append((sent.start, sent.ms, sent.lag_ms, code, version))
+        return sent.completed(turn.name)

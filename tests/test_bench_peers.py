@@ -83,6 +83,7 @@ def mlp_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
 
 
 @pytest.mark.peers
+@pytest.mark.timeout(600)  # the first use of a peer installs it, TensorFlow included
 @pytest.mark.parametrize("name", PEER_NAMES)
 def test_each_peer_answers_with_the_models_values(
     name: str, mlp_model: tuple[Path, dict[str, Any]], tmp_path: Path

@@ -63,7 +63,9 @@ from tests.tf1_models import write_tf1_half_plus_two
 
 __all__ = ["images", "readable_dir"]  # fixtures, used by name
 
-pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# The first test's setup may build the images (docker/build-images, which also waits for a
+# build already under way): more than pyproject.toml's per-test timeout allows the rest.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 runner = CliRunner()
 
 

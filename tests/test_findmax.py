@@ -89,7 +89,7 @@ def test_find_max_refuses_what_it_cannot_search(
 def test_both_arms_hold_every_load_up_to_the_cap(mlp_servers: Servers, tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
-        ["compare", "--find-max", "--slo", "p99<10s", "--users", "1", "--max-load", "4",
+        ["compare", "--find-max", "--slo", "p99<10s", "--users", "1", "--max-load", "2",
          *_SHORT, "--model-name", "mlp", "--graph", mlp_servers.graph_grpc,
          "--eager", mlp_servers.eager_grpc, "--out", str(tmp_path)],
     )  # fmt: skip
@@ -98,28 +98,27 @@ def test_both_arms_hold_every_load_up_to_the_cap(mlp_servers: Servers, tmp_path:
     jsonschema.validate(document, SCHEMA)
     report = load_report(tmp_path / "report.json")
     search = report.find_max
-    assert search is not None and search.slo == ["p99<10s"] and search.max_load == 4
+    assert search is not None and search.slo == ["p99<10s"] and search.max_load == 2
     for name in ("graph", "eager"):
         arm = search.arms[name]
-        assert [p.load for p in arm.probes] == [1, 2, 4]
+        assert [p.load for p in arm.probes] == [1, 2]  # the ramp doubles, up to the cap
         assert all(p.held and p.value is not None and p.value < 10_000 for p in arm.probes)
-        assert (arm.max_load, arm.first_miss, arm.limit) == (4, None, "max load")
+        assert (arm.max_load, arm.first_miss, arm.limit) == (2, None, "max load")
     # The arms take turns, one arm a probe; each probe is a step of the report.
     assert [(list(s.arms), s.load) for s in report.steps] == [
-        (["graph"], 1), (["eager"], 1), (["graph"], 2), (["eager"], 2), (["graph"], 4),
-        (["eager"], 4),
+        (["graph"], 1), (["eager"], 1), (["graph"], 2), (["eager"], 2),
     ]  # fmt: skip
     for probe in search.arms["graph"].probes:
         step = report.steps[probe.step]
         assert step.arms["graph"].throughput_rps == probe.throughput_rps > 0
     assert report.headline == [
-        "graph and eager both hold at least 4 users (the --max-load) at p99 < 10,000 ms."
+        "graph and eager both hold at least 2 users (the --max-load) at p99 < 10,000 ms."
     ]
     markdown = (tmp_path / "report.md").read_text()
     assert "## Most load within p99 \\< 10,000 ms" in markdown
-    assert "| graph | 4 users | – | 3 | reached --max-load |" in markdown
-    assert "## Probe 6: eager at 4 users" in markdown
-    assert len(list((tmp_path / "probes").iterdir())) == 6
+    assert "| graph | 2 users | – | 2 | reached --max-load |" in markdown
+    assert "## Probe 4: eager at 2 users" in markdown
+    assert len(list((tmp_path / "probes").iterdir())) == 4
 
 
 @pytest.mark.slow

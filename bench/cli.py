@@ -102,7 +102,7 @@ def generator(
     from bench.run import MODELS
     from bench.served import model_servers
     from graphserve.exporter.api import ExportSpec, export_model
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     try:
         counts = tuple(int(c) for c in clients.split(",") if c.strip())

@@ -351,7 +351,7 @@ def run_families(
 ) -> dict[str, Any]:
     """Export every family one at a time, serve them all, load each one's two servers in turn:
     the results `write_families` writes."""
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     started = time.perf_counter()
     source_dir = copy_sources(work_dir / "byom")

@@ -236,7 +236,7 @@ def ours_points(
 ) -> tuple[list[Point], Path]:
     """One `loadtest compare` run of one arm over `clients` users; the points and the encoded
     request it sent (the reference generators send the same body where they can)."""
-    from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest.comparison.run import Arm, CompareSpec, LoadSpec, compare
 
     target = address if protocol == "grpc" else f"http://{address}"
     spec = CompareSpec(

@@ -130,7 +130,7 @@ def run_bench(spec: BenchSpec, say: Callable[[str], None] = lambda _m: None) -> 
     Raises what the parts raise: SourceError/SignatureError/ExportError for a model that cannot
     be loaded or exported, RuntimeError for a server that does not start or answers wrongly.
     """
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     started = time.perf_counter()
     run = _Run(spec, say)
@@ -209,7 +209,7 @@ def run_http(spec: HttpSpec, say: Callable[[str], None] = lambda _m: None) -> di
     """The mlp exported, every installed server of `spec` measured; results with G11 and G12."""
     from bench.goals import HTTP_GOALS
     from bench.httpcompare import compare
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     started = time.perf_counter()
     run = _Run(BenchSpec(spec.work_dir, models=()), say)
@@ -307,7 +307,7 @@ def _generator(run: _Run, servers: Mapping[str, ServerProcess], model_name: str)
 
 
 def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
-    from graphserve.loadtest.compare.coldstart import cold_start_suite
+    from graphserve.loadtest.comparison.coldstart import cold_start_suite
     from graphserve.loadtest.generator.payloads import build_payload
     from graphserve.model.sources import load_source, resolve_contracts
 

@@ -228,7 +228,7 @@ def run_soak(plan: SoakPlan, say: Callable[[str], None] = lambda _: None) -> dic
     `plan.duration_s` s; the samples, the swaps, the request counts and the RSS figures.
     Raises RuntimeError when the server does not start or a swap does not complete."""
     from graphserve.exporter.api import ExportSpec, export_model
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     work = plan.work_dir
     result = export_model(ExportSpec("examples:mlp", MODEL, base_path=work / "models"))

@@ -48,7 +48,7 @@ def demo(
     from graphserve.exporter import ExportError, ExportSpec, export_model
     from graphserve.loadtest import CompareSpec, LoadSpec, LoadTestError
     from graphserve.loadtest.cli import ProgressPrinter, finish
-    from graphserve.loadtest.compare.managed import run_managed
+    from graphserve.loadtest.comparison.managed import run_managed
 
     stderr.rule("1/2 export")
     try:

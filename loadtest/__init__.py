@@ -13,11 +13,11 @@ from graphserve.core.errors import (
     ServerStartError,
     SloError,
 )
-from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare
+from graphserve.loadtest.comparison.run import Arm, CompareSpec, LoadSpec, compare
 from graphserve.loadtest.generator.targets import check_loopback
 from graphserve.loadtest.results.rollout import RolloutReport, load_rollout
 from graphserve.loadtest.results.run import Report, load_report
-from graphserve.loadtest.rollout.run import RolloutSpec, rollout
+from graphserve.loadtest.rollouts.run import RolloutSpec, rollout
 
 __all__ = [
     "Arm",

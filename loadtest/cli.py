@@ -21,8 +21,8 @@ from graphserve.core.console import quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
 
 if TYPE_CHECKING:
-    from graphserve.loadtest.compare.findmax import SearchSpec
-    from graphserve.loadtest.compare.run import CompareSpec
+    from graphserve.loadtest.comparison.findmax import SearchSpec
+    from graphserve.loadtest.comparison.run import CompareSpec
     from graphserve.loadtest.results.rollout import RolloutReport
     from graphserve.loadtest.results.run import Report
 
@@ -253,7 +253,12 @@ def compare(
     refused target, 3 when an --slo or --max-failures gate is missed.
     """
     from graphserve.core.errors import LoadTestError, PayloadError
-    from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, check_payload_protocol
+    from graphserve.loadtest.comparison.run import (
+        Arm,
+        CompareSpec,
+        LoadSpec,
+        check_payload_protocol,
+    )
 
     addresses = _pairs(arm or [], "--arm")
     for name, address in (("graph", graph), ("eager", eager)):
@@ -321,7 +326,7 @@ def compare(
     out_dir = out or Path("loadtest-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     search = None
     if find_max:
-        from graphserve.loadtest.compare.findmax import SearchSpec
+        from graphserve.loadtest.comparison.findmax import SearchSpec
 
         search = SearchSpec(max_load=max_load, max_probes=max_probes, precision_pct=precision)
     quiet = output is OutputFormat.json
@@ -342,7 +347,7 @@ def _serve_kinds(serve: str | None, model_base_path: Path, source: str | None) -
         return [k.strip() for k in serve.split(",") if k.strip()]
     if source is None:
         from graphserve.core.errors import LoadTestError
-        from graphserve.loadtest.compare.managed import export_record
+        from graphserve.loadtest.comparison.managed import export_record
 
         try:
             record = export_record(model_base_path)
@@ -365,10 +370,10 @@ def _run(
 ) -> Report:
     from functools import partial
 
-    from graphserve.loadtest.compare.findmax import find_max
-    from graphserve.loadtest.compare.managed import Run, run_managed
-    from graphserve.loadtest.compare.run import compare as run_compare
-    from graphserve.loadtest.compare.run import with_metrics_probe
+    from graphserve.loadtest.comparison.findmax import find_max
+    from graphserve.loadtest.comparison.managed import Run, run_managed
+    from graphserve.loadtest.comparison.run import compare as run_compare
+    from graphserve.loadtest.comparison.run import with_metrics_probe
 
     printer = None if quiet else ProgressPrinter()
     say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{m}[/dim]"))
@@ -487,7 +492,7 @@ def worker(
     for a minute); exits 1 when it cannot reach the master."""
     import subprocess
 
-    from graphserve.loadtest.compare.run import worker_command, worker_env
+    from graphserve.loadtest.comparison.run import worker_command, worker_env
 
     command, env = worker_command(master_host, master_port), worker_env(allow_remote)
     stderr.print(
@@ -614,7 +619,7 @@ def rollout_command(
     """
     from graphserve.core.errors import LoadTestError, ServerUnreachable
     from graphserve.loadtest.generator.targets import check_loopback
-    from graphserve.loadtest.rollout.run import RolloutSpec, is_saved_model, rollout
+    from graphserve.loadtest.rollouts.run import RolloutSpec, is_saved_model, rollout
 
     if rate is not None and users is not None:
         raise typer.BadParameter("use --rate (open loop) or --users (closed loop), not both")
@@ -685,7 +690,7 @@ def _rollout_progress(event: dict[str, Any]) -> None:
 def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
     """Print the rollout (table, or rollout.json on stdout when quiet), then exit 1 when the
     swap did not complete, 3 when a gate was missed."""
-    from graphserve.loadtest.rollout.report import render_table
+    from graphserve.loadtest.rollouts.report import render_table
 
     if quiet:
         typer.echo(json.dumps(report.to_json(), indent=2))
@@ -727,7 +732,7 @@ def report_command(
     try:
         if (out / "rollout.json").exists() and not (out / "report.json").exists():
             from graphserve.loadtest.results.rollout import load_rollout
-            from graphserve.loadtest.rollout.report import write_rollout
+            from graphserve.loadtest.rollouts.report import write_rollout
 
             write_rollout(load_rollout(out / "rollout.json"), out)
             page = out / "rollout.html"

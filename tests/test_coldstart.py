@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphserve.core.errors import LoadTestError, ServerStartError
-from graphserve.loadtest.compare.coldstart import (
+from graphserve.loadtest.comparison.coldstart import (
     ColdStartError,
     cold_start_suite,
     measure_cold_start,

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from graphserve.loadtest.cli import app
-from graphserve.loadtest.compare.findmax import SearchSpec, next_load
+from graphserve.loadtest.comparison.findmax import SearchSpec, next_load
 from graphserve.loadtest.results.run import load_report
 from tests.conftest import Servers
 
@@ -154,7 +154,7 @@ def test_each_arm_holds_its_own_gates(mlp_servers: Servers, tmp_path: Path) -> N
 
 
 def test_a_probe_in_which_every_request_failed_is_not_held() -> None:
-    from graphserve.loadtest.compare.findmax import held_load
+    from graphserve.loadtest.comparison.findmax import held_load
     from graphserve.loadtest.results.run import Report
     from graphserve.loadtest.results.slo import evaluate, parse_gate
     from tests.test_loadtest_report import make_report_document

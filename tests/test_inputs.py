@@ -290,7 +290,7 @@ def test_eager_server_load_check_takes_samples_and_ranges(tmp_path: Path) -> Non
 
 
 def test_the_load_tests_default_payload_is_what_the_export_recorded(tmp_path: Path) -> None:
-    from graphserve.loadtest.compare.run import CompareSpec, payload_specs
+    from graphserve.loadtest.comparison.run import CompareSpec, payload_specs
     from graphserve.loadtest.generator.payloads import build_payload
 
     export_model(

@@ -108,3 +108,20 @@ def test_no_module_imports_itself_back() -> None:
                 chain = graph.find_shortest_chain(importer=imported, imported=module)
                 cycles.append(f"{module} -> {' -> '.join(chain)}")
     assert cycles == []
+
+
+def test_no_name_in_a_package_hides_one_of_its_subpackages() -> None:
+    """`graphserve.loadtest` exports the functions `compare` and `rollout`; a subpackage of the
+    same name would be hidden behind them (`import graphserve.loadtest.compare.run as x` then
+    fails), so every subpackage must be what its package's attribute of that name is."""
+    import importlib
+    import pkgutil
+
+    import graphserve
+
+    for info in pkgutil.walk_packages(graphserve.__path__, "graphserve."):
+        if not info.ispkg:
+            continue
+        package = importlib.import_module(info.name)
+        parent, _, name = info.name.rpartition(".")
+        assert getattr(importlib.import_module(parent), name) is package, info.name

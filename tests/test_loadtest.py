@@ -325,7 +325,7 @@ def test_cli_needs_the_model_name_for_addresses(tmp_path: Path) -> None:
 def test_model_name_comes_from_the_option_or_the_base_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from graphserve.loadtest.compare.run import Arm, CompareSpec, compare, model_name_of
+    from graphserve.loadtest.comparison.run import Arm, CompareSpec, compare, model_name_of
 
     arms = (Arm("graph", "127.0.0.1:1"),)
     assert model_name_of(CompareSpec(arms, model_base_path=Path("models/mobilenet"))) == "mobilenet"

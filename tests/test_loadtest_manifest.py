@@ -18,7 +18,7 @@ from graphserve.core.errors import LoadTestError
 from graphserve.core.manifest import MANIFEST_FILE, read_manifest, write_manifest
 from graphserve.core.processes import SERVER_KINDS, export_flags, serve_args
 from graphserve.core.signature import parse_input_spec
-from graphserve.loadtest.compare.managed import export_record
+from graphserve.loadtest.comparison.managed import export_record
 
 SOURCE = "tests.test_loadtest_manifest:build"
 INPUT = "x:float32:-1,4"

@@ -530,7 +530,7 @@ def test_a_version_pushed_under_locust_load_swaps_in_with_no_failed_request(
 ) -> None:
     from graphserve.core.defaults import DEFAULT_METRICS_PATH as METRICS_PATH
     from graphserve.core.processes import ServerProcess
-    from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare
+    from graphserve.loadtest.comparison.run import Arm, CompareSpec, LoadSpec, compare
     from graphserve.loadtest.report.analysis import read_raw
     from graphserve.loadtest.results.stats import summarize
 

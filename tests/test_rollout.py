@@ -32,14 +32,14 @@ from graphserve.core.processes import ServerProcess, free_port
 from graphserve.loadtest.cli import app
 from graphserve.loadtest.results.rollout import load_rollout
 from graphserve.loadtest.results.slo import Gate, parse_gate
-from graphserve.loadtest.rollout.analysis import (
+from graphserve.loadtest.rollouts.analysis import (
     Moments,
     check_gate_windows,
     check_gates,
     first_requests,
     windows,
 )
-from graphserve.loadtest.rollout.run import RolloutSpec, rollout, serving_version
+from graphserve.loadtest.rollouts.run import RolloutSpec, rollout, serving_version
 from graphserve.model.warmup import WARMUP_FILE
 
 NAME = "mlp"

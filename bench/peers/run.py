@@ -87,7 +87,7 @@ class PeersSpec:
 def run_peers(spec: PeersSpec, say: Say = lambda _m: None) -> dict[str, Any]:
     """Every model against every server of `spec`; the results dictionary
     (bench/results/peers.json)."""
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     started = time.perf_counter()
     spec.work_dir = spec.work_dir.resolve()  # the apps run from their log directory
@@ -353,13 +353,19 @@ def _batch_counts(served: Served) -> tuple[float, float] | None:
     """graphserve's batcher counters (requests, batches) from its metrics; None elsewhere."""
     if served.name != "graphserve" or served.config != "batching on":
         return None
-    import urllib.request
-
     from graphserve.core.defaults import DEFAULT_METRICS_PATH
+    from graphserve.core.httpclient import HttpConnection
 
-    address = served.info["rest_address"]
-    with urllib.request.urlopen(f"http://{address}{DEFAULT_METRICS_PATH}", timeout=10) as r:
-        text = r.read().decode()
+    connection = HttpConnection(str(served.info["rest_address"]), 10.0)
+    try:
+        reply = connection.request("GET", DEFAULT_METRICS_PATH, None, {})
+    finally:
+        connection.close()
+    if reply.status != 200:
+        raise RuntimeError(
+            f"GET {DEFAULT_METRICS_PATH} answered {reply.status}: {reply.text[:200]}"
+        )
+    text = reply.text
     counts = {"graphserve_batched_requests_total": 0.0, "graphserve_batches_total": 0.0}
     for line in text.splitlines():
         name = line.split("{")[0].split(" ")[0]

@@ -22,21 +22,19 @@ threads' calls through the hub too.
 from __future__ import annotations
 
 import collections
-import socket
-import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 import gevent
 import grpc
-import httptools
 from gevent.monkey import get_original
 from locust.exception import CatchResponseError
 
 from graphserve.core.client import http_failure
+from graphserve.core.httpclient import HttpConnection, blocking_connector
 
 __all__ = [
     "Completed",
@@ -53,29 +51,11 @@ __all__ = [
 _start_new_thread = get_original("_thread", "start_new_thread")
 RealLock: Callable[[], Any] = get_original("_thread", "allocate_lock")
 real_sleep: Callable[[float], None] = get_original("time", "sleep")
-_RealSocket = get_original("socket", "socket")
-_real_getaddrinfo = get_original("socket", "getaddrinfo")
-
-
-def _create_connection(
-    address: tuple[str, int], timeout: float | None = None, source_address: Any = None
-) -> Any:
-    """socket.create_connection with the operating system's socket class: the original function
-    would build gevent's, whose every call goes through the hub of the calling thread."""
-    host, port = address
-    error: OSError | None = None
-    for family, kind, proto, _, sockaddr in _real_getaddrinfo(host, port, 0, socket.SOCK_STREAM):
-        sock = _RealSocket(family, kind, proto)
-        try:
-            sock.settimeout(timeout)
-            if source_address:
-                sock.bind(source_address)
-            sock.connect(sockaddr)
-            return sock
-        except OSError as exc:
-            error = exc
-            sock.close()
-    raise error or OSError(f"no address for {host}:{port}")
+# Sockets of the operating system's socket class, which block this OS thread alone: gevent's
+# would send every call through the hub of the calling thread.
+_connect_real = blocking_connector(
+    get_original("socket", "socket"), get_original("socket", "getaddrinfo")
+)
 
 
 _PUMP_S = 0.005  # how often finished calls are fired as locust events
@@ -166,73 +146,29 @@ def timed_call(
 
 
 class HttpSender:
-    """One keep-alive HTTP/1.1 connection that POSTs one pre-encoded request again and again: the
-    request line, headers and body are bytes built once, the answer is parsed by httptools (the
-    parser under uvicorn, which our REST front end uses too). The standard library's
-    http.client spent about 190 µs of CPU per request here, most of it building headers and
-    parsing the answer's with the email package; this, as wrk does, spends a few tens.
+    """POSTs one pre-encoded request again and again on one keep-alive HttpConnection
+    (graphserve.core.httpclient) over the operating system's socket: the request's bytes are
+    built once, the answer is parsed by httptools. The standard library's http.client spent
+    about 190 µs of CPU per request here, most of it building headers and parsing the answer's
+    with the email package; this, as wrk does, spends about ten.
 
-    Reconnects when the server closes the connection; a failed exchange closes it and raises
-    OSError (or httptools.HttpParserError for an answer that is not HTTP).
+    Reconnects after the server closes the connection; a failed exchange closes it and raises
+    OSError.
     """
+
+    post: Callable[[], tuple[int, bytes]]
+    """Send the request, read the whole answer: (status, body)."""
 
     def __init__(
         self, address: str, path: str, body: bytes, headers: Mapping[str, str], timeout: float
     ) -> None:
-        parts = urlsplit(address if "://" in address else f"http://{address}")
-        if parts.hostname is None or parts.port is None or parts.scheme != "http":
-            raise ValueError(f"{address!r}: expected HOST:PORT or http://HOST:PORT")
-        self._where, self._timeout = (parts.hostname, parts.port), timeout
-        lines = [f"POST {path} HTTP/1.1", f"Host: {parts.netloc}"]
-        lines += [f"{name}: {value}" for name, value in headers.items()]
-        lines += [f"Content-Length: {len(body)}", "", ""]
-        self._request = "\r\n".join(lines).encode("latin-1") + body
-        self._sock: Any = None
-        self._parser: Any = None
-        self._chunks: list[bytes] = []
-        self._complete, self._status, self._keep_alive = False, 0, False
-
-    # httptools' callbacks
-    def on_body(self, chunk: bytes) -> None:
-        self._chunks.append(chunk)
-
-    def on_message_complete(self) -> None:
-        # Read here: once the message is complete the parser resets for the next one.
-        self._status = int(self._parser.get_status_code())
-        self._keep_alive = bool(self._parser.should_keep_alive())
-        self._complete = True
-
-    def post(self) -> tuple[int, bytes]:
-        """Send the request, read the whole answer: (status, body)."""
-        if self._sock is None:
-            self._sock = _create_connection(self._where, self._timeout)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            # A blocking socket whose timeout the kernel keeps: Python's own timeout polls
-            # before every send and receive, which doubled the system calls per request.
-            self._sock.settimeout(None)
-            limit = struct.pack("ll", int(self._timeout), int(self._timeout % 1 * 1e6))
-            for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
-                self._sock.setsockopt(socket.SOL_SOCKET, option, limit)
-            self._parser = httptools.HttpResponseParser(self)
-        self._chunks, self._complete = [], False
-        try:
-            self._sock.sendall(self._request)
-            while not self._complete:
-                data = self._sock.recv(65536)
-                if not data:
-                    raise ConnectionError("the server closed the connection mid-answer")
-                self._parser.feed_data(data)
-        except (OSError, httptools.HttpParserError):
-            self.close()
-            raise
-        if not self._keep_alive:
-            self.close()
-        return self._status, b"".join(self._chunks)
+        connection = HttpConnection(address, timeout, connect=_connect_real, keep_headers=False)
+        self._connection = connection
+        # the connection's own send: a Python call less on every request than a method here
+        self.post = partial(connection.send, connection.encode("POST", path, body, headers))
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock, self._parser = None, None
+        self._connection.close()
 
 
 def timed_post(sender: HttpSender) -> tuple[float, float, int, BaseException | None]:
@@ -241,7 +177,7 @@ def timed_post(sender: HttpSender) -> tuple[float, float, int, BaseException | N
     start, t0 = time.time(), time.perf_counter()
     try:
         status, body = sender.post()
-    except (OSError, httptools.HttpParserError) as exc:
+    except OSError as exc:
         return start, (time.perf_counter() - t0) * 1000, 0, exc
     ms = (time.perf_counter() - t0) * 1000
     if status != 200:

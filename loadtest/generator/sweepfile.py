@@ -160,6 +160,9 @@ class Local:
 
     def _arrive(self, phase: Phase) -> None:
         self.phase = phase
+        if phase.arm < 0 and PLAN is not None and phase.step >= len(PLAN.loads):
+            self.traffic.end()  # the run's last phase: the users end with their threads
+            return
         if phase.arm < 0:
             self.traffic.publish(None)
             return

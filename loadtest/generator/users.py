@@ -191,11 +191,16 @@ class Traffic(Generic[T]):
         self.changed.set()
         self.changed = gevent.event.Event()
 
-    def stop(self, timeout_s: float) -> bool:
-        """Users send nothing more; wait (on the hub) until each thread has finished the call it
-        is in. False when some had not after `timeout_s`."""
+    def end(self) -> None:
+        """Users send nothing more: each thread finishes the call it is in and ends, and so does
+        its user (locust then quits without waiting out its --stop-timeout)."""
         self.stopped = True
         self.publish(None)
+
+    def stop(self, timeout_s: float) -> bool:
+        """`end`, then wait (on the hub) until each thread has finished the call it is in. False
+        when some had not after `timeout_s`."""
+        self.end()
         deadline = time.monotonic() + timeout_s
         joined = [t.join(max(0.0, deadline - time.monotonic())) for t in self.threads]
         return all(joined)

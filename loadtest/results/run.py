@@ -361,7 +361,7 @@ class Settings(StrictModel):
 
 
 class Environment(StrictModel):
-    """Where a measurement ran (loadtest.compare.environment; the bench records it too)."""
+    """Where a measurement ran (loadtest.comparison.run.environment; the bench records it too)."""
 
     timestamp: str
     hostname: str

@@ -14,7 +14,7 @@ throughput / rps (req/s; unit rps or /s optional). Ratios take p50 ... p99.9, me
 and no unit. `errors` counts failed requests (no unit, no ratio). OP is <, <=, >, >= or ==. A gate
 without ARM checks the first arm of the report; a ratio gate without ARM checks the first arm that
 is not the baseline. `graphserve loadtest rollout` reads the same gates, with the windows of the
-swap (before, during, after) in place of arms (loadtest/rollout/analysis.py).
+swap (before, during, after) in place of arms (loadtest/rollouts/analysis.py).
 """
 
 from __future__ import annotations

@@ -39,8 +39,8 @@ from pydantic import BaseModel, ConfigDict
 
 from graphserve.core.batchingparams import PER_MODEL_BATCHING_FILE, BatchingParameters
 from graphserve.core.errors import LoadTestError, ServerStartError, SloError
-from graphserve.loadtest.compare.findmax import first_gate_value, held_load
-from graphserve.loadtest.compare.run import Arm, CompareSpec, LoadSpec, compare, model_name_of
+from graphserve.loadtest.comparison.findmax import first_gate_value, held_load
+from graphserve.loadtest.comparison.run import Arm, CompareSpec, LoadSpec, compare, model_name_of
 from graphserve.loadtest.results.labels import NONE
 from graphserve.loadtest.results.run import Report
 

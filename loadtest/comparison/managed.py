@@ -26,7 +26,7 @@ from graphserve.core.manifest import MANIFEST_FILE, read_manifest
 from graphserve.core.processes import SERVER_KINDS, export_flags, serve_args
 from graphserve.core.signature import SERVING_DEFAULT
 from graphserve.core.versions import version_dirs
-from graphserve.loadtest.compare.run import Arm, CompareSpec, compare, model_name_of
+from graphserve.loadtest.comparison.run import Arm, CompareSpec, compare, model_name_of
 from graphserve.loadtest.report.analysis import CALIBRATION_ARM
 from graphserve.loadtest.results.run import ColdStartRun, Report
 
@@ -270,8 +270,8 @@ def _cold_start(
     source_flags: Sequence[str],
     say: Callable[[str], None],
 ) -> list[ColdStartRun]:
-    from graphserve.loadtest.compare.coldstart import cold_start_suite
-    from graphserve.loadtest.compare.run import payload_specs
+    from graphserve.loadtest.comparison.coldstart import cold_start_suite
+    from graphserve.loadtest.comparison.run import payload_specs
     from graphserve.loadtest.generator.payloads import build_payload
 
     assert spec.model_base_path is not None

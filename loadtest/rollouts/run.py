@@ -4,8 +4,8 @@
                        new_version=Path("export/mlp/7"), rate=200, before_s=10, after_s=30)
     report = rollout(spec, Path("reports/rollout"))
 
-Locust (loadtest/rollout/locustfile.py, in a subprocess) sends the same pre-encoded Predict steadily
-and records every request: when it was sent, its latency, its status and the version that
+Locust (loadtest/rollouts/locustfile.py, in a subprocess) sends the same pre-encoded Predict
+steadily and records every request: when it was sent, its latency, its status and the version that
 answered (the response's model_spec.version). This process is the controller: after `before_s`
 it copies the new version into BASE/NAME the way a TF Serving file-system source needs it (under
 a temporary name in BASE/NAME, renamed into place as the next version number: whole or not at
@@ -45,7 +45,7 @@ from graphserve.core.errors import (
 )
 from graphserve.loadtest.generator.targets import check_loopback
 from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
-from graphserve.loadtest.rollout.analysis import Moments
+from graphserve.loadtest.rollouts.analysis import Moments
 
 __all__ = ["ROLLOUT_FILE", "RolloutSpec", "is_saved_model", "rollout", "serving_version"]
 
@@ -104,7 +104,7 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     gates are in report.slo.
     """
     from graphserve.loadtest.results.slo import parse_gate
-    from graphserve.loadtest.rollout.analysis import check_gate_windows
+    from graphserve.loadtest.rollouts.analysis import check_gate_windows
 
     _check(spec)
     gates = [parse_gate(text) for text in spec.slo]
@@ -125,7 +125,7 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
         (raw / "stop").touch()
         _wait_for(process, log)
     records = _read_records(raw, out_dir)
-    from graphserve.loadtest.rollout.report import build_report, write_rollout
+    from graphserve.loadtest.rollouts.report import build_report, write_rollout
 
     report = build_report(spec, _settings(spec), records, moments, gates, _warmup_of(spec, moments))
     write_rollout(report, out_dir)

@@ -36,7 +36,7 @@ from graphserve.loadtest.report.render import (
 )
 from graphserve.loadtest.results.labels import NONE, fmt_plain, load_label
 from graphserve.loadtest.results.rollout import ROLLOUT_SCHEMA, RolloutReport, RolloutSettings
-from graphserve.loadtest.rollout.analysis import (
+from graphserve.loadtest.rollouts.analysis import (
     Moments,
     check_gates,
     errors_by_status,
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from graphserve.loadtest.results.slo import Gate
-    from graphserve.loadtest.rollout.run import RolloutSpec
+    from graphserve.loadtest.rollouts.run import RolloutSpec
 
 __all__ = ["build_report", "render_markdown", "render_table", "write_rollout"]
 
@@ -68,7 +68,7 @@ def build_report(
     warmup: tuple[bool | None, str | None],
 ) -> RolloutReport:
     """The report of one rollout from its records and the moments the controller saw."""
-    from graphserve.loadtest.compare.run import environment
+    from graphserve.loadtest.comparison.run import environment
 
     end = moments.load_end or moments.t0
     open_loop = settings.mode == "open"

@@ -1,7 +1,7 @@
 """The most load each arm holds within a latency budget: `loadtest compare --find-max --slo ...`.
 
 Triton's perf_analyzer stops a sweep at `--latency-threshold`; this searches instead. Each arm is
-probed on its own, one load at a time, by a single-arm comparison (loadtest.compare: the same
+probed on its own, one load at a time, by a single-arm comparison (loadtest.comparison.run: the same
 payload, warm-up, windows and exact latencies as any run), and the arms take turns, probe by
 probe, so drift on a shared machine falls on both. An arm *holds* a load when every `--slo` gate
 that applies to it passes at that load, no request failed (or no more than --max-failures), and,
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from graphserve.core.errors import LoadTestError, SloError
-from graphserve.loadtest.compare.run import CompareSpec, compare, environment
+from graphserve.loadtest.comparison.run import CompareSpec, compare, environment
 from graphserve.loadtest.results.run import (
     REPORT_SCHEMA,
     ArmSearch,

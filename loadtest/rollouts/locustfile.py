@@ -1,6 +1,6 @@
 """The locustfile of `graphserve loadtest rollout`: steady gRPC Predict load until told to stop.
 
-    locust -f loadtest/rollout/locustfile.py --headless -u 16 -r 16 -t 300s --host 127.0.0.1:8500 \
+    locust -f loadtest/rollouts/locustfile.py --headless -u 16 -r 16 -t 300s --host 127.0.0.1:8500 \
         --rollout-dir OUT/raw --rollout-rate 200
 
 Each user sends the pre-encoded request in OUT/raw/request.bin from a real OS thread over a
@@ -10,7 +10,7 @@ at the rate, starting together, and a send that goes out late records its lag. E
 read only as far as its `model_spec` (the version that answered); the outputs are skipped, not
 parsed.
 
-The controller (loadtest/rollout/run.py, in the CLI's process) watches OUT/raw:
+The controller (loadtest/rollouts/run.py, in the CLI's process) watches OUT/raw:
     started.json   written when the load begins: {"t0": time.time() of the first send}
     stop           the controller creates it to end the run
     records.npz    every request: start (time.time()), latency_ms, lag_ms, code (gRPC status

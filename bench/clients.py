@@ -2,14 +2,14 @@
 
 The client must cost as little as possible, or it dilutes every served ratio: requests are
 encoded once (the same bytes for every server), gRPC goes through the client's raw method with
-no (de)serializers, and HTTP keeps one connection alive (graphserve.core.client's). The first
+no (de)serializers, and HTTP keeps one connection alive (graphserve.core.httpclient's
+HttpConnection, on a socket that blocks in the kernel, the request's bytes built once). The first
 answer of each is decoded and checked, so a benchmark never times a server that answers with
 errors.
 """
 
 from __future__ import annotations
 
-import http.client
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +19,8 @@ import grpc
 import numpy as np
 
 from bench.timing import Timing, timing_of
-from graphserve.core.client import JSON_HEADERS, GrpcClient, HttpConnection, predict_outputs
+from graphserve.core.client import JSON_HEADERS, GrpcClient, predict_outputs
+from graphserve.core.httpclient import HttpConnection, blocking_connector
 from graphserve.core.results import JsonResult, json_meta
 
 __all__ = ["BenchRequestError", "Load", "closed_loop", "grpc_caller", "merge", "rest_caller"]
@@ -53,15 +54,18 @@ def grpc_caller(address: str, request: bytes) -> Callable[[], bytes]:
 def rest_caller(address: str, path: str, body: bytes) -> Callable[[], bytes]:
     """A callable that POSTs `body` to http://`address``path` on one kept-alive connection and
     returns the response body. Raises BenchRequestError on any status but 200."""
-    connection = HttpConnection(address, timeout=_TIMEOUT_S)
+    connection = HttpConnection(
+        address, _TIMEOUT_S, connect=blocking_connector(), keep_headers=False
+    )
+    request = connection.encode("POST", path, body, JSON_HEADERS)
 
     def call() -> bytes:
-        reply = connection.request("POST", path, body, JSON_HEADERS)
-        if reply.status != 200:
+        status, answer = connection.send(request)
+        if status != 200:
             raise BenchRequestError(
-                f"POST http://{address}{path} answered {reply.status}: {reply.body[:300]!r}"
+                f"POST http://{address}{path} answered {status}: {answer[:300]!r}"
             )
-        return reply.body
+        return answer
 
     call()
     return call
@@ -107,7 +111,7 @@ def closed_loop(
             began = clock()
             try:
                 call()
-            except (grpc.RpcError, BenchRequestError, OSError, http.client.HTTPException):
+            except (grpc.RpcError, BenchRequestError, OSError):
                 errors[i] += 1
                 continue
             times.append((clock() - began) * 1000.0)

@@ -26,9 +26,10 @@ out), or with `--model mlp` (or `--model-dir BASE/NAME`) graphserve's own REST h
 graph data plane serving that SavedModel: the request path of `serve graph`, only the transport
 differs. `--noop` answers a constant: what the transport alone costs.
 
-This process is the client, with raw sockets and prebuilt request bytes, so the client's own
-cost is small and the same for every server. It measures, interleaved in rounds whose order
-reverses each round (A B C, C B A):
+This process is the client: graphserve's one HTTP client (graphserve.core.httpclient) with
+prebuilt request bytes, so the client's own cost is small and the same for every server; the
+probes write raw bytes and read the answers with the same parser. It measures, interleaved in
+rounds whose order reverses each round (A B C, C B A):
 
 - keep-alive p50/p99: one connection, one request at a time;
 - new connection p50: connect, request, close, one at a time (curl, urllib);
@@ -64,6 +65,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
+
+from graphserve.core.httpclient import (
+    HttpConnection,
+    blocking_connector,
+    read_response,
+)
 
 HOST = "127.0.0.1"
 PATH = "/v1/models/mlp:predict"
@@ -703,77 +710,40 @@ def chunked_bytes(body: bytes, size: int = 1000) -> bytes:
     return head + b"".join(chunks) + b"0\r\n\r\n"
 
 
-class Response:
-    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.status, self.headers, self.body = status, headers, body
-
-
-def read_response(sock: socket.socket, buffer: bytearray) -> Response:
-    """One response off `sock`; bytes past it stay in `buffer`. Raises ConnectionError when the
-    server closes first."""
-    while b"\r\n\r\n" not in buffer:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("closed before a response")
-        buffer += data
-    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {}
-    for line in lines[1:]:
-        key, _, value = line.partition(":")
-        headers[key.strip().lower()] = value.strip()
-    buffer[:] = rest
-    if status == 100 or status == 204:
-        return Response(status, headers, b"")
-    if headers.get("transfer-encoding", "").lower() == "chunked":
-        chunked = bytearray()
-        while True:
-            while b"\r\n" not in buffer:
-                buffer += sock.recv(65536)
-            size_line, _, tail = bytes(buffer).partition(b"\r\n")
-            size = int(size_line.split(b";")[0], 16)
-            while len(tail) < size + 2:
-                tail += sock.recv(65536)
-            chunked += tail[:size]
-            buffer[:] = tail[size + 2 :]
-            if size == 0:
-                return Response(status, headers, bytes(chunked))
-    length = int(headers.get("content-length", "0"))
-    while len(buffer) < length:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("closed inside a response")
-        buffer += data
-    body = bytes(buffer[:length])
-    del buffer[:length]
-    return Response(status, headers, body)
-
-
 def connect(port: int, timeout: float = 10.0) -> socket.socket:
+    """A raw socket for the probes, which write bytes of their own."""
     sock = socket.create_connection((HOST, port), timeout=timeout)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 
-def _check(response: Response) -> None:
-    if response.status != 200 or len(json.loads(response.body)["predictions"][0]) != 10:
-        raise RuntimeError(f"bad answer {response.status}: {response.body[:200]!r}")
+def _check(status: int, body: bytes) -> None:
+    if status != 200 or len(json.loads(body)["predictions"][0]) != 10:
+        raise RuntimeError(f"bad answer {status}: {body[:200]!r}")
+
+
+_CONNECT = blocking_connector()
 
 
 class KeepAlive:
+    """One kept-alive connection that sends `request` again and again (the one HTTP client's
+    lean path); a connection the server closed is reopened on the next call."""
+
     def __init__(self, port: int, request: bytes) -> None:
-        self.sock, self.request, self.buffer = connect(port), request, bytearray()
+        address = f"{HOST}:{port}"
+        self.connection = HttpConnection(address, 10.0, connect=_CONNECT, keep_headers=False)
+        self.request = request
 
     def __call__(self) -> None:
-        self.sock.sendall(self.request)
-        _check(read_response(self.sock, self.buffer))
+        _check(*self.connection.send(self.request))
 
 
 def new_connection(port: int, request: bytes) -> None:
-    with connect(port) as sock:
-        sock.sendall(request)
-        _check(read_response(sock, bytearray()))
+    call = KeepAlive(port, request)
+    try:
+        call()
+    finally:
+        call.connection.close()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -816,13 +786,11 @@ def throughput(port: int, request: bytes, clients: int, seconds: float) -> tuple
                 started = time.perf_counter()
                 try:
                     call()
-                except ConnectionError:
+                except ConnectionError:  # closed, and reopened by the next call
                     closed[0] += 1
-                    call.sock.close()
-                    call = KeepAlive(port, request)
                     continue
                 latencies.append((time.perf_counter() - started) * 1000)
-            call.sock.close()
+            call.connection.close()
         except BaseException as exc:
             errors.append(exc)
 
@@ -862,8 +830,8 @@ def probe_chunked(port: int, body: bytes) -> str:
     with connect(port) as sock:
         sock.sendall(chunked_bytes(body))
         try:
-            response = read_response(sock, bytearray())
-        except (ConnectionError, OSError) as exc:
+            response = read_response(sock)
+        except OSError as exc:
             return f"no ({exc})"
         return "yes" if response.status == 200 else f"no ({response.status})"
 
@@ -872,15 +840,15 @@ def probe_continue(port: int, body: bytes) -> str:
     with connect(port, timeout=2.0) as sock:
         head = post_bytes(body, "Expect: 100-continue\r\n")[: -len(body)]
         sock.sendall(head)
-        buffer = bytearray()
+        reader = HttpConnection.over(sock)  # keeps what came after the 100 for the next read
         try:
-            first = read_response(sock, buffer)
+            first = read_response(sock, reader)
         except TimeoutError:
-            first = None
+            first, reader = None, HttpConnection.over(sock)
         if first is not None and first.status != 100:
             return f"no (answered {first.status} before the body)"
         sock.sendall(body)
-        response = read_response(sock, buffer)
+        response = read_response(sock, reader)
         if response.status != 200:
             return f"no ({response.status})"
         return "yes" if first is not None else "no 100 sent (body accepted after 2 s)"
@@ -889,13 +857,14 @@ def probe_continue(port: int, body: bytes) -> str:
 def probe_idle(port: int, request: bytes) -> str:
     """An idle keep-alive connection after a request, and one that never sent anything: how
     long after going idle each is closed (watched together, 3 s at most)."""
-    after = KeepAlive(port, request)
-    after()
+    after = connect(port)
+    after.sendall(request)
+    read_response(after)
     fresh = connect(port)
     since = time.monotonic()
     results: dict[str, float | None] = {}
     with contextlib.ExitStack() as stack:
-        watched = {stack.enter_context(after.sock): "after a request"}
+        watched = {stack.enter_context(after): "after a request"}
         watched[stack.enter_context(fresh)] = "never used"
         for what in watched.values():
             results[what] = None
@@ -935,10 +904,9 @@ def probe_slow_body(port: int) -> str:
     with connect(port) as sock:
         sock.sendall(post_bytes(b"x" * 1000)[:-990])
         started = time.monotonic()
-        buffer = bytearray()
         sock.settimeout(4.0)
         try:
-            response = read_response(sock, buffer)
+            response = read_response(sock)
             return f"{response.status} at {time.monotonic() - started:.1f} s"
         except TimeoutError:
             return "open after 4 s"
@@ -951,7 +919,7 @@ def probe_cap(port: int, request: bytes) -> str:
     socks = [connect(port, timeout=2.0) for _ in range(4)]
     for s in socks:  # hold 4 connections open, each after one answered request
         s.sendall(request)
-        read_response(s, bytearray())
+        read_response(s)
     outcomes = []
     for _ in range(4):
         try:
@@ -962,7 +930,7 @@ def probe_cap(port: int, request: bytes) -> str:
         socks.append(extra)
         try:
             extra.sendall(request)
-            outcomes.append(str(read_response(extra, bytearray()).status))
+            outcomes.append(str(read_response(extra).status))
         except TimeoutError:
             outcomes.append("waits")
         except (ConnectionError, OSError):

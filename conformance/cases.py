@@ -225,10 +225,8 @@ def call_rest(
     fresh connection, with no headers but `headers`. OSError when nothing answers."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     connection = client.HttpConnection(address, timeout)
-    try:
+    try:  # every failure of the client is an OSError (graphserve.core.httpclient)
         reply = connection.request(method, path, data, dict(headers or {}))
-    except Exception as exc:  # http.client's errors are not OSErrors: one kind for the caller
-        raise OSError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         connection.close()
     try:

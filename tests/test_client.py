@@ -158,13 +158,13 @@ def test_one_connection_is_kept_alive_and_reopened(mlp_servers: Servers) -> None
     connection = client.HttpConnection(mlp_servers.graph_rest)
     rest = RestClient(mlp_servers.graph_rest, transport=connection)
     first = rest.status("mlp")
-    kept = connection._conn
+    kept = connection._sock
     # Status and body: the Date header changes when a second passes between two answers.
-    assert rest.status("mlp").body == first.body and connection._conn is kept
+    assert rest.status("mlp").body == first.body and connection._sock is kept
     closing = rest.request("GET", client.rest_path("mlp"), headers={"Connection": "close"})
-    assert closing.status == 200 and connection._conn is None
+    assert closing.status == 200 and connection._sock is None
     again = rest.status("mlp")  # a new connection, opened on demand
-    assert (again.status, again.body) == (first.status, first.body) and connection._conn is not None
+    assert (again.status, again.body) == (first.status, first.body) and connection._sock is not None
     rest.close()
 
 

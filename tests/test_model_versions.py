@@ -57,11 +57,16 @@ def _export(base: Path, name: str = "affine", version: int | None = None) -> Pat
     return export_model(spec).path
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def _wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = 30.0,
+    why: Callable[[], str] = lambda: "",
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what} {why()}".rstrip())
         time.sleep(0.05)
 
 
@@ -284,8 +289,11 @@ def test_a_server_built_for_the_cli_frees_retired_versions_without_thawing_the_h
     from graphserve.serving import ServeConfig, build_server, heap
 
     # Earlier tests' retired versions may still be freed in their threads (and re-freeze).
-    _wait_for(lambda: not any(t.name.startswith("retire-") for t in threading.enumerate()),
-              "earlier tests' retired versions to be freed")  # fmt: skip
+    def retiring() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("retire-")]
+
+    _wait_for(lambda: not retiring(), "earlier tests' retired versions to be freed", 60.0,
+              lambda: f"still retiring: {retiring()}")  # fmt: skip
     base = tmp_path / "models"
     _export(base)
     options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=None)

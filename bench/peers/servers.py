@@ -14,8 +14,6 @@ import os
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from bench.peers import v2grpc
 from bench.peers.base import Peer, Route
 from bench.peers.bodies import tfserving_decode, tfserving_encode
 from graphserve.core.client import predict_outputs
+from graphserve.core.httpclient import HttpConnection
 from graphserve.core.processes import ServerProcess, free_port
 
 __all__ = [
@@ -217,12 +216,14 @@ def _v2_grpc_caller(address: str, request: bytes) -> Callable[[], bytes]:
     return call
 
 
-def _healthy(url: str) -> bool:
+def _healthy(address: str, path: str) -> bool:
+    connection = HttpConnection(address, 1.0)
     try:
-        with urllib.request.urlopen(url, timeout=1) as reply:
-            return bool(reply.status == 200)
-    except (urllib.error.URLError, OSError):
+        return connection.request("GET", path, None, {}).status == 200
+    except OSError:
         return False
+    finally:
+        connection.close()
 
 
 def start_peer(
@@ -281,9 +282,9 @@ def start_peer(
         while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    health = f"http://127.0.0.1:{http_port}{peer.health_path.format(name=model_name)}"
+    health = peer.health_path.format(name=model_name)
     deadline = time.monotonic() + timeout_s
-    while not _healthy(health):
+    while not _healthy(f"127.0.0.1:{http_port}", health):
         if process.poll() is not None or time.monotonic() > deadline:
             stop()
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])

@@ -4,8 +4,8 @@ or the embedded servers alike, over gRPC (the `tensorflow-serving-api` stubs' me
 (`/v1/models/...`).
 
 Building a request and reading an answer are kept apart from sending it, so a caller that has to
-send in its own way (locust's users time every request on locust's HTTP session or a
-gevent-patched gRPC channel) shares everything but the send:
+send in its own way (locust's users time every call on their own OS threads: a blocking gRPC
+call, or an HttpConnection on an unpatched socket) shares everything but the send:
 
     names        RPC_METHODS, rest_path, JSON_HEADERS, http_failure, rest_error_text,
                  grpc_error_text
@@ -13,12 +13,13 @@ gevent-patched gRPC channel) shares everything but the send:
                  metadata_request, status_request, model_spec, example
     answers      predict_outputs, signature_defs(_from_json), version_statuses(_from_json)
     sending      GrpcClient (on its own channel or the caller's; typed calls, or raw bytes in and
-                 out), RestClient (over an HttpTransport: one keep-alive connection by default),
-                 model_status
+                 out), RestClient (over an HttpTransport: by default one keep-alive
+                 HttpConnection, the HTTP/1.1 client of graphserve.core.httpclient), model_status
 
 Failures are the server's as it sent them: gRPC calls raise `grpc.RpcError`, REST calls answer
-every status with its body (`HttpReply`), and a broken connection raises `OSError` or
-`http.client.HTTPException`. A malformed answer raises ValueError.
+every status with its body (`HttpReply`), and a broken connection or an answer that is not HTTP
+raises `OSError` (graphserve.core.httpclient draws the tree). A malformed answer (a message, a
+JSON document) raises ValueError.
 
 Importing this module loads neither gRPC, numpy nor TensorFlow's protobuf modules (which load
 the TensorFlow runtime): the locust processes and the CLI import it cheaply; each function
@@ -27,15 +28,15 @@ imports what it needs on first use.
 
 from __future__ import annotations
 
-import http.client
 import importlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
+from graphserve.core.httpclient import HttpConnection, HttpReply
 from graphserve.core.results import JsonResult
 
 if TYPE_CHECKING:
@@ -528,24 +529,6 @@ def model_status(address: str, model_name: str, timeout: float = 2.0) -> list[Ve
 # REST
 
 
-@dataclass(frozen=True)
-class HttpReply:
-    """One HTTP answer: status, body, and headers by lower-case name."""
-
-    status: int
-    body: bytes
-    headers: Mapping[str, str]
-
-    def json(self) -> Any:
-        """The body parsed as JSON (NaN and Infinity included, as TF Serving writes them);
-        ValueError when it is not JSON."""
-        return json.loads(self.body)
-
-    @property
-    def text(self) -> str:
-        return self.body.decode(errors="replace")
-
-
 class HttpTransport(Protocol):
     """How a RestClient sends: one request, its whole answer."""
 
@@ -554,44 +537,6 @@ class HttpTransport(Protocol):
     ) -> HttpReply: ...
 
     def close(self) -> None: ...
-
-
-class HttpConnection:
-    """One keep-alive HTTP/1.1 connection (the standard library's), opened on first use and
-    reopened after the server closes it: how load generators talk to a server. A failed exchange
-    closes it and raises OSError or http.client.HTTPException."""
-
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
-        parts = urlsplit(address if "://" in address else f"http://{address}")
-        if parts.hostname is None:
-            raise ValueError(f"{address!r} is not HOST:PORT or http(s)://HOST:PORT")
-        self.host, self.port, self.timeout = parts.hostname, parts.port, timeout
-        self._kind = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        )
-        self._conn: http.client.HTTPConnection | None = None
-
-    def request(
-        self, method: str, path: str, body: bytes | None, headers: Mapping[str, str]
-    ) -> HttpReply:
-        if self._conn is None:
-            self._conn = self._kind(self.host, self.port, timeout=self.timeout)
-        try:
-            self._conn.request(method, path, body, headers)
-            response = self._conn.getresponse()
-            payload = response.read()
-        except (OSError, http.client.HTTPException):
-            self.close()
-            raise
-        if response.will_close:
-            self.close()
-        headers = {name.lower(): value for name, value in response.getheaders()}
-        return HttpReply(response.status, payload, headers)
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
 
 class RestClient:
@@ -625,7 +570,7 @@ class RestClient:
         headers: Mapping[str, str] | None = None,
     ) -> HttpReply:
         """Send one request (JSON headers, plus `headers`) and return the answer, whatever its
-        status. OSError or http.client.HTTPException when the connection fails."""
+        status. OSError when the connection fails (see graphserve.core.httpclient)."""
         data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
         sent = {**JSON_HEADERS, **headers} if headers else JSON_HEADERS
         return self.transport.request(method, path, data, sent)

@@ -10,7 +10,6 @@ The client (graphserve.core.client) asks and unpacks; both paths end in
 
 from __future__ import annotations
 
-import http.client
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,7 +108,7 @@ def fetch_rest_specs(
     try:
         with client.RestClient(address, timeout=timeout_s) as rest:
             reply = rest.metadata(model_name)
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:  # every failure of the HTTP client is one
         raise PayloadError(f"GET {url} failed: {exc}") from None
     if reply.status != 200:
         raise PayloadError(

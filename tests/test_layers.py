@@ -5,6 +5,7 @@ wheel installs one name, `graphserve`, without bench/ and fuzz/."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import zipfile
@@ -125,3 +126,20 @@ def test_no_name_in_a_package_hides_one_of_its_subpackages() -> None:
         package = importlib.import_module(info.name)
         parent, _, name = info.name.rpartition(".")
         assert getattr(importlib.import_module(parent), name) is package, info.name
+
+
+def test_flask_is_the_benchmarks_dependency_not_the_packages() -> None:
+    """The plain Flask server is the benchmark's baseline (bench/flask_peer.py): flask comes with
+    the bench extra, and nothing in the installed package imports it."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=;\[ ]", d, maxsplit=1)[0] for d in project["dependencies"]]
+    assert "flask" not in names
+    assert any(d.startswith("flask") for d in project["optional-dependencies"]["bench"])
+    importers = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "graphserve").rglob("*.py"))
+        if re.search(r"^\s*(from|import) flask\b", path.read_text(), re.M)
+    ]
+    assert importers == []

@@ -94,7 +94,7 @@ lint: $(STAMP) ## what CI checks besides the tests, the manual's strict build in
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # The manual, from docs/ and mkdocs.yml, into build/site (open build/site/index.html);
 # `.venv/bin/mkdocs serve` serves it with live reload while you write.

@@ -135,9 +135,19 @@ SAMPLE_COMMAND = (
 )  # fmt: skip
 
 
+def _report_files(report_json: Path) -> list[str]:
+    """The files a report.json lists (itself included), relative to its folder; none if absent."""
+    if not report_json.is_file():
+        return []
+    files = json.loads(report_json.read_text())["files"]
+    return [files["json"], files["markdown"], files["html"], *files["plots"],
+            *files["locust_csv"], *([files["raw"]] if files["raw"] else [])]  # fmt: skip
+
+
 def sample_report(out: Path = SAMPLE_REPORT, work_dir: Path | None = None) -> list[Path]:
     """Export the example mlp, run SAMPLE_COMMAND against it (self-managed graph, null and
-    eager servers), and copy report.{json,md,html} and its plots into `out`."""
+    eager servers), and copy the report with every file it links to (plots, locust's CSVs, the
+    raw records) into `out`, in place of what was there."""
     graphserve = [sys.executable, "-m", "graphserve"]
     with tempfile.TemporaryDirectory(prefix="graphserve-sample-report-") as tmp:
         where = work_dir or Path(tmp)
@@ -146,13 +156,12 @@ def sample_report(out: Path = SAMPLE_REPORT, work_dir: Path | None = None) -> li
                         "--base-path", str(models)], check=True)  # fmt: skip
         subprocess.run([*graphserve, *SAMPLE_COMMAND, "--model-base-path", str(models / "mlp"),
                         "--out", str(run)], check=True)  # fmt: skip
-        report = json.loads((run / "report.json").read_text())
-        names = ["report.json", "report.md", "report.html", *report["files"]["plots"]]
-        out.mkdir(parents=True, exist_ok=True)
-        for old in out.glob("*.png"):
-            old.unlink()
+        names = _report_files(run / "report.json")
+        for old in _report_files(out / "report.json"):  # the last sample's, and nothing else
+            (out / old).unlink(missing_ok=True)
         copied = []
-        for name in names:
+        for name in names:  # every file the report links to, as it wrote them
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run / name, out / name)
             copied.append(out / name)
     return copied

@@ -90,7 +90,7 @@ def test_the_wheel_installs_only_graphserve(tmp_path: Path) -> None:
     for locustfile in (
         "generator/locustfile.py",
         "generator/sweepfile.py",
-        "rollout/locustfile.py",
+        "rollouts/locustfile.py",
     ):
         assert f"graphserve/loadtest/{locustfile}" in names  # run by path, by locust
     assert "graphserve/loadtest/py.typed" in names

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -19,6 +18,7 @@ from rich.console import Console
 
 from graphserve.core.console import quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
+from graphserve.core.units import parse_duration
 
 if TYPE_CHECKING:
     from graphserve.loadtest.comparison.findmax import SearchSpec
@@ -31,7 +31,6 @@ __all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
 app = typer.Typer(help="Load-test TF Serving-compatible servers with locust.", no_args_is_help=True)
 
 EXIT_SLO = EXIT_MISSED  # the run worked and a gate (--slo, --max-failures) was missed
-_DURATION = re.compile(r"^(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+(?:\.\d+)?)s?)?$")
 
 
 class Protocol(StrEnum):
@@ -52,24 +51,6 @@ class Arrivals(StrEnum):
 class OutputFormat(StrEnum):
     text = "text"
     json = "json"
-
-
-def parse_duration(text: str, option: str = "--duration", minimum: float = 1.0) -> float:
-    """Seconds in `20s`, `1m`, `1m30s`, `2h`, `0.5s` or a bare `90`.
-
-    Raises typer.BadParameter (a usage error, exit 2) unless it is a duration of at least
-    `minimum` seconds.
-    """
-    match = _DURATION.match(text.strip().lower())
-    if not text.strip() or match is None:
-        raise typer.BadParameter(
-            f"{text!r} is not a duration: use e.g. 20s, 1m, 1m30s or 90", param_hint=option
-        )
-    parts = {k: float(v) if v else 0.0 for k, v in match.groupdict().items()}
-    seconds = parts["h"] * 3600 + parts["m"] * 60 + parts["s"]
-    if seconds < minimum:
-        raise typer.BadParameter(f"{text!r}: must be at least {minimum:g} s", param_hint=option)
-    return seconds
 
 
 def parse_loads(text: str, option: str) -> tuple[float, ...]:

@@ -27,6 +27,7 @@ from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import LoadOptions, load_eager, load_null, load_version
 from graphserve.serving.manager import ModelManager
+from graphserve.serving.ondemand import OnDemandManager, Residency
 from graphserve.serving.registry import ModelRegistry
 from graphserve.serving.runner import Runner
 from graphserve.serving.server import ModelServer, ServerOptions
@@ -69,17 +70,25 @@ class ServeConfig:
     model_config_poll_seconds: float = 0.0
     intra_op_threads: int = 0  # TensorFlow's thread pools (0: its default); process-wide
     inter_op_threads: int = 0
+    # Load each version on its first request, unload under `residency` (serving.ondemand)
+    on_demand: bool = False
+    residency: Residency = Residency()
 
 
 def build_server(config: ServeConfig) -> ModelServer:
-    """Load every model of `config` and return the server, not yet listening. Raises
-    ModelLoadError when a model has no version that loads, RuntimeError when TensorFlow's
+    """Load every model of `config` (with `on_demand`, only the pinned ones) and return the
+    server, not yet listening. Raises ModelLoadError when a model has no version that loads,
+    ConfigError when a residency budget cannot hold one model, RuntimeError when TensorFlow's
     thread pools are set already, ValueError for a config that mixes kinds or asks for
     per-model batching parameters without batching."""
     if bool(config.models) == bool(config.eager):
         raise ValueError("a ServeConfig serves SavedModels (models) or Python sources (eager)")
     if config.per_model_batching and config.batching is None:
         raise ValueError("per_model_batching needs batching: give the global parameters too")
+    if config.residency != Residency() and not config.on_demand:
+        raise ValueError("a residency budget needs on_demand: evicted models load on demand")
+    if config.on_demand and config.eager:
+        raise ValueError("on_demand serves SavedModels (models), not Python sources")
     _thread_pools(config.intra_op_threads, config.inter_op_threads)
     options = LoadOptions(
         allow_ops=config.allow_ops,
@@ -97,7 +106,12 @@ def build_server(config: ServeConfig) -> ModelServer:
         manager = ModelManager(registry, StaticSource([_static(m, options) for m in config.eager]))
     else:
         load = load_null if config.null else load_version
-        manager = ModelManager(registry, list(config.models), lambda path: load(path, options))
+        models, loader = list(config.models), lambda path: load(path, options)
+        manager = (
+            OnDemandManager(registry, models, loader, config.residency)
+            if config.on_demand
+            else ModelManager(registry, models, loader)
+        )
     manager.start()
     manager.poll(config.file_system_poll_seconds)
     server_options = config.options

@@ -7,11 +7,13 @@ bytes to these calls and errors to their status codes.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import numpy as np
 from google.protobuf import wrappers_pb2
@@ -23,8 +25,14 @@ from tensorflow_serving.apis import (
 )
 
 from graphserve.core.codec import as_bytes, shape_hint, validate_inputs
-from graphserve.core.errors import FailedPrecondition, InvalidInput, Unavailable, Unimplemented
-from graphserve.serving.deadline import check_deadline, deadline_scope
+from graphserve.core.errors import (
+    FailedPrecondition,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    Unimplemented,
+)
+from graphserve.serving.deadline import check_deadline, current_deadline, deadline_scope
 from graphserve.serving.metrics import Measure, ServingMetrics
 from graphserve.serving.registry import ModelRegistry, Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
@@ -38,6 +46,19 @@ REGRESS_OUTPUT = "outputs"  # ... and of a regress signature's one output
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
+_ON_DEMAND_TRIES = 3  # a version loaded for a request and unloaded before it ran: load again
+# (name, version, deadline) -> seconds waited, None when the model is not one loaded on demand
+Demand = Callable[[str, VersionRef, float | None], float | None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What loading a request's version on demand came to, before the request (`prepare`)."""
+
+    waited: float
+    error: Exception | None = None
+
+
 # The servables the current request holds (set by DataPlane.measure).
 _LEASES: ContextVar[list[Servable] | None] = ContextVar("graphserve_leases", default=None)
 
@@ -49,9 +70,13 @@ class DataPlane:
         metrics: ServingMetrics | None = None,
         *,
         method_name_check: bool = False,
+        demand: Demand | None = None,
     ) -> None:
         self.registry = registry
         self.metrics = metrics
+        # Loads a version a request names that is not resident (serving.ondemand), returning
+        # the seconds the request waited; None when the server loads every model at start.
+        self.demand = demand
         # Refuse Classify/Regress on signatures of another method, as TF Serving does only
         # under --enable_signature_method_name_check.
         self.method_name_check = method_name_check
@@ -90,6 +115,7 @@ class DataPlane:
         name: str,
         version: VersionRef,
         time_remaining: float | None = None,
+        prepared: Prepared | None = None,
     ) -> Iterator[Measure]:
         """The one entry of every model request, whichever front end it came through: refused
         when draining, measured, under the client's deadline (no work for a client that stopped
@@ -97,8 +123,12 @@ class DataPlane:
         end resolves the signature (`use_signature`), decodes, and calls predict, classify,
         regress or multi_inference, which validate, run and count."""
         with self.measure(name, protocol) as measure, deadline_scope(time_remaining):
+            if prepared is not None:
+                measure.cold_load = prepared.waited
+                if prepared.error is not None:
+                    raise prepared.error
             check_deadline("before the server could start on it")
-            measure.servable = self.servable(name, version)
+            measure.servable = self.servable(name, version, measure)
             yield measure
 
     def use_signature(self, measure: Measure, name: str) -> ServedSignature:
@@ -115,13 +145,55 @@ class DataPlane:
             self._draining = True
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
-    def servable(self, name: str, version: VersionRef = None) -> Servable:
+    def servable(
+        self, name: str, version: VersionRef = None, measure: Measure | None = None
+    ) -> Servable:
+        """The servable a request names, leased inside a request (`measure`); one loaded on
+        demand is loaded first, the time the request waited for it kept in `measure.cold_load`
+        (front ends tell the client)."""
         if not name:
             raise InvalidInput(
                 "model_spec.name is empty: name the model to serve (this server has "
                 + (", ".join(repr(n) for n in self.registry.names()) or "none")
                 + ")"
             )
+        for tries in range(_ON_DEMAND_TRIES + 1):
+            try:
+                return self._resident(name, version)
+            except NotFound:
+                if self.demand is None or tries == _ON_DEMAND_TRIES:
+                    raise
+                waited = self.demand(name, version, current_deadline())
+                if waited is None:
+                    raise
+                if measure is not None:
+                    measure.cold_load = (measure.cold_load or 0.0) + waited
+        raise AssertionError("unreachable")
+
+    async def prepare(
+        self, name: str, version: VersionRef, time_remaining: float | None
+    ) -> Prepared | None:
+        """On an asyncio loop, before `request`: load the version if it is loaded on demand and
+        not resident, on the default executor, so the loop serves others meanwhile. `request`
+        takes what came of it (it finds the version resident then or, unloaded again meanwhile,
+        loads it on the loop's thread)."""
+        if self.demand is None or not name:
+            return None
+        try:
+            self.registry.get(name, version)
+            return None
+        except (NotFound, InvalidInput):
+            pass
+        deadline = None if time_remaining is None else time.monotonic() + time_remaining
+        try:
+            waited = await asyncio.get_running_loop().run_in_executor(
+                None, self.demand, name, version, deadline
+            )
+        except Exception as exc:
+            return Prepared(0.0, exc)  # raised in `request`, so it is measured and counted
+        return None if waited is None else Prepared(waited)
+
+    def _resident(self, name: str, version: VersionRef) -> Servable:
         leases = _LEASES.get()
         if leases is None:  # outside a request (metadata, status): nothing runs on it
             return self.registry.get(name, version)

@@ -490,6 +490,7 @@ class ServeFlags:
             log.warning("%s", warning)
         quiet_tensorflow()
         from graphserve.serving.build import ServeConfig, build_server
+        from graphserve.core.errors import ConfigError
         from graphserve.serving.registry import ModelLoadError
         from graphserve.serving.server import ServerOptions
 
@@ -527,6 +528,8 @@ class ServeFlags:
         except RuntimeError as exc:  # TensorFlow's thread pools, set too late
             stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
             raise typer.Exit(EXIT_FAILED) from None
+        except ConfigError as exc:  # a budget that cannot hold one model
+            usage_error(str(exc))
         except ModelLoadError as exc:
             stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_FAILED) from None
@@ -559,6 +562,10 @@ class ServeFlags:
             for name in registry.names()
             if registry.available(name)
         )
+        later = sum(1 for name in registry.names() if not registry.available(name))
+        if later:  # --load-on-demand
+            served = f"{served}; " if served else ""
+            served += f"{later} more model{'s' if later > 1 else ''} loading on first request"
         where = server.describe()
         if metrics_path and rest_port is not None:
             where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"

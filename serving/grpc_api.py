@@ -26,9 +26,9 @@ from tensorflow_serving.apis import (
 )
 
 from graphserve.core.codec import array_from_proto, array_to_proto
-from graphserve.core.defaults import DEFAULT_MAX_BODY_BYTES
+from graphserve.core.defaults import COLD_LOAD_HEADER, DEFAULT_MAX_BODY_BYTES
 from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
-from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, model_spec
+from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, Prepared, model_spec
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
 from graphserve.serving.tfexample import examples_from_input
@@ -157,18 +157,24 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.max_message_bytes = max_message_bytes
 
     @contextmanager
-    def _servable(self, spec: Any, context: grpc.ServicerContext) -> Iterator[tuple[Servable, Any]]:
-        """The servable a request names (DataPlane.request)."""
-        with self.plane.request("grpc", spec.name, _version(spec), context.time_remaining()) as m:
+    def _servable(
+        self, spec: Any, context: grpc.ServicerContext, prepared: Prepared | None = None
+    ) -> Iterator[tuple[Servable, Any]]:
+        """The servable a request names (DataPlane.request); an answer that waited for it to
+        load on demand says how long in its trailing metadata."""
+        time_remaining = context.time_remaining()
+        with self.plane.request("grpc", spec.name, _version(spec), time_remaining, prepared) as m:
+            if m.cold_load is not None:
+                context.set_trailing_metadata(((COLD_LOAD_HEADER, f"{m.cold_load:.6f}"),))
             assert m.servable is not None
             yield m.servable, m
 
     @contextmanager
     def _resolve(
-        self, spec: Any, context: grpc.ServicerContext
+        self, spec: Any, context: grpc.ServicerContext, prepared: Prepared | None = None
     ) -> Iterator[tuple[Servable, ServedSignature]]:
         """... and the signature it names."""
-        with self._servable(spec, context) as (servable, measure):
+        with self._servable(spec, context, prepared) as (servable, measure):
             yield servable, self.plane.use_signature(measure, spec.signature_name)
 
     @_mapped
@@ -256,7 +262,11 @@ class AsyncPredictionServicer(PredictionServicer):
 
     async def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:  # type: ignore[override]
         try:
-            with self._resolve(request.model_spec, context) as (servable, signature):
+            spec = request.model_spec
+            prepared = await self.plane.prepare(
+                spec.name, _version(spec), context.time_remaining()
+            )
+            with self._resolve(spec, context, prepared) as (servable, signature):
                 outputs = await self.plane.predict_async(
                     servable, signature, self._inputs(request), list(request.output_filter)
                 )

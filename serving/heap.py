@@ -1,5 +1,5 @@
-"""The garbage collector around loaded models: freeze what a started server holds, free what a
-retired version held.
+"""The garbage collector and the allocator around loaded models: freeze what a started server
+holds, free what a retired version held, and give the freed memory back to the system.
 
 TensorFlow leaves hundreds of thousands of long-lived objects (316,000 after its import here).
 Frozen (`gc.freeze`), the collector no longer walks them, so no request pays for a full
@@ -14,15 +14,24 @@ MLP's 13,700 objects). A version frozen with the heap (one loaded before a serve
 program froze it at `start`) can only be freed by thawing, collecting and freezing again: the
 full 0.3 s stall, once per such version. Without `release`, a server that swaps versions grows
 by what each version held (0.3 MB a swap for the MLP, measured over 50 swaps under traffic).
+
+Freed is not returned: glibc's malloc keeps what a closed Session freed for reuse, so a server
+that loaded 200 MLPs and unloaded them all stayed 287 MB above where it started. `trim` asks it
+to give back what is free (`malloc_trim`); with it the same server came back to within 17 MB
+(`python -m bench many` measures it, against jemalloc and tcmalloc, on every run).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import logging
+import os
 import time
+from collections.abc import Callable
 
-__all__ = ["epoch", "freeze", "freeze_once", "release"]
+__all__ = ["epoch", "freeze", "freeze_once", "release", "resident_bytes", "trim"]
 
 log = logging.getLogger("graphserve.manager")
 
@@ -66,3 +75,35 @@ def release(loaded_at: int) -> None:
     log.debug(
         "%s for what the retired version held: %.0f ms", how, (time.perf_counter() - started) * 1e3
     )
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def trim() -> bool:
+    """Return the allocator's free memory to the system (glibc's `malloc_trim`; ctypes lets go
+    of the GIL meanwhile). False where there is no glibc."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux's /proc/self/statm), 0 where there is none."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except OSError:
+        return 0

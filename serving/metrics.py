@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from google.protobuf import text_format
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -33,6 +39,7 @@ from graphserve.core.errors import MonitoringConfigError, ServingError
 from graphserve.core.textproto import message_class
 
 if TYPE_CHECKING:
+    from graphserve.serving.ondemand import OnDemandManager
     from graphserve.serving.registry import ModelRegistry, Servable
 
 __all__ = [
@@ -82,10 +89,16 @@ class Measure:
     protocol: str
     servable: Servable | None = None
     signature: str = ""
+    cold_load: float | None = None  # s the request waited for its version to load on demand
 
 
 class ServingMetrics:
-    def __init__(self, registry: ModelRegistry, path: str = DEFAULT_METRICS_PATH) -> None:
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        path: str = DEFAULT_METRICS_PATH,
+        on_demand: OnDemandManager | None = None,
+    ) -> None:
         self.path = path
         self.registry = registry
         self.prometheus = CollectorRegistry(auto_describe=True)
@@ -110,6 +123,9 @@ class ServingMetrics:
             registry=self.prometheus,
         )
         self.prometheus.register(_VersionStates(registry))
+        ProcessCollector(registry=self.prometheus)  # process_resident_memory_bytes, CPU, fds
+        if on_demand is not None:
+            self.prometheus.register(_Residency(on_demand))
 
     @contextmanager
     def measure(self, model: str, protocol: str) -> Iterator[Measure]:
@@ -190,6 +206,68 @@ class _VersionStates:
         yield family
         yield traces
         yield from batching.values()
+
+
+class _Residency:
+    """Loads on demand, evictions, cold requests and resident bytes (serving.ondemand), read
+    from the manager at scrape time."""
+
+    def __init__(self, manager: OnDemandManager) -> None:
+        self.manager = manager
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self.manager.stats
+        loads = CounterMetricFamily(
+            "graphserve_model_loads",
+            "Versions loaded on demand (outcome ok or failed).",
+            labels=("model", "outcome"),
+        )
+        for (model, outcome), count in list(stats.loads.items()):
+            loads.add_metric((model, outcome), count)
+        evictions = CounterMetricFamily(
+            "graphserve_model_evictions",
+            "Versions unloaded to stay within the budget (reason bytes, models) or idle.",
+            labels=("model", "reason"),
+        )
+        for (model, reason), count in list(stats.evictions.items()):
+            evictions.add_metric((model, reason), count)
+        cold = CounterMetricFamily(
+            "graphserve_cold_requests",
+            "Requests that waited for their model to load on demand.",
+            labels=("model",),
+        )
+        for model, count in list(stats.cold_requests.items()):
+            cold.add_metric((model,), count)
+        resident = self.manager.resident()
+        per_version = GaugeMetricFamily(
+            "graphserve_model_resident_bytes",
+            "Each resident version's memory, measured when it loaded (RSS growth).",
+            labels=("model", "version"),
+        )
+        for (model, version), held in resident.items():
+            per_version.add_metric((model, str(version)), held)
+        yield loads
+        yield evictions
+        yield cold
+        yield per_version
+        yield GaugeMetricFamily(
+            "graphserve_resident_bytes",
+            "The resident versions' measured bytes, together (what --max-resident-bytes bounds).",
+            value=sum(resident.values()),
+        )
+        yield GaugeMetricFamily(
+            "graphserve_resident_versions",
+            "Versions resident now (what --max-resident-models bounds).",
+            value=len(resident),
+        )
+        yield CounterMetricFamily(
+            "graphserve_model_load_seconds",
+            "Seconds spent loading versions on demand, all models together.",
+            value=stats.load_seconds,
+        )
 
 
 _BATCHING_COUNTERS = (

@@ -73,6 +73,19 @@ class ModelRegistry:
             self._status.setdefault(name, {})[version] = VersionStatus(version, "END", error)
         return removed
 
+    def evict(self, name: str, version: int, why: str) -> Servable | None:
+        """Unload a version no request holds (checked under the lock `acquire` takes, so none
+        can take it meanwhile): it goes back to START, `why` in its status, to be loaded again
+        on demand. Returns the servable removed, or None when it is in use or not loaded."""
+        with self._lock:
+            versions = self._servables.get(name, {})
+            servable = versions.get(version)
+            if servable is None or servable.lease.count:
+                return None
+            del versions[version]
+            self._status.setdefault(name, {})[version] = VersionStatus(version, "START", why)
+        return servable
+
     def set_status(self, name: str, version: int, state: str, error: str = "") -> None:
         with self._lock:
             self._status.setdefault(name, {})[version] = VersionStatus(version, state, error)

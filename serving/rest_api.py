@@ -41,6 +41,7 @@ from graphserve.core.codec import (
     signature_name_of,
 )
 from graphserve.core.defaults import (
+    COLD_LOAD_HEADER,
     DEFAULT_GRPC_WORKERS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_JSON_DEPTH,
@@ -110,10 +111,14 @@ def _resolve(
     body: bytes,
     parse: Callable[[bytes, int], dict[str, Any]],
     max_depth: int,
+    headers: list[tuple[str, str]],
 ) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any]]]:
-    """The servable, signature and parsed body of a POST, resolved inside its measurement."""
+    """The servable, signature and parsed body of a POST, resolved inside its measurement; an
+    answer that waited for its version to load on demand says how long in a header."""
     with plane.measure(name, "rest") as measure:
-        servable = measure.servable = plane.servable(name, version)
+        servable = measure.servable = plane.servable(name, version, measure)
+        if measure.cold_load is not None:
+            headers.append((COLD_LOAD_HEADER, f"{measure.cold_load:.6f}"))
         # The signature name sits inside the body, so the body is parsed once, up front.
         request = parse(body, max_depth)
         signature = plane.signature(servable, signature_name_of(request))
@@ -209,8 +214,8 @@ class _Handler:
         if method == "GET":
             return HTTPStatus.OK, json.dumps(_proto_json(plane.status(name, version))).encode()
         if verb == "predict":
-            return HTTPStatus.OK, self._predict(name, version, body)
-        return HTTPStatus.OK, self._examples(name, version, body, str(verb))
+            return HTTPStatus.OK, self._predict(name, version, body, headers)
+        return HTTPStatus.OK, self._examples(name, version, body, str(verb), headers)
 
     def _metadata_json(
         self, name: str, version: VersionRef, headers: list[tuple[str, str]]
@@ -231,9 +236,11 @@ class _Handler:
             }
         ).encode()
 
-    def _predict(self, name: str, version: VersionRef, body: bytes) -> bytes:
+    def _predict(
+        self, name: str, version: VersionRef, body: bytes, headers: list[tuple[str, str]]
+    ) -> bytes:
         plane, depth = self.plane, self.options.max_json_depth
-        with _resolve(plane, name, version, body, parse_predict_body, depth) as resolved:
+        with _resolve(plane, name, version, body, parse_predict_body, depth, headers) as resolved:
             servable, signature, request = resolved
             inputs, fmt = decode_json_request(
                 request, signature.inputs, strict_numbers=self.options.strict_json_numbers
@@ -241,10 +248,17 @@ class _Handler:
             outputs = plane.predict(servable, signature, inputs)
             return encode_json_response(outputs, row_format=fmt == "row")
 
-    def _examples(self, name: str, version: VersionRef, body: bytes, verb: str) -> bytes:
+    def _examples(
+        self,
+        name: str,
+        version: VersionRef,
+        body: bytes,
+        verb: str,
+        headers: list[tuple[str, str]],
+    ) -> bytes:
         """:classify and :regress: tf.Example features in, TF Serving's `results` out."""
         plane, depth = self.plane, self.options.max_json_depth
-        with _resolve(plane, name, version, body, parse_json_body, depth) as resolved:
+        with _resolve(plane, name, version, body, parse_json_body, depth, headers) as resolved:
             servable, signature, request = resolved
             examples = examples_from_json(request)
             if verb == "classify":

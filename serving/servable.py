@@ -4,6 +4,7 @@ it. The manager makes them, the servable map holds them, the data plane leases t
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 from graphserve.serving.runner import Runner
@@ -15,15 +16,18 @@ VersionRef = int | str | None
 
 
 class Lease:
-    """How many requests hold a servable; `wait_idle` returns once none does."""
+    """How many requests hold a servable, and when one last took it (time.monotonic(): what
+    least-recently-used eviction goes by); `wait_idle` returns once none holds it."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.last_used = time.monotonic()
         self._idle = threading.Condition()
 
     def take(self) -> None:
         with self._idle:
             self.count += 1
+            self.last_used = time.monotonic()
 
     def give_back(self) -> None:
         with self._idle:

@@ -35,6 +35,7 @@ from graphserve.serving.grpc_api import (
     add_services,
 )
 from graphserve.serving.metrics import ServingMetrics
+from graphserve.serving.ondemand import OnDemandManager
 from graphserve.serving.registry import ModelRegistry
 
 if TYPE_CHECKING:
@@ -165,12 +166,18 @@ class ModelServer:
         self.options = options or ServerOptions()
         self.manager = manager
         self.watcher: ModelConfigWatcher | None = None
+        on_demand = manager if isinstance(manager, OnDemandManager) else None
         metrics = (
-            ServingMetrics(registry, self.options.metrics_path)
+            ServingMetrics(registry, self.options.metrics_path, on_demand)
             if self.options.metrics_path
             else None
         )
-        self.plane = DataPlane(registry, metrics, method_name_check=self.options.method_name_check)
+        self.plane = DataPlane(
+            registry,
+            metrics,
+            method_name_check=self.options.method_name_check,
+            demand=on_demand.demand if on_demand is not None else None,
+        )
         self.grpc_port = 0
         self.rest_port = 0
         self._grpc: grpc.Server | grpc.aio.Server | None = None
@@ -305,7 +312,7 @@ class ModelServer:
         return ", ".join(where)
 
     def _warm_this_thread(self) -> None:
-        """Replay the warm-up records of every model's newest version on this thread, as the
+        """Replay the warm-up records of every resident model's newest version on this thread, as the
         loader did on its own (TF Serving replays them at load; its threads need nothing more,
         ours each set up TensorFlow's per-thread state on first use). A model without records
         stays as cold as it is; the thread still runs one op to set up TensorFlow."""
@@ -316,7 +323,7 @@ class ModelServer:
         tf.constant(0.0).numpy()
         for name in self.registry.names():
             try:
-                runner = self.plane.servable(name).runner
+                runner = self.registry.get(name).runner  # resident: none is loaded on demand
                 version_dir = runner.path
                 if version_dir is not None and runner.on_caller:
                     replay_warmup(version_dir, runner.run)

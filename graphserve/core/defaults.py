@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "COLD_LOAD_HEADER",
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_GRPC_WORKERS",
     "DEFAULT_HEADER_TIMEOUT_S",
@@ -16,6 +17,9 @@ __all__ = [
 ]
 
 DEFAULT_METRICS_PATH = "/monitoring/prometheus/metrics"  # TF Serving's
+# On an answer that waited for its model to load on demand (REST header, gRPC trailing
+# metadata): the seconds it waited. Ours; no TF Serving client looks for it.
+COLD_LOAD_HEADER = "x-graphserve-cold-load"
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024  # the largest gRPC message and REST body accepted
 # How deeply a REST body's arrays and objects may nest: a rank-R tensor in the row format with
 # {"b64": ...} leaves needs R + 4, so 100 leaves room for any real tensor and refuses a body

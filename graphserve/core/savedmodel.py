@@ -23,6 +23,7 @@ __all__ = [
     "SavedModelError",
     "find_saved_model_file",
     "meta_graph",
+    "predicted_resident_bytes",
     "read_saved_model",
     "serve_meta_graph",
     "signature_defs",
@@ -109,3 +110,21 @@ def signature_defs(path: Path | str) -> dict[str, meta_graph_pb2.SignatureDef]:
     Raises SavedModelError as `serve_meta_graph` does.
     """
     return dict(serve_meta_graph(path).signature_def)
+
+
+# A loaded version's memory beyond its files: a Session, its executor and kernels (about 1 MiB
+# for the example MLP, measured by `python -m bench many`), and the graph held as C++ and
+# Python objects (about 20 bytes per byte of saved_model.pb).
+_SESSION_BYTES = 1 << 20
+_GRAPH_FACTOR = 20
+
+
+def predicted_resident_bytes(path: Path | str) -> int:
+    """What the version at `path` is predicted to hold once loaded: its variables, its graph
+    times `_GRAPH_FACTOR`, and a Session's fixed cost. A prediction from the files (the server
+    measures each version when it loads it, and budgets with that from then on)."""
+    path = Path(path)
+    graph = find_saved_model_file(path)
+    graph_bytes = graph.stat().st_size if graph is not None else 0
+    variables = sum(f.stat().st_size for f in (path / "variables").glob("variables.data-*"))
+    return variables + _GRAPH_FACTOR * graph_bytes + _SESSION_BYTES

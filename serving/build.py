@@ -72,7 +72,7 @@ class ServeConfig:
     inter_op_threads: int = 0
     # Load each version on its first request, unload under `residency` (serving.ondemand)
     on_demand: bool = False
-    residency: Residency = Residency()
+    residency: Residency = field(default_factory=Residency)
 
 
 def build_server(config: ServeConfig) -> ModelServer:

@@ -489,8 +489,8 @@ class ServeFlags:
         for warning in self.warnings:
             log.warning("%s", warning)
         quiet_tensorflow()
-        from graphserve.serving.build import ServeConfig, build_server
         from graphserve.core.errors import ConfigError
+        from graphserve.serving.build import ServeConfig, build_server
         from graphserve.serving.registry import ModelLoadError
         from graphserve.serving.server import ServerOptions
 

@@ -263,9 +263,7 @@ class AsyncPredictionServicer(PredictionServicer):
     async def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:  # type: ignore[override]
         try:
             spec = request.model_spec
-            prepared = await self.plane.prepare(
-                spec.name, _version(spec), context.time_remaining()
-            )
+            prepared = await self.plane.prepare(spec.name, _version(spec), context.time_remaining())
             with self._resolve(spec, context, prepared) as (servable, signature):
                 outputs = await self.plane.predict_async(
                     servable, signature, self._inputs(request), list(request.output_filter)

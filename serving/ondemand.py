@@ -58,6 +58,7 @@ log = logging.getLogger("graphserve.manager")
 PIN_LABEL = "pinned"  # version_labels { key: "pinned" value: N } keeps version N resident
 NOT_LOADED = "not loaded: loads on its first request (--load-on-demand)"
 _COLLECT_EVERY = 1.0  # s: at most one collection of unloaded versions per second
+_NO_DEADLINE = 1e7  # s: a deadline further away is none
 _ROOM_WAIT = 1.0  # s a load waits for versions in use to be released before giving up
 
 Key = tuple[str, int]
@@ -281,6 +282,8 @@ class OnDemandManager(ModelManager):
                 pending = self._queue[key] = _Pending()
                 self._wake.notify_all()
         left = None if deadline is None else max(deadline - started, 0.0)
+        if left is not None and left > _NO_DEADLINE:  # gRPC's "none": the end of time
+            left = None
         if not pending.done.wait(left):
             raise DeadlineExceeded(
                 f"the request's deadline passed while model {name!r} version {key[1]} loaded "
@@ -356,8 +359,10 @@ class OnDemandManager(ModelManager):
         name, version = key
         with self._sync_lock:
             if name not in self.source.names():
-                return NotFound(f"Servable not found for request: {_spec(name, version)}: the "
-                                "model was removed from the config while it waited to load")
+                return NotFound(
+                    f"Servable not found for request: {_spec(name, version)}: the "
+                    "model was removed from the config while it waited to load"
+                )
             if any(s.version == version for s in self.registry.available(name)):
                 return None  # loaded meanwhile (pinned, or asked twice)
             try:

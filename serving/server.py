@@ -312,8 +312,8 @@ class ModelServer:
         return ", ".join(where)
 
     def _warm_this_thread(self) -> None:
-        """Replay the warm-up records of every resident model's newest version on this thread, as the
-        loader did on its own (TF Serving replays them at load; its threads need nothing more,
+        """Replay the warm-up records of every resident model's newest version on this thread, as
+        the loader did on its own (TF Serving replays them at load; its threads need nothing more,
         ours each set up TensorFlow's per-thread state on first use). A model without records
         stays as cold as it is; the thread still runs one op to set up TensorFlow."""
         import tensorflow as tf

@@ -116,7 +116,8 @@ def build_server(config: ServeConfig) -> ModelServer:
     manager.poll(config.file_system_poll_seconds)
     server_options = config.options
     if server_options.grpc_asyncio is None:  # a waiting request would hold a gRPC thread
-        server_options = replace(server_options, grpc_asyncio=config.batching is not None)
+        waits = config.batching is not None or config.on_demand  # for a batch, or a load
+        server_options = replace(server_options, grpc_asyncio=waits)
     server = ModelServer(registry, server_options, manager=manager)
     if config.model_config_file is not None and config.model_config_poll_seconds:
         from graphserve.serving.config import ModelConfigWatcher

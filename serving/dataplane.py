@@ -7,13 +7,13 @@ bytes to these calls and errors to their status codes.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from google.protobuf import wrappers_pb2
@@ -47,8 +47,18 @@ CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 _UNKNOWN = 2  # tensorflow.error.Code.UNKNOWN: what a failed load reports
 _ON_DEMAND_TRIES = 3  # a version loaded for a request and unloaded before it ran: load again
-# (name, version, deadline) -> seconds waited, None when the model is not one loaded on demand
-Demand = Callable[[str, VersionRef, float | None], float | None]
+
+
+class Demand(Protocol):
+    """Loads versions on demand (serving.ondemand.OnDemandManager): given a request's model,
+    version and deadline, the seconds it waited for the load, None for a model it does not
+    load."""
+
+    def demand(self, name: str, version: VersionRef, deadline: float | None) -> float | None: ...
+
+    async def demand_async(
+        self, name: str, version: VersionRef, deadline: float | None
+    ) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -163,7 +173,7 @@ class DataPlane:
             except NotFound:
                 if self.demand is None or tries == _ON_DEMAND_TRIES:
                     raise
-                waited = self.demand(name, version, current_deadline())
+                waited = self.demand.demand(name, version, current_deadline())
                 if waited is None:
                     raise
                 if measure is not None:
@@ -173,10 +183,10 @@ class DataPlane:
     async def prepare(
         self, name: str, version: VersionRef, time_remaining: float | None
     ) -> Prepared | None:
-        """On an asyncio loop, before `request`: load the version if it is loaded on demand and
-        not resident, on the default executor, so the loop serves others meanwhile. `request`
-        takes what came of it (it finds the version resident then or, unloaded again meanwhile,
-        loads it on the loop's thread)."""
+        """On an event loop, before `request`: load the version if it is loaded on demand and
+        not resident, awaiting the load with no thread held, so requests for resident models
+        are not kept waiting for a free thread meanwhile. `request` takes what came of it (it
+        finds the version resident then or, unloaded again meanwhile, loads it waiting)."""
         if self.demand is None or not name:
             return None
         try:
@@ -186,9 +196,7 @@ class DataPlane:
             pass
         deadline = None if time_remaining is None else time.monotonic() + time_remaining
         try:
-            waited = await asyncio.get_running_loop().run_in_executor(
-                None, self.demand, name, version, deadline
-            )
+            waited = await self.demand.demand_async(name, version, deadline)
         except Exception as exc:
             return Prepared(0.0, exc)  # raised in `request`, so it is measured and counted
         return None if waited is None else Prepared(waited)

@@ -39,7 +39,7 @@ import logging
 import queue
 import socket
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from http import HTTPStatus
@@ -102,6 +102,7 @@ class Request:
     path: str  # as sent, query string included
     headers: Mapping[str, str]
     body: bytes
+    prepared: Any = None  # what the handler's `prepare` did for it on the event loop
 
 
 @dataclass
@@ -113,6 +114,9 @@ class Response:
 
 
 Handler = Callable[[Request], Response]
+# Awaited on the event loop before a request goes to a worker thread (what is awaited there holds
+# no thread); returns the request, its `prepared` filled in.
+Prepare = Callable[[Request], Awaitable[Request]]
 
 
 def error_body(message: str) -> bytes:
@@ -470,8 +474,9 @@ class _Protocol(HttpToolsProtocol):
 
 
 class _App:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, prepare: Prepare | None = None) -> None:
         self.handler = handler
+        self.prepare = prepare
         self.pool: _Pool | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -493,6 +498,8 @@ class _App:
         request = Request(scope["method"], target, headers, body)
         assert self.pool is not None
         try:
+            if self.prepare is not None:
+                request = await self.prepare(request)
             response = await self.pool.run(self.handler, request)
         except Exception as exc:  # the handler answers its own errors; this is a bug in it
             log.exception("REST handler failed on %s %s", request.method, request.path)
@@ -530,6 +537,7 @@ class HttpServer:
         workers: int,
         started: int = DEFAULT_GRPC_WORKERS,
         name: str = "rest",
+        prepare: Prepare | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
@@ -537,7 +545,7 @@ class HttpServer:
         self.workers = workers
         self.started = started
         self.name = name
-        self._app = _App(handler)
+        self._app = _App(handler, prepare)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -25,11 +25,13 @@ The plain `ModelManager` (everything loaded at start) stays the default, as in T
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,12 +93,14 @@ class Residency:
         return ", ".join(parts) or "no limit"
 
 
-@dataclass
-class _Pending:
-    """A load asked for: its requests wait on `done`; `error` is what they get if it failed."""
-
-    done: threading.Event = field(default_factory=threading.Event)
-    error: ServingError | None = None
+def _settle(pending: Future[None], error: ServingError | None) -> None:
+    """A load asked for is done: its requests go on, or get `error`."""
+    if pending.done():  # a waiter gave up on it (cancelled); nothing to tell
+        return
+    if error is None:
+        pending.set_result(None)
+    else:
+        pending.set_exception(error)
 
 
 @dataclass
@@ -125,7 +129,9 @@ class OnDemandManager(ModelManager):
         self.stats = ResidencyStats()
         self._stats_lock = threading.Lock()  # request threads count cold requests
         self.measured: dict[Key, int] = {}  # resident bytes of each version loaded so far
-        self._queue: OrderedDict[Key, _Pending] = OrderedDict()
+        # Loads asked for, in order; a request waits on its Future (a thread, or a coroutine:
+        # no thread is held while a load is awaited on an event loop)
+        self._queue: OrderedDict[Key, Future[None]] = OrderedDict()
         self._wake = threading.Condition()
         self._loader: threading.Thread | None = None
         self._collected = 0.0  # when unloaded versions were last collected
@@ -166,8 +172,7 @@ class OnDemandManager(ModelManager):
             waiting, self._queue = list(self._queue.values()), OrderedDict()
             self._wake.notify_all()
         for pending in waiting:
-            pending.error = Unavailable("the server is shutting down; retry on another replica")
-            pending.done.set()
+            _settle(pending, Unavailable("the server is shutting down; retry on another replica"))
         if self._loader is not None:
             self._loader.join(timeout=5)
 
@@ -272,26 +277,57 @@ class OnDemandManager(ModelManager):
         this manager has no such model (the caller's NotFound stands). Raises NotFound when
         the version is not one served or failed to load, InvalidInput for an unknown label,
         DeadlineExceeded, and Unavailable when the budget has no room."""
+        asked = self._ask(name, version, deadline)
+        if asked is None:
+            return None
+        key, pending, left = asked
+        started = time.monotonic()
+        try:
+            pending.result(left)
+        except TimeoutError:
+            raise self._too_late(key) from None
+        return self._waited(name, started)
+
+    async def demand_async(
+        self, name: str, version: VersionRef, deadline: float | None
+    ) -> float | None:
+        """`demand` for a coroutine: the request awaits its load holding no thread."""
+        asked = self._ask(name, version, deadline)
+        if asked is None:
+            return None
+        key, pending, left = asked
+        started = time.monotonic()
+        try:  # shielded: a request that stops waiting does not cancel the others' load
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), left)
+        except TimeoutError:
+            raise self._too_late(key) from None
+        return self._waited(name, started)
+
+    def _ask(
+        self, name: str, version: VersionRef, deadline: float | None
+    ) -> tuple[Key, Future[None], float | None] | None:
+        """Queue the load of the version a request names (or join the one queued); the key,
+        the load's Future and the seconds left to wait for it."""
         if name not in self.source.names():
             return None
         key = (name, self._number(name, version))
-        started = time.monotonic()
         with self._wake:
             pending = self._queue.get(key)
             if pending is None:
-                pending = self._queue[key] = _Pending()
+                pending = self._queue[key] = Future()
                 self._wake.notify_all()
-        left = None if deadline is None else max(deadline - started, 0.0)
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         if left is not None and left > _NO_DEADLINE:  # gRPC's "none": the end of time
             left = None
-        if not pending.done.wait(left):
-            raise DeadlineExceeded(
-                f"the request's deadline passed while model {name!r} version {key[1]} loaded "
-                f"on demand ({len(self._queue)} loads queued); it will be resident for the next "
-                "request"
-            )
-        if pending.error is not None:
-            raise pending.error
+        return key, pending, left
+
+    def _too_late(self, key: Key) -> DeadlineExceeded:
+        return DeadlineExceeded(
+            f"the request's deadline passed while model {key[0]!r} version {key[1]} loaded on "
+            f"demand ({len(self._queue)} loads queued); it will be resident for the next request"
+        )
+
+    def _waited(self, name: str, started: float) -> float:
         with self._stats_lock:
             self.stats.cold_requests[name] += 1
         return time.monotonic() - started
@@ -339,20 +375,19 @@ class OnDemandManager(ModelManager):
                 pending = self._queue.get(key) if key is not None else None
             try:
                 if key is not None and pending is not None:
-                    pending.error = self._load_demanded(key)
+                    error = self._load_demanded(key)
                     with self._wake:
                         self._queue.pop(key, None)
-                    pending.done.set()
+                    _settle(pending, error)
                 if idle:
                     self._unload_idle(idle)
                 self._collect()
             except Exception:  # the loader must outlive any one load
                 log.exception("the on-demand loader failed")
-                if pending is not None and not pending.done.is_set():
-                    pending.error = Unavailable(f"loading {key} failed unexpectedly; see the log")
+                if pending is not None and not pending.done():
                     with self._wake:
                         self._queue.pop(key, None)  # type: ignore[arg-type]
-                    pending.done.set()
+                    _settle(pending, Unavailable(f"loading {key} failed unexpectedly; see the log"))
 
     def _load_demanded(self, key: Key) -> ServingError | None:
         """Load `key` for the requests waiting on it; the error they get, or None."""

@@ -25,7 +25,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http import HTTPStatus
 from typing import Any
 
@@ -47,7 +47,7 @@ from graphserve.core.defaults import (
     DEFAULT_MAX_JSON_DEPTH,
 )
 from graphserve.core.errors import InvalidInput, PayloadTooLarge, ServingError
-from graphserve.serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane
+from graphserve.serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane, Prepared
 from graphserve.serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
 from graphserve.serving.http_server import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -112,10 +112,15 @@ def _resolve(
     parse: Callable[[bytes, int], dict[str, Any]],
     max_depth: int,
     headers: list[tuple[str, str]],
+    prepared: Prepared | None,
 ) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any]]]:
     """The servable, signature and parsed body of a POST, resolved inside its measurement; an
     answer that waited for its version to load on demand says how long in a header."""
     with plane.measure(name, "rest") as measure:
+        if prepared is not None:
+            measure.cold_load = prepared.waited
+            if prepared.error is not None:
+                raise prepared.error
         servable = measure.servable = plane.servable(name, version, measure)
         if measure.cold_load is not None:
             headers.append((COLD_LOAD_HEADER, f"{measure.cold_load:.6f}"))
@@ -176,7 +181,9 @@ class _Handler:
             with deadline_scope(
                 parse_timeout(timeout) if timeout else self.options.default_timeout
             ):
-                status, payload = self._dispatch(request.method, request.path, body, headers)
+                status, payload = self._dispatch(
+                    request.method, request.path, body, headers, request.prepared
+                )
         except ServingError as exc:
             status, payload = exc.http_status, error_body(exc.message)
         except Exception as exc:  # the server must survive anything a request does
@@ -194,9 +201,25 @@ class _Handler:
             raise InvalidInput(f"Content-Encoding {encoding!r} is not supported: use gzip or none")
         return request.body
 
-    def _dispatch(
-        self, method: str, target: str, body: bytes, headers: list[tuple[str, str]]
-    ) -> tuple[int, bytes]:
+    async def prepare(self, request: Request) -> Request:
+        """On the event loop: a model request's version loaded on demand, if it is not
+        resident, awaited without holding one of the threads requests run on."""
+        if self.plane.demand is None or request.method != "POST":
+            return request
+        try:
+            name, version, verb, _ = self._route(request.method, request.path)
+            timeout = request.headers.get(TIMEOUT_HEADER.lower())
+            seconds = parse_timeout(timeout) if timeout else self.options.default_timeout
+        except ServingError:
+            return request  # the handler answers it
+        if not verb:
+            return request
+        return replace(request, prepared=await self.plane.prepare(name, version, seconds))
+
+    @staticmethod
+    def _route(method: str, target: str) -> tuple[str, VersionRef, str | None, bool]:
+        """A model request's model, version, verb (predict, ...) and whether it asks for
+        metadata; InvalidInput for a path that is not one."""
         path = target.split("?", 1)[0]
         if method == "GET" and path.rstrip("/") == "/v1/models":
             raise InvalidInput("Missing model name in request: GET /v1/models/NAME")
@@ -204,18 +227,28 @@ class _Handler:
         verb = match and match["verb"]
         if method not in ("GET", "POST") or not match or (method == "GET") == bool(verb):
             raise InvalidInput(f"Malformed request: {method} {path}")
-        plane = self.plane
-        name = match["name"]
         version: VersionRef = int(match["version"]) if match["version"] else match["label"]
         if isinstance(version, int) and version > MAX_VERSION:
             raise InvalidInput(f"Failed to convert version: {match['version']} is not an int64")
-        if method == "GET" and match["metadata"]:
+        return match["name"], version, verb or None, bool(match["metadata"])
+
+    def _dispatch(
+        self,
+        method: str,
+        target: str,
+        body: bytes,
+        headers: list[tuple[str, str]],
+        prepared: Prepared | None = None,
+    ) -> tuple[int, bytes]:
+        plane = self.plane
+        name, version, verb, metadata = self._route(method, target)
+        if method == "GET" and metadata:
             return HTTPStatus.OK, self._metadata_json(name, version, headers)
         if method == "GET":
             return HTTPStatus.OK, json.dumps(_proto_json(plane.status(name, version))).encode()
         if verb == "predict":
-            return HTTPStatus.OK, self._predict(name, version, body, headers)
-        return HTTPStatus.OK, self._examples(name, version, body, str(verb), headers)
+            return HTTPStatus.OK, self._predict(name, version, body, headers, prepared)
+        return HTTPStatus.OK, self._examples(name, version, body, str(verb), headers, prepared)
 
     def _metadata_json(
         self, name: str, version: VersionRef, headers: list[tuple[str, str]]
@@ -237,10 +270,15 @@ class _Handler:
         ).encode()
 
     def _predict(
-        self, name: str, version: VersionRef, body: bytes, headers: list[tuple[str, str]]
+        self,
+        name: str,
+        version: VersionRef,
+        body: bytes,
+        headers: list[tuple[str, str]],
+        prepared: Prepared | None,
     ) -> bytes:
-        plane, depth = self.plane, self.options.max_json_depth
-        with _resolve(plane, name, version, body, parse_predict_body, depth, headers) as resolved:
+        plane, depth, parse = self.plane, self.options.max_json_depth, parse_predict_body
+        with _resolve(plane, name, version, body, parse, depth, headers, prepared) as resolved:
             servable, signature, request = resolved
             inputs, fmt = decode_json_request(
                 request, signature.inputs, strict_numbers=self.options.strict_json_numbers
@@ -255,10 +293,11 @@ class _Handler:
         body: bytes,
         verb: str,
         headers: list[tuple[str, str]],
+        prepared: Prepared | None,
     ) -> bytes:
         """:classify and :regress: tf.Example features in, TF Serving's `results` out."""
-        plane, depth = self.plane, self.options.max_json_depth
-        with _resolve(plane, name, version, body, parse_json_body, depth, headers) as resolved:
+        plane, depth, parse = self.plane, self.options.max_json_depth, parse_json_body
+        with _resolve(plane, name, version, body, parse, depth, headers, prepared) as resolved:
             servable, signature, request = resolved
             examples = examples_from_json(request)
             if verb == "classify":
@@ -291,8 +330,9 @@ class RestServer:
             max_connections=self.options.max_connections,
             body_limit_hint="--max-message-bytes",
         )
+        handler = _Handler(plane, self.options)
         self._http = HttpServer(
-            host, port, _Handler(plane, self.options), limits, workers=self.options.workers
+            host, port, handler, limits, workers=self.options.workers, prepare=handler.prepare
         )
         self.port = self._http.port
 

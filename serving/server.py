@@ -176,7 +176,7 @@ class ModelServer:
             registry,
             metrics,
             method_name_check=self.options.method_name_check,
-            demand=on_demand.demand if on_demand is not None else None,
+            demand=on_demand,
         )
         self.grpc_port = 0
         self.rest_port = 0

@@ -70,8 +70,15 @@ def _config(base: Path, names: list[str], pinned: tuple[str, ...] = ()) -> list[
 def serve() -> Iterator[Callable[..., ModelServer]]:
     started: list[ModelServer] = []
 
-    def start(models: list[ModelConfig], residency: Residency | None = None, **kw: Any) -> Any:
-        options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0, metrics_path="/m")
+    def start(
+        models: list[ModelConfig],
+        residency: Residency | None = None,
+        server_options: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> Any:
+        options = ServerOptions(
+            host="127.0.0.1", grpc_port=0, rest_port=0, metrics_path="/m", **(server_options or {})
+        )
         config = ServeConfig(
             models=models,
             on_demand=True,
@@ -456,3 +463,30 @@ def test_a_budget_smaller_than_one_model_is_refused_at_start(
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "--max-resident-models 3: give --load-on-demand too" in result.output
+
+
+@pytest.mark.parametrize("protocol", ["rest", "grpc"])
+def test_requests_waiting_for_loads_hold_no_thread_so_resident_models_answer_meanwhile(
+    tmp_path: Path, affine_version: Path, serve: Callable[..., ModelServer], protocol: str
+) -> None:
+    """One worker thread per front end, and the loader held up: three requests wait for their
+    models to load while a request for the resident model is answered. (Waiting on a worker
+    thread, the hot model's requests would queue behind every load: its p50 went from 2 ms to
+    70 ms with 4 clients asking for cold models.)"""
+    names = _copies(tmp_path, affine_version, 4)
+    options = {"grpc_workers": 1, "rest_workers": 1}
+    server = serve(_config(tmp_path, names, pinned=("m0",)), server_options=options)
+
+    def ask(name: str) -> bool:
+        if protocol == "rest":
+            return _rest_predict(server, name).status == 200
+        return bool(_predict(server, name)[0].outputs)
+
+    assert server.manager is not None
+    with ThreadPoolExecutor(3) as pool:
+        with server.manager._sync_lock:  # loads wait for the manager's lock
+            waiting = [pool.submit(ask, name) for name in names[1:]]
+            time.sleep(0.5)
+            assert not any(w.done() for w in waiting)
+            assert ask("m0")  # answered while three requests wait for their loads
+        assert all(w.result(timeout=60) for w in waiting)

@@ -20,6 +20,7 @@ from graphserve.core.savedmodel import (
     SavedModelError,
     find_saved_model_file,
     meta_graph,
+    predicted_resident_bytes,
     read_saved_model,
 )
 from graphserve.core.signature import dtype_name, shape_of_tensor_info
@@ -86,6 +87,9 @@ class SavedModelInfo(JsonResult):
     warmup_error: str | None = None
     manifest: dict[str, Any] | None = None
     manifest_error: str | None = None
+    # What it is predicted to hold once loaded (core.savedmodel.predicted_resident_bytes); a
+    # server with --load-on-demand measures it at load, and budgets with that after
+    predicted_resident_bytes: int = 0
 
 
 def resolve_version_dir(path: Path | str) -> tuple[Path, list[int] | None]:
@@ -139,6 +143,7 @@ def inspect_saved_model(path: Path | str) -> SavedModelInfo:
         warmup_error=warmup_error,
         manifest=manifest,
         manifest_error=manifest_error,
+        predicted_resident_bytes=predicted_resident_bytes(version_dir),
     )
 
 
@@ -226,7 +231,11 @@ def render_text(info: SavedModelInfo) -> RenderableType:
 def _header(info: SavedModelInfo) -> RenderableType:
     from rich.text import Text
 
-    lines = [f"  written by TensorFlow {info.tensorflow_version} ({info.tensorflow_git_version})"]
+    lines = [
+        f"  written by TensorFlow {info.tensorflow_version} ({info.tensorflow_git_version})",
+        f"  predicted resident memory once loaded: {info.predicted_resident_bytes / 1e6:.2f} MB "
+        "(variables, graph, a Session; measured at load by serve --load-on-demand)",
+    ]
     if info.versions is not None:
         listed = ", ".join(map(str, info.versions))
         lines.insert(0, f"  versions {listed}; showing the newest, {info.versions[-1]}")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
@@ -473,3 +474,21 @@ def test_an_input_with_no_shape_is_unknown_not_a_scalar(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["inspect", str(version)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "unknown rank" in result.output
+
+
+def test_the_predicted_resident_memory_counts_variables_graph_and_a_session(
+    mlp_export: Any,
+) -> None:
+    """`inspect` predicts what a version holds once loaded, from its files: its variables, its
+    graph (20 bytes per byte of saved_model.pb) and a Session's 1 MiB. The MLP's: 0.41 MB of
+    variables, 18.6 kB of graph, measured at 1.5-1.9 MB when loaded on demand."""
+    info = inspect_saved_model(mlp_export.version_dir)
+    version = Path(mlp_export.version_dir)
+    variables = sum(f.stat().st_size for f in (version / "variables").glob("variables.data-*"))
+    graph = (version / "saved_model.pb").stat().st_size
+    assert info.predicted_resident_bytes == variables + 20 * graph + (1 << 20)
+    assert info.to_json()["predicted_resident_bytes"] == info.predicted_resident_bytes
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", str(version)])
+    assert result.exit_code == 0, result.output
+    assert "predicted resident memory once loaded: 1." in result.output

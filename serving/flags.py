@@ -564,8 +564,9 @@ class ServeFlags:
         )
         later = sum(1 for name in registry.names() if not registry.available(name))
         if later:  # --load-on-demand
-            served = f"{served}; " if served else ""
-            served += f"{later} more model{'s' if later > 1 else ''} loading on first request"
+            models = f"{later} model{'s' if later > 1 else ''}"
+            on_demand = f"{models}, each loaded on its first request"
+            served = f"{served}; and {on_demand}" if served else on_demand
         where = server.describe()
         if metrics_path and rest_port is not None:
             where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"

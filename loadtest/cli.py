@@ -1,4 +1,5 @@
-"""`graphserve loadtest ...`: parses arguments and renders results; the work is in `compare`.
+"""`graphserve loadtest ...`: parses arguments and renders results; the work is in `compare`,
+`rollout` and `many` (loadtest/comparison, rollouts, manymodels).
 
 Only typer, rich and the standard library load here, so `graphserve --help` stays fast:
 TensorFlow and locust are imported when a comparison actually runs.
@@ -692,10 +693,227 @@ def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
         raise typer.Exit(code=EXIT_SLO)
 
 
+@app.command("copies")
+def copies_command(
+    source: Annotated[
+        Path,
+        typer.Option(
+            "--from", help="a SavedModel version BASE/MODEL/VERSION, or BASE/MODEL (its newest)"
+        ),
+    ],
+    count: Annotated[int, typer.Option(help="how many copies")],
+    out: Annotated[Path, typer.Option(help="OUT/<prefix>-0000/1 ... and OUT/models.config")],
+    prefix: Annotated[str, typer.Option(help="the copies' names: PREFIX-0000 ...")] = "model",
+    pin: Annotated[
+        int,
+        typer.Option(help='pin the first K models (version_labels { key: "pinned" value: 1 })'),
+    ] = 0,
+    force: Annotated[
+        bool, typer.Option("--force", help="write into a non-empty OUT, replacing its copies")
+    ] = False,
+    output: Annotated[OutputFormat, typer.Option(help="json: the result on stdout")] = (
+        OutputFormat.text
+    ),
+) -> None:
+    """Write COUNT copies of one SavedModel version as the models of a model config file, for
+    `loadtest many`: OUT/<prefix>-0000/1 ... (hard links when OUT is on the same file system,
+    else copies) and OUT/models.config (TF Serving's ModelServerConfig). Exits 2 for a bad
+    --from, --count, --pin or --prefix, or an OUT that holds files (without --force)."""
+    from graphserve.core.errors import LoadTestError
+    from graphserve.loadtest.manymodels.copies import CopiesSpec, write_copies
+
+    spec = CopiesSpec(source=source, count=count, out=out, prefix=prefix, pin=pin, force=force)
+    try:
+        quiet_tensorflow()  # TF Serving's config proto imports it
+        result = write_copies(spec)
+    except LoadTestError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    except OSError as exc:
+        stderr.print(f"[red]error:[/red] writing the copies into {out}: {exc}", highlight=False)
+        raise typer.Exit(code=1) from None
+    if output is OutputFormat.json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+        return
+    pinned = f", the first {result.pinned} pinned" if result.pinned else ""
+    typer.echo(
+        f"wrote {result.count:,} copies of {result.source} into {result.out} as "
+        f"{result.method}; {result.config} serves them{pinned}"
+    )
+
+
+@app.command(
+    "many",
+    epilog=exit_epilog(
+        {EXIT_SLO: "an --slo, --max-failure-ratio or --min-hit-ratio gate was missed."}
+    ),
+)
+def many_command(
+    target: Annotated[
+        str,
+        typer.Option(
+            help="the server: grpc://HOST:PORT (or HOST:PORT) or http://HOST:PORT (loopback)"
+        ),
+    ],
+    models_from: Annotated[
+        Path | None, typer.Option(help="a model config file: the models, most popular first")
+    ] = None,
+    zipf: Annotated[
+        float | None,
+        typer.Option(min=0, help="popularity: rank r gets ∝ 1/r^S of the requests [default: 1.1]"),
+    ] = None,
+    weights: Annotated[
+        Path | None,
+        typer.Option(help="popularity from a file: NAME WEIGHT lines or a JSON object"),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(min=0.001, help="open loop: req/s over all models")
+    ] = None,
+    users: Annotated[
+        int, typer.Option(min=1, help="users (threads); closed loop without --rate")
+    ] = 16,
+    duration: Annotated[str, typer.Option(help="how long the load runs")] = "30s",
+    max_requests: Annotated[
+        int | None, typer.Option(min=1, help="stop the run after this many requests")
+    ] = None,
+    metrics_url: Annotated[
+        str | None,
+        typer.Option(help="the server's Prometheus URL [default: the REST port's metrics path]"),
+    ] = None,
+    rest_port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="gRPC target: its REST port, for the metrics"),
+    ] = None,
+    scrape_every: Annotated[str, typer.Option(help="how often the metrics are scraped")] = "2s",
+    seed: Annotated[int, typer.Option(help="seed of the model picks and the payloads")] = 0,
+    signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
+    batch_size: Annotated[int, typer.Option(min=1, help="rows per request")] = 1,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(help="gates, e.g. 'warm.p99<20ms', 'cold.p99<2s', 'errors==0' (repeat)"),
+    ] = None,
+    max_failure_ratio: Annotated[
+        float | None, typer.Option(min=0, max=1, help="gate: failed / requests at most this")
+    ] = None,
+    min_hit_ratio: Annotated[
+        float | None, typer.Option(min=0, max=1, help="gate: warm / requests at least this")
+    ] = None,
+    top: Annotated[int, typer.Option(min=1, help="models the pages list one by one")] = 20,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("reports/many"),
+    output: Annotated[
+        OutputFormat, typer.Option(help="json: only many.json on stdout")
+    ] = OutputFormat.text,
+) -> None:
+    """Load one server's many models, each request to a model drawn by popularity (Zipf over
+    the --models-from order, or --weights), and report warm against cold requests, per model,
+    and the server's loads, evictions and memory from its metrics.
+
+    A request is cold when the server marks it as one that waited for its model to load
+    (x-graphserve-cold-load). Writes OUT/many.{json,md,html}, many_models.csv and the plots.
+    Exits 1 when the run fails or no request was answered, 2 for bad arguments or input files
+    (a weights file that cannot be read) or a target off loopback, 3 when a gate is missed.
+    """
+    from graphserve.core.errors import LoadTestError
+    from graphserve.loadtest.manymodels.run import ManySpec, many
+
+    if weights is not None and zipf is not None:
+        raise typer.BadParameter("--zipf or --weights, not both", param_hint="'--weights'")
+    if weights is None and models_from is None:
+        raise typer.BadParameter(
+            "which models? pass --models-from CONFIG (and --zipf S) or --weights FILE",
+            param_hint="'--models-from'",
+        )
+    spec = ManySpec(
+        target=target,
+        popularity=_popularity(models_from, zipf, weights),
+        rate=rate,
+        users=users,
+        duration_s=parse_duration(duration, "--duration"),
+        max_requests=max_requests,
+        metrics_url=metrics_url,
+        rest_port=rest_port,
+        scrape_every_s=parse_duration(scrape_every, "--scrape-every", minimum=0.1),
+        seed=seed,
+        signature_name=signature_name,
+        batch_size=batch_size,
+        slo=tuple(slo or ()),
+        max_failure_ratio=max_failure_ratio,
+        min_hit_ratio=min_hit_ratio,
+        top=top,
+    )
+    quiet = output is OutputFormat.json
+    try:
+        quiet_tensorflow()  # the payload and metadata code import it
+        report = many(spec, out, None if quiet else _many_progress)
+    except LoadTestError as exc:
+        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(code=exc.exit_code) from None
+    from graphserve.loadtest.manymodels.report import render_table
+
+    if quiet:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        Console().print(render_table(report))
+        stderr.print(f"report: {out / 'many.html'} (and many.md, many.json, many_models.csv)")
+    if report.totals.answered == 0:
+        stderr.print(
+            f"[red]error:[/red] no request was answered; see {out / 'many.md'} and "
+            f"{out / 'locust.log'}",
+            highlight=False,
+        )
+        raise typer.Exit(code=1)
+    if report.slo is not None and not report.slo.passed:
+        for gate in report.slo.gates:
+            if not gate.passed:
+                shown = "no value" if gate.value is None else f"{gate.value:.4g}"
+                stderr.print(
+                    f"[red]SLO missed:[/red] {gate.expression} ({gate.requests} requests): {shown}",
+                    highlight=False,
+                )
+        raise typer.Exit(code=EXIT_SLO)
+
+
+def _popularity(models_from: Path | None, zipf: float | None, weights: Path | None) -> Any:
+    """The models and their weights; a config or weights file that cannot work is a usage
+    error (exit 2), found before any load."""
+    from graphserve.core.errors import LoadTestError
+    from graphserve.loadtest.manymodels.popularity import (
+        DEFAULT_ZIPF_S,
+        Popularity,
+        models_from_config,
+        read_weights,
+    )
+
+    try:
+        models = models_from_config(models_from) if models_from is not None else []
+    except LoadTestError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--models-from'") from None
+    try:
+        if weights is None:
+            return Popularity.zipf(models, DEFAULT_ZIPF_S if zipf is None else zipf, models_from)
+        return Popularity.from_weights(read_weights(weights), weights, models, models_from)
+    except LoadTestError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--weights'") from None
+
+
+def _many_progress(event: dict[str, Any]) -> None:
+    said = {
+        "payload": f"reading {event.get('models', 0):,} models' signatures and building the "
+        "payloads",
+        "load_started": "load started",
+        "stopping": "stopping the load and writing the report",
+    }
+    kind = event.get("event")
+    if kind in said:
+        stderr.print(f"[dim]{said[kind]}[/dim]", highlight=False)
+    elif kind == "warning":
+        stderr.print(f"[yellow]warning:[/yellow] {event.get('message')}", highlight=False)
+
+
 @app.command("report")
 def report_command(
     out: Annotated[
-        Path, typer.Argument(help="a load-test output directory: report.json or rollout.json")
+        Path,
+        typer.Argument(help="a load-test output directory: report.json, rollout.json or many.json"),
     ],
     open_page: Annotated[
         bool,
@@ -703,7 +921,8 @@ def report_command(
     ] = False,
 ) -> None:
     """Render report.md, report.html and the plots again from OUT/report.json (a `compare`),
-    or rollout.md, rollout.html and its timeline from OUT/rollout.json (a `rollout`); with
+    or rollout.md, rollout.html and its timeline from OUT/rollout.json (a `rollout`), or
+    many.md, many.html, many_models.csv and the plots from OUT/many.json (a `many`); with
     --open, show the page in a web browser. Exit 1 when the report cannot be read or, with
     --open, no browser could be opened (the page is written either way)."""
     import webbrowser
@@ -711,7 +930,13 @@ def report_command(
     from graphserve.core.errors import LoadTestError
 
     try:
-        if (out / "rollout.json").exists() and not (out / "report.json").exists():
+        if (out / "many.json").exists() and not (out / "report.json").exists():
+            from graphserve.loadtest.manymodels.report import write_many
+            from graphserve.loadtest.results.many import load_many
+
+            write_many(load_many(out / "many.json"), out)
+            page = out / "many.html"
+        elif (out / "rollout.json").exists() and not (out / "report.json").exists():
             from graphserve.loadtest.results.rollout import load_rollout
             from graphserve.loadtest.rollouts.report import write_rollout
 

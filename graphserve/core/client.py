@@ -11,7 +11,8 @@ call, or an HttpConnection on an unpatched socket) shares everything but the sen
                  grpc_error_text
     requests     predict_request, classify_request, regress_request, multi_inference_request,
                  metadata_request, status_request, model_spec, example
-    answers      predict_outputs, signature_defs(_from_json), version_statuses(_from_json)
+    answers      predict_outputs, signature_defs(_from_json), version_statuses(_from_json),
+                 cold_load_seconds
     sending      GrpcClient (on its own channel or the caller's; typed calls, or raw bytes in and
                  out), RestClient (over an HttpTransport: by default one keep-alive
                  HttpConnection, the HTTP/1.1 client of graphserve.core.httpclient), model_status
@@ -53,6 +54,7 @@ __all__ = [
     "RestClient",
     "VersionStatus",
     "classify_request",
+    "cold_load_seconds",
     "example",
     "grpc_error_text",
     "http_failure",
@@ -377,6 +379,23 @@ def version_statuses_from_json(document: Any) -> list[VersionStatus]:
     except json_format.ParseError as exc:
         raise ValueError(f"not a model status: {exc}") from None
     return version_statuses(response)
+
+
+def cold_load_seconds(pairs: Iterable[tuple[str | bytes, str | bytes]]) -> float | None:
+    """The seconds an answer waited for its model to load on demand, from its headers (REST,
+    raw or decoded) or trailing metadata (gRPC): the COLD_LOAD_HEADER pair; None without one
+    (a warm answer, or a server that does not mark them). A mark whose value is not a number
+    reads as 0.0: cold all the same."""
+    from graphserve.core.defaults import COLD_LOAD_HEADER
+
+    for name, value in pairs:
+        key = name.decode("latin-1") if isinstance(name, bytes) else name
+        if key.lower() == COLD_LOAD_HEADER:
+            try:
+                return float(value.decode("latin-1") if isinstance(value, bytes) else value)
+            except ValueError:
+                return 0.0
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

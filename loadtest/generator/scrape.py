@@ -11,18 +11,22 @@ Two metric dialects are read, each for one model:
                     :tensorflow:serving:runtime_latency{model_name=...} (histogram, microseconds)
 
 Only sums and counts are used: mean request time and mean model time over a window, and the
-request count of a step (which a test compares with the client's).
+request count of a step (which a test compares with the client's). `fetch` and `samples` read any
+other family (the many-models load test's counters and gauges).
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Snapshot", "scrape", "snapshot_from_text"]
+__all__ = ["Sample", "Snapshot", "fetch", "samples", "scrape", "snapshot_from_text"]
+
+Sample = tuple[str, dict[str, str], float]  # sample name, labels, value
 
 # family name -> (field of Snapshot, model label, unit in seconds)
 _FAMILIES: dict[str, tuple[str, str, float]] = {
@@ -78,12 +82,49 @@ def snapshot_from_text(text: str, model_name: str) -> Snapshot:
     return Snapshot(**totals)
 
 
-def scrape(url: str, model_name: str, timeout_s: float = 2.0) -> Snapshot | None:
-    """GET `url` and read `model_name`'s counters; None when the endpoint does not answer."""
+def fetch(url: str, timeout_s: float = 2.0) -> str | None:
+    """GET `url`'s exposition text; None when the endpoint does not answer."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            text = response.read().decode("utf-8", errors="replace")
+            return str(response.read().decode("utf-8", errors="replace"))
     except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def samples(text: str, families: Collection[str]) -> tuple[set[str], list[Sample]]:
+    """The families among `families` that `text` exposes (by family name: a counter's without
+    `_total`), and their samples but the `_created` ones. ValueError when it is not Prometheus
+    text."""
+    wanted = tuple(families)
+    # Only the lines of those families are parsed: a server of a thousand models writes
+    # megabytes of others (every model's request histograms).
+    kept = "\n".join(line for line in text.splitlines() if _metric_name(line).startswith(wanted))
+    present: set[str] = set()
+    found: list[Sample] = []
+    for family in text_string_to_metric_families(kept):
+        if family.name not in families:
+            continue
+        present.add(family.name)
+        found += [
+            (s.name, dict(s.labels), float(s.value))
+            for s in family.samples
+            if not s.name.endswith("_created")
+        ]
+    return present, found
+
+
+def _metric_name(line: str) -> str:
+    """The metric name a line starts with (after `# HELP ` or `# TYPE ` on a comment line)."""
+    if line.startswith("#"):
+        parts = line.split(" ", 3)
+        return parts[2] if len(parts) > 2 else ""
+    return line
+
+
+def scrape(url: str, model_name: str, timeout_s: float = 2.0) -> Snapshot | None:
+    """GET `url` and read `model_name`'s counters; None when the endpoint does not answer."""
+    text = fetch(url, timeout_s)
+    if text is None:
         return None
     try:
         return snapshot_from_text(text, model_name)

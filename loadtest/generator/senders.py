@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import gevent
 import grpc
@@ -41,7 +41,9 @@ __all__ = [
     "Completions",
     "HttpSender",
     "LoopThread",
+    "Posting",
     "RealLock",
+    "http_connection",
     "real_sleep",
     "timed_call",
     "timed_post",
@@ -145,6 +147,18 @@ def timed_call(
     return start, (time.perf_counter() - t0) * 1000, length, error
 
 
+def http_connection(address: str, timeout: float, *, keep_headers: bool = False) -> HttpConnection:
+    """A keep-alive HttpConnection over the operating system's socket, for a user's thread;
+    `keep_headers=False` is the lean one (see HttpSender)."""
+    return HttpConnection(address, timeout, connect=_connect_real, keep_headers=keep_headers)
+
+
+class Posting(Protocol):
+    """What `timed_post` times: `post()` sends a request and reads its whole answer."""
+
+    def post(self) -> tuple[int, bytes]: ...
+
+
 class HttpSender:
     """POSTs one pre-encoded request again and again on one lean keep-alive HttpConnection
     (graphserve.core.httpclient, no headers kept) over the operating system's socket: the
@@ -162,7 +176,7 @@ class HttpSender:
     def __init__(
         self, address: str, path: str, body: bytes, headers: Mapping[str, str], timeout: float
     ) -> None:
-        connection = HttpConnection(address, timeout, connect=_connect_real, keep_headers=False)
+        connection = http_connection(address, timeout)
         self._connection = connection
         # the connection's own send: a Python call less on every request than a method here
         self.post = partial(connection.send, connection.encode("POST", path, body, headers))
@@ -171,7 +185,7 @@ class HttpSender:
         self._connection.close()
 
 
-def timed_post(sender: HttpSender) -> tuple[float, float, int, BaseException | None]:
+def timed_post(sender: Posting) -> tuple[float, float, int, BaseException | None]:
     """One POST: (time.time() at the send, milliseconds, reply bytes, the failure). Anything but
     a 200 fails with `HTTP <status>: <start of the body>`, as locust's catch_response reports."""
     start, t0 = time.time(), time.perf_counter()

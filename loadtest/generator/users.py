@@ -53,6 +53,7 @@ __all__ = [
     "Sent",
     "Traffic",
     "Turn",
+    "end_run",
     "predict_sender",
 ]
 
@@ -379,3 +380,14 @@ class LoopUser(User):
         assert self._completions is not None  # set before the thread started
         self._completions.put(completed)
         return True
+
+
+def end_run(
+    environment: Environment, traffic: Traffic[Any], timeout_s: float, write: Callable[[], None]
+) -> None:
+    """End a run its controller stopped (on the hub): each user finishes the call it is in
+    (for `timeout_s` at most), `write` keeps the records, and locust quits."""
+    traffic.stop(timeout_s)
+    write()
+    if environment.runner is not None:
+        environment.runner.quit()

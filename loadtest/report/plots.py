@@ -1,5 +1,6 @@
 """The report's figures as PNG bytes: latency CDF, percentiles and throughput against load, and
-the p50 of every measurement window over time; and a rollout's timeline around its swap.
+the p50 of every measurement window over time; a rollout's timeline around its swap; and a
+many-models run's memory and its cold and warm latencies over time.
 
 Figures are `matplotlib.figure.Figure` objects saved through the Agg canvas, never pyplot: no
 global state, no display, safe to call from any thread. A None in the report is a gap in a line,
@@ -21,11 +22,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from graphserve.loadtest.results.labels import load_label
+from graphserve.loadtest.results.many import ManyReport
 from graphserve.loadtest.results.rollout import RolloutReport
 from graphserve.loadtest.results.run import ArmStep, Report, Step, Window
 
 __all__ = [
     "latency_cdf",
+    "many_latency",
+    "many_memory",
     "percentiles_vs_load",
     "rollout_timeline",
     "throughput_vs_load",
@@ -244,8 +248,7 @@ def rollout_timeline(report: RolloutReport) -> bytes:
     """A rollout, second by second: p50 and p99 of the answered requests (top), and who
     answered, stacked by version, with the failed requests in red (bottom). The swap is shaded;
     its moments (push, new version AVAILABLE, old one unloaded) are dashed lines."""
-    fig = Figure(figsize=(10.0, 6.4), dpi=_DPI, layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    fig, top, bottom = _over_time()
     seconds = report.timeline
     x = np.array([s.t_s + 0.5 for s in seconds])  # a second's values at its middle
     values: list[float] = []
@@ -299,6 +302,106 @@ def rollout_timeline(report: RolloutReport) -> bytes:
     _legend(top, outside=True)
     _legend(bottom, outside=True)
     return _png(fig)
+
+
+# A many-models run's series: (field, label, colour, line style).
+_MANY_BYTES = (
+    ("rss_bytes", "process RSS", "C0", "-"),
+    ("resident_bytes", "resident versions' bytes", "C1", "-"),
+)
+_MANY_COUNTS = (
+    ("resident_versions", "resident versions", "C2", "-"),
+    ("loads", "loads since the start", "C3", "--"),
+    ("evictions", "evictions since the start", "C4", ":"),
+)
+_MANY_LATENCIES = (
+    ("warm_p50_ms", "warm p50", "C0", "-"),
+    ("warm_p99_ms", "warm p99", "C0", "--"),
+    ("cold_p50_ms", "cold p50", "C3", "-"),
+    ("cold_max_ms", "cold max", "C3", ":"),
+)
+
+
+def many_memory(report: ManyReport) -> bytes:
+    """The server's memory over a many-models run, from its scrapes: RSS and the resident
+    versions' bytes (top, MB), the resident versions (bottom, with loads and evictions since
+    the start). A series the server did not report is left out and named as such."""
+    fig, top, bottom = _over_time()
+    x = [s.t_s for s in report.memory]
+    _, missing = _lines(top, x, report.memory, _MANY_BYTES, scale=1e-6)
+    _, more = _lines(bottom, x, report.memory, _MANY_COUNTS)
+    if missing + more:
+        top.text(
+            0.01, 0.98, "not reported: " + ", ".join(missing + more), transform=top.transAxes,
+            ha="left", va="top", fontsize=8, color="0.35",
+        )  # fmt: skip
+    _from_zero(top)
+    _from_zero(bottom)
+    top.set_ylabel("MB")
+    top.set_title(f"{report.title}: the server's memory")
+    bottom.set_ylabel("versions")
+    return _over_time_png(fig, top, bottom)
+
+
+def many_latency(report: ManyReport) -> bytes:
+    """Per second of a many-models run: the warm requests' p50 and p99 and the cold ones' p50
+    and max (top, ms), and the requests, cold ones apart, per second (bottom)."""
+    fig, top, bottom = _over_time()
+    ticks = report.timeline
+    x = [t.t_s + 0.5 for t in ticks]  # a second's values at its middle
+    values, _ = _lines(top, x, ticks, _MANY_LATENCIES)
+    if not _log_if_wide(top, values, axis="y"):
+        _from_zero(top)
+    top.set_ylabel("latency (ms)")
+    top.set_title(f"{report.title}: cold and warm latency")
+    base = np.zeros(len(ticks))
+    for label, counts, colour in (
+        ("warm", [t.requests - t.cold - t.failures for t in ticks], "C0"),
+        ("cold", [t.cold for t in ticks], "C3"),
+        ("failed", [t.failures for t in ticks], "0.3"),
+    ):
+        heights = np.asarray(counts, dtype=np.float64)
+        if heights.any():
+            bottom.bar(x, heights, width=1.0, bottom=base, color=colour, alpha=0.8, label=label)
+            base += heights
+    bottom.set_ylabel("requests per second")
+    return _over_time_png(fig, top, bottom)
+
+
+def _over_time() -> tuple[Figure, Axes, Axes]:
+    """A figure of two panels over the same time axis, the top one taller."""
+    fig = Figure(figsize=(10.0, 6.4), dpi=_DPI, layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    return fig, top, bottom
+
+
+def _over_time_png(fig: Figure, top: Axes, bottom: Axes) -> bytes:
+    bottom.set_xlabel("time since the load began (s)")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        _legend(ax, outside=True)
+    return _png(fig)
+
+
+def _lines(
+    ax: Axes,
+    x: Sequence[float],
+    points: Sequence[Any],
+    series: Sequence[tuple[str, str, str, str]],
+    scale: float = 1.0,
+) -> tuple[list[float], list[str]]:
+    """One line per series (a field of each point) that has a value somewhere: the values
+    drawn, and the labels of the series with none."""
+    drawn: list[float] = []
+    missing: list[str] = []
+    for key, label, colour, style in series:
+        ys = np.array([_number(getattr(p, key)) for p in points]) * scale
+        if np.isfinite(ys).any():
+            ax.plot(x, ys, linestyle=style, marker=".", color=colour, label=label)
+            drawn += [float(y) for y in ys if np.isfinite(y)]
+        else:
+            missing.append(label)
+    return drawn, missing
 
 
 # --- helpers ---------------------------------------------------------------------------------

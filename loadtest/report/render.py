@@ -60,11 +60,16 @@ __all__ = [
     "fmt_rps",
     "headline",
     "html_block",
+    "html_figure",
+    "html_page",
     "load_label",
     "markdown_block",
+    "opening",
     "render_html",
     "render_markdown",
     "render_table",
+    "slo_section",
+    "slo_verdict",
     "write_report",
 ]
 
@@ -174,26 +179,59 @@ def render_html(report: Report, images: Mapping[str, bytes]) -> str:
 
     No script, no external URL: the file can be mailed or attached to a ticket as it is.
     """
-    title = html.escape(report.title or "graphserve load test")
     body = [html_block(b) for b in _document(report)]
     if images:
         body.append("<h2>Plots</h2>")
-        for name, png in images.items():
-            alt = html.escape(_image_title(name))
-            data = base64.b64encode(png).decode("ascii")
-            body.append(
-                f'<figure><img src="data:image/png;base64,{data}" alt="{alt}">'
-                f"<figcaption>{alt}</figcaption></figure>"
-            )
+        body += [html_figure(png, _image_title(name)) for name, png in images.items()]
     files = report.files.names() if report.files else []
     if files:
         body.append(f'<p class="files">Files: {html.escape(", ".join(files))}</p>')
+    return html_page(report.title or "graphserve load test", body)
+
+
+def opening(title: str, lead: str, warnings: Sequence[str]) -> list[Block]:
+    """The top of a rollout's or a many-models report: its title, the lead, the warnings."""
+    blocks: list[Block] = [Heading(1, title), Paragraph(lead, "lead")]
+    return blocks + ([WarningsBlock(tuple(warnings))] if warnings else [])
+
+
+def slo_verdict(passed: bool) -> RenderableType:
+    """The terminal's last line: "SLO: passed" in green or "SLO: FAILED" in red."""
+    from rich.text import Text
+
+    return Text(f"SLO: {'passed' if passed else 'FAILED'}", style="green" if passed else "bold red")
+
+
+def slo_section(
+    passed: bool, judged: str, gates: Sequence[tuple[str, str, str, str, bool]]
+) -> list[Block]:
+    """The SLO section of a rollout's or a many-models report: the verdict, then one row per
+    gate (expression, what it judged, value, threshold, passed), a missed one in red."""
+    rows = tuple((e, what, v, t, fmt_check(ok)) for e, what, v, t, ok in gates)
+    classes = tuple("" if gate[4] else "fail" for gate in gates)
+    verdict = Paragraph(f"SLO {'passed ✓' if passed else 'failed ✗'}", "pass" if passed else "fail")
+    headers = ("gate", judged, "value", "threshold", "result")
+    numeric = (False, False, True, True, False)
+    return [Heading(2, "SLO"), verdict, TableBlock(headers, rows, numeric, classes)]
+
+
+def html_page(title: str, body: Sequence[str]) -> str:
+    """One self-contained page of the reports' look: `body` (HTML) in <main>, inline CSS, no
+    script and no external URL."""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{title}</title>\n<style>{REPORT_CSS}</style>\n</head>\n<body>\n<main>\n"
-        + "\n".join(body)
-        + "\n</main>\n</body>\n</html>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{REPORT_CSS}</style>\n</head>\n<body>\n"
+        "<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
+    )
+
+
+def html_figure(png: bytes, alt: str, caption: str | None = None) -> str:
+    """A PNG as a data URI in a <figure>, captioned (by default with its alt text)."""
+    data = base64.b64encode(png).decode("ascii")
+    return (
+        f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(alt)}">'
+        f"<figcaption>{html.escape(caption or alt)}</figcaption></figure>"
     )
 
 

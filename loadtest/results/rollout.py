@@ -15,13 +15,11 @@ Only pydantic and the comparison's result types are imported (no TensorFlow, no 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from graphserve.core.errors import LoadTestError
-from graphserve.loadtest.results.run import Environment, Percentiles, StrictModel
+from graphserve.loadtest.results.run import Environment, Percentiles, StrictModel, load_versioned
 
 __all__ = [
     "ROLLOUT_SCHEMA",
@@ -184,13 +182,4 @@ class RolloutReport(StrictModel):
 def load_rollout(path: Path) -> RolloutReport:
     """Read a rollout.json of this version (`ROLLOUT_SCHEMA`). Raises LoadTestError naming the
     file when it cannot be read, does not have the report's shape, or is of another version."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        report = RolloutReport.model_validate(document)
-    except (OSError, ValueError, ValidationError) as exc:
-        raise LoadTestError(f"{path} is not a rollout report: {exc}") from None
-    if report.schema_version != ROLLOUT_SCHEMA:
-        raise LoadTestError(
-            f"{path} is a {report.schema_version!r} report; this version reads {ROLLOUT_SCHEMA!r}"
-        )
-    return report
+    return load_versioned(path, RolloutReport, ROLLOUT_SCHEMA, "rollout")

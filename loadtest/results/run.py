@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -67,12 +67,15 @@ __all__ = [
     "Workers",
     "check_report",
     "load_report",
+    "load_versioned",
     "report_json_schema",
 ]
 
 REPORT_SCHEMA = "graphserve.loadtest/4"
 # /2: the same keys, untyped; /3: typed, before find-max (/4 adds find_max, None there)
 READABLE_SCHEMAS = ("graphserve.loadtest/2", "graphserve.loadtest/3", REPORT_SCHEMA)
+
+_M = TypeVar("_M", bound="StrictModel")
 
 Ms = float | None  # a latency in milliseconds; None where nothing was measured
 Interval = tuple[float, float] | None  # a 95% confidence interval, [low, high]
@@ -503,3 +506,18 @@ def load_report(path: Path) -> Report:
     if not isinstance(document, dict):
         raise LoadTestError(f"{path} is not a report: expected a JSON object")
     return check_report(document)
+
+
+def load_versioned(path: Path, model: type[_M], schema: str, kind: str) -> _M:
+    """Read `path` as `model`, a report of one schema version (its `schema_version`): the
+    rollout's and the many-models report's, which read only their own. Raises LoadTestError
+    naming the file when it cannot be read, does not have the report's shape, or is of another
+    version."""
+    try:
+        report = model.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError) as exc:
+        raise LoadTestError(f"{path} is not a {kind} report: {exc}") from None
+    found = getattr(report, "schema_version", None)
+    if found != schema:
+        raise LoadTestError(f"{path} is a {found!r} report; this version reads {schema!r}")
+    return report

@@ -44,6 +44,7 @@ from graphserve.loadtest.generator.users import (
     Sent,
     Traffic,
     Turn,
+    end_run,
 )
 
 _RPC_TIMEOUT_S = 10.0
@@ -146,10 +147,7 @@ def _watch_stop(environment: Environment) -> None:
     records are written and locust quits."""
     while not (run.dir / "stop").exists():
         gevent.sleep(_WATCH_S)
-    traffic.stop(_RPC_TIMEOUT_S + 1)
-    run.write()
-    if environment.runner is not None:
-        environment.runner.quit()
+    end_run(environment, traffic, _RPC_TIMEOUT_S + 1, run.write)
 
 
 @events.test_stop.add_listener

@@ -13,7 +13,6 @@ matplotlib loads only in `write_rollout`.
 
 from __future__ import annotations
 
-import base64
 import html
 import json
 from collections.abc import Mapping, Sequence
@@ -21,18 +20,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphserve.loadtest.report.render import (
-    REPORT_CSS,
     Block,
     Heading,
     Paragraph,
     TableBlock,
-    WarningsBlock,
-    fmt_check,
     fmt_count,
     fmt_ms,
     fmt_rps,
     html_block,
+    html_figure,
+    html_page,
     markdown_block,
+    opening,
+    slo_section,
+    slo_verdict,
 )
 from graphserve.loadtest.results.labels import NONE, fmt_plain, load_label
 from graphserve.loadtest.results.rollout import ROLLOUT_SCHEMA, RolloutReport, RolloutSettings
@@ -124,20 +125,13 @@ def render_markdown(report: RolloutReport) -> str:
 def render_html(report: RolloutReport, png: bytes) -> str:
     """One self-contained page: inline CSS, the timeline as a data URI, no script."""
     body = [html_block(b) for b in _document(report)]
-    data = base64.b64encode(png).decode("ascii")
+    caption = "per second: p50 and p99, versions that answered, failed requests; the swap shaded"
     body += [
         "<h2>Timeline</h2>",
-        f'<figure><img src="data:image/png;base64,{data}" alt="timeline of the rollout">'
-        "<figcaption>per second: p50 and p99, versions that answered, failed requests; the swap "
-        "shaded</figcaption></figure>",
+        html_figure(png, "timeline of the rollout", caption),
         f'<p class="files">Files: {html.escape(", ".join(report.files))}</p>',
     ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(report.title)}</title>\n<style>{REPORT_CSS}</style>\n</head>\n<body>\n"
-        "<main>\n" + "\n".join(body) + "\n</main>\n</body>\n</html>\n"
-    )
+    return html_page(report.title, body)
 
 
 def render_table(report: RolloutReport) -> RenderableType:
@@ -160,8 +154,7 @@ def render_table(report: RolloutReport) -> RenderableType:
     if report.new_version is not None:
         parts.append(Text(_first_sentence(report)))
     if report.slo is not None:
-        verdict = "passed" if report.slo.passed else "FAILED"
-        parts.append(Text(f"SLO: {verdict}", style="green" if report.slo.passed else "bold red"))
+        parts.append(slo_verdict(report.slo.passed))
     return Group(*parts)
 
 
@@ -169,11 +162,7 @@ def render_table(report: RolloutReport) -> RenderableType:
 
 
 def _document(report: RolloutReport) -> list[Block]:
-    blocks: list[Block] = [Heading(1, report.title), Paragraph(_lead(report), "lead")]
-    warnings = _warnings(report)
-    if warnings:
-        blocks.append(WarningsBlock(tuple(warnings)))
-    blocks += _slo(report)
+    blocks = opening(report.title, _lead(report), _warnings(report)) + _slo(report)
     blocks += [Heading(2, "The swap"), _moments(report)]
     if report.statuses:
         blocks += [Paragraph("Version states as GetModelStatus reported them:"), _states(report)]
@@ -234,21 +223,12 @@ def _slo(report: RolloutReport) -> list[Block]:
     slo = report.slo
     if slo is None:
         return []
-    rows = tuple(
+    rows = [
         (g.expression, g.window, _value(g.expression, g.value), _value(g.expression, g.threshold),
-         fmt_check(g.passed))
+         g.passed)
         for g in slo.gates
-    )  # fmt: skip
-    classes = tuple("" if g.passed else "fail" for g in slo.gates)
-    verdict = Paragraph(
-        f"SLO {'passed ✓' if slo.passed else 'failed ✗'}", "pass" if slo.passed else "fail"
-    )
-    headers = ("gate", "window", "value", "threshold", "result")
-    return [
-        Heading(2, "SLO"),
-        verdict,
-        TableBlock(headers, rows, (False, False, True, True, False), classes),
-    ]
+    ]  # fmt: skip
+    return slo_section(slo.passed, "window", rows)
 
 
 def _moments(report: RolloutReport) -> TableBlock:

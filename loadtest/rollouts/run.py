@@ -25,10 +25,8 @@ payload and metadata modules) is imported when a rollout runs, not at import.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +40,13 @@ from graphserve.core.errors import (
     LocustRunError,
     RolloutError,
     ServerUnreachable,
+)
+from graphserve.loadtest.generator.locustrun import (
+    log_tail,
+    read_records,
+    start_locust,
+    stop_locust,
+    wait_started,
 )
 from graphserve.loadtest.generator.targets import check_loopback
 from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
@@ -123,8 +128,8 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
         moments = _Controller(spec, old, raw, process, say).run()
     finally:
         (raw / "stop").touch()
-        _wait_for(process, log)
-    records = _read_records(raw, out_dir)
+        stop_locust(process, _STOP_TIMEOUT_S)
+    records = read_records(raw, log)
     from graphserve.loadtest.rollouts.report import build_report, write_rollout
 
     report = build_report(spec, _settings(spec), records, moments, gates, _warmup_of(spec, moments))
@@ -218,51 +223,15 @@ def _payload(spec: RolloutSpec, out_dir: Path) -> None:
 
 
 def _start_locust(spec: RolloutSpec, out_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
-
     users = spec.users if spec.users is not None else spec.max_in_flight
     # Locust's own bound, beyond the controller's: the longest a run can take, and a margin.
     bound = spec.before_s + 2 * spec.timeout_s + _UNLOAD_GRACE_S + spec.after_s + 60
-    command = [
-        sys.executable, "-m", "locust", "-f", str(ROLLOUT_FILE), "--headless",
-        "-u", str(users), "-r", "100", "-t", f"{bound:.0f}s",
-        "--host", spec.address, "--only-summary", "--stop-timeout", "5",
-        "--loglevel", "WARNING",
+    log = out_dir / "locust.log"
+    options = [
         "--rollout-dir", str((out_dir / "raw").resolve()),
         "--rollout-rate", str(spec.rate or 200.0) if spec.open_loop else "0",
     ]  # fmt: skip
-    log = out_dir / "locust.log"
-    env = {TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL, **os.environ}
-    with log.open("wb") as f:
-        process = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env)
-    return process, log
-
-
-def _wait_for(process: subprocess.Popen[bytes], log: Path) -> None:
-    try:
-        process.wait(timeout=_STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _read_records(raw: Path, out_dir: Path) -> dict[str, Any]:
-    import numpy as np
-
-    path = raw / "records.npz"
-    if not path.exists():
-        raise LocustRunError(f"locust wrote no records: {_log_tail(out_dir / 'locust.log')}")
-    with np.load(path, allow_pickle=False) as npz:
-        return {key: npz[key] for key in npz.files}
-
-
-def _log_tail(log: Path) -> str:
-    lines = log.read_text(errors="replace").strip().splitlines()[-8:] if log.exists() else []
-    return " | ".join(lines) or "(no output)"
+    return start_locust(ROLLOUT_FILE, spec.address, users, bound, log, options), log
 
 
 def _settings(spec: RolloutSpec) -> RolloutSettings:
@@ -329,6 +298,7 @@ class _Controller:
         say: Say,
     ) -> None:
         self.spec, self.raw, self.process, self.say = spec, raw, process, say
+        self.log = raw.parent / "locust.log"
         self.moments = Moments(t0=0.0, old_version=old)
         self.last: dict[int, str] = {}
         self.answering = True  # the server answered the last GetModelStatus
@@ -337,7 +307,7 @@ class _Controller:
 
     def run(self) -> Moments:
         m = self.moments
-        m.t0 = self._wait_started()
+        m.t0 = wait_started(self.process, self.raw, self.log, _START_TIMEOUT_S)
         self.say({"event": "load_started", "old_version": m.old_version})
         spec = self.spec
         push_at = m.t0 + spec.before_s
@@ -351,7 +321,7 @@ class _Controller:
                 if self.process.poll() is not None:
                     raise LocustRunError(
                         f"locust exited with code {self.process.returncode} during the run: "
-                        f"{_log_tail(self.raw.parent / 'locust.log')}"
+                        f"{log_tail(self.log)}"
                     )
                 if self.push_error is not None:
                     raise RolloutError(f"pushing the new version failed: {self.push_error}")
@@ -374,19 +344,6 @@ class _Controller:
         m.load_end = time.time()
         self.say({"event": "stopping"})
         return m
-
-    def _wait_started(self) -> float:
-        path = self.raw / "started.json"
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not path.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise LocustRunError(
-                    f"locust did not start the load: {_log_tail(self.raw.parent / 'locust.log')}"
-                )
-            time.sleep(0.05)
-        t0 = float(json.loads(path.read_text())["t0"])
-        time.sleep(max(0.0, t0 - time.time()))
-        return t0
 
     def _push(self) -> None:
         """Copy the new version in as BASE/NAME/<next>, whole or not at all (atomic rename)."""

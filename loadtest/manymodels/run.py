@@ -1,0 +1,344 @@
+"""One server, many models: `graphserve loadtest many`.
+
+    popularity = Popularity.zipf(models_from_config(Path("copies/models.config")), s=1.1)
+    spec = ManySpec(target="grpc://127.0.0.1:8500", popularity=popularity, rate=200,
+                    duration_s=60, rest_port=8501)
+    report = many(spec, Path("reports/many"))
+
+Locust (loadtest/manymodels/locustfile.py, in a subprocess) sends each request to a model drawn
+by popularity, and records every request with the server's cold-load mark. This process is the
+controller: it builds one payload per distinct input signature (read from each model's SavedModel
+when its base path is on this machine, else from the server's metadata, which may load it),
+starts the load, scrapes the server's Prometheus metrics every `scrape_every_s` (loads, evictions,
+cold requests, resident bytes and versions, RSS), stops the load after `duration_s` (or when the
+request cap is spent) and writes OUT/many.{json,md,html,csv} and the plots.
+
+Targets: `grpc://HOST:PORT` or a bare HOST:PORT (gRPC), `http://HOST:PORT` (REST); loopback only
+(loadtest/generator/targets.py). The metrics are the REST port's /monitoring/prometheus/metrics:
+a REST target's own, a gRPC target's with `rest_port`, or `metrics_url`. TensorFlow (through the
+payload and metadata modules) is imported when a run starts, not at import.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphserve.core.defaults import DEFAULT_METRICS_PATH
+from graphserve.core.errors import LoadTestError
+from graphserve.loadtest.generator.locustrun import (
+    read_records,
+    start_locust,
+    stop_locust,
+    wait_started,
+)
+from graphserve.loadtest.generator.targets import check_loopback, host_of, http_base_url
+from graphserve.loadtest.manymodels.popularity import Popularity
+from graphserve.loadtest.manymodels.scrapes import ServerScrape, scrape_server
+from graphserve.loadtest.results.many import ManyReport, PayloadGroup
+from graphserve.loadtest.results.run import PayloadInput
+
+__all__ = ["LOCUSTFILE", "ManySpec", "Scrapes", "Target", "many", "metrics_url_of", "parse_target"]
+
+LOCUSTFILE = Path(__file__).with_name("locustfile.py")
+_START_TIMEOUT_S = 90.0  # locust's start-up, on a busy machine
+_STOP_TIMEOUT_S = 45.0  # the users finish the call they are in (a cold one waits for a load)
+_BOUND_MARGIN_S = 60.0  # locust's own -t, past the controller's end
+# What a run writes into OUT/raw, and removes first when OUT holds an earlier run's
+_RAW_FILES = ("plan.json", "requests.npz", "started.json", "stop", "records.npz", "scrapes.jsonl")
+
+Say = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the load goes: "grpc" to HOST:PORT, or "rest" to http(s)://HOST:PORT."""
+
+    protocol: str
+    address: str
+
+
+def parse_target(text: str) -> Target:
+    """`grpc://HOST:PORT` or HOST:PORT (gRPC), `http://HOST:PORT` (REST). Raises
+    RemoteTargetError for an address off loopback or one that cannot be read."""
+    text = text.strip()
+    if text.lower().startswith("grpc://"):
+        target = Target("grpc", text[len("grpc://") :].rstrip("/"))
+    elif "://" in text:
+        target = Target("rest", http_base_url(text))
+    else:
+        target = Target("grpc", text)
+    check_loopback(target.address)
+    return target
+
+
+def metrics_url_of(target: Target, metrics_url: str | None, rest_port: int | None) -> str | None:
+    """The Prometheus URL to scrape: `metrics_url`, else the REST port's metrics path (the REST
+    target's, or the gRPC target's host at `rest_port`); None for a gRPC target without either.
+    Raises RemoteTargetError for a URL off loopback."""
+    if metrics_url:
+        check_loopback(metrics_url)
+        return metrics_url
+    if target.protocol == "rest":
+        return target.address + DEFAULT_METRICS_PATH
+    if rest_port is not None:
+        host = host_of(target.address)
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{rest_port}{DEFAULT_METRICS_PATH}"
+    return None
+
+
+@dataclass(frozen=True)
+class ManySpec:
+    """One many-models run. `rate` (open loop, req/s over all models, sent by `users` threads) or
+    none (closed loop: `users` back to back). It ends after `duration_s`, or when `max_requests`
+    are answered. Gates: `slo` (loadtest/results/slo.py's grammar, with all, warm or cold in
+    place of an arm), `max_failure_ratio`, `min_hit_ratio`."""
+
+    target: str
+    popularity: Popularity
+    rate: float | None = None
+    users: int = 16
+    duration_s: float = 30.0
+    max_requests: int | None = None
+    metrics_url: str | None = None
+    rest_port: int | None = None
+    scrape_every_s: float = 2.0
+    seed: int = 0
+    signature_name: str = "serving_default"
+    batch_size: int = 1
+    slo: tuple[str, ...] = ()
+    max_failure_ratio: float | None = None
+    min_hit_ratio: float | None = None
+    top: int = 20  # model rows the pages show one by one
+
+
+def many(spec: ManySpec, out_dir: Path, progress: Say | None = None) -> ManyReport:
+    """Run the load, write OUT/many.{json,md,html,csv} and the plots; return the report.
+
+    Raises RemoteTargetError (a target or metrics URL off loopback), SloError (a gate that cannot
+    be read), LoadTestError (a spec that cannot work), PayloadError (a model whose inputs cannot
+    be read or built), LocustRunError (locust failed or left no records). Missed gates are not
+    raised: they are in report.slo.
+    """
+    from graphserve.loadtest.manymodels.analysis import build_report, parse_gates
+    from graphserve.loadtest.manymodels.report import write_many
+
+    target = parse_target(spec.target)
+    metrics_url = metrics_url_of(target, spec.metrics_url, spec.rest_port)
+    _check(spec)
+    gates = parse_gates(spec.slo)
+    say = progress or (lambda _event: None)
+    raw = out_dir / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for stale in _RAW_FILES:
+        (raw / stale).unlink(missing_ok=True)
+    say({"event": "payload", "models": len(spec.popularity.names)})
+    payloads = _payloads(spec, target, out_dir)
+    scrapes = Scrapes(metrics_url, raw / "scrapes.jsonl")
+    scrapes.take()  # before the load: the counters' baseline
+    if metrics_url is not None and scrapes.first is None:
+        say({"event": "warning", "message": f"{metrics_url} did not answer: no server counters"})
+    process = _start_locust(spec, target, out_dir)
+    try:
+        t0 = _drive(spec, process, raw, scrapes, say)
+    finally:
+        (raw / "stop").touch()
+        stop_locust(process, _STOP_TIMEOUT_S)
+    scrapes.take()  # after the load: the counters' end
+    records = read_records(raw, out_dir / "locust.log")
+    report = build_report(spec, target, metrics_url, payloads, records, t0, scrapes, gates)
+    write_many(report, out_dir)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _check(spec: ManySpec) -> None:
+    if spec.rate is not None and spec.rate <= 0:
+        raise LoadTestError(f"--rate {spec.rate:g}: the rate must be above 0 req/s")
+    if spec.users < 1 or spec.duration_s <= 0 or spec.scrape_every_s <= 0 or spec.batch_size < 1:
+        raise LoadTestError(
+            "users and batch size must be 1 or more; duration and scrape period above 0 s"
+        )
+    if spec.max_requests is not None and spec.max_requests < 1:
+        raise LoadTestError(f"--max-requests {spec.max_requests}: at least 1")
+    for name, ratio in (("--max-failure-ratio", spec.max_failure_ratio),
+                        ("--min-hit-ratio", spec.min_hit_ratio)):  # fmt: skip
+        if ratio is not None and not 0 <= ratio <= 1:
+            raise LoadTestError(f"{name} {ratio:g}: a ratio between 0 and 1")
+
+
+@dataclass
+class _Group:
+    inputs: dict[str, Any]
+    source: str
+    models: int = 0
+
+
+def _payloads(spec: ManySpec, target: Target, out_dir: Path) -> list[PayloadGroup]:
+    """One payload per distinct input signature; OUT/payload-<g>.npz and OUT/raw/requests.npz
+    (see the locustfile), and OUT/raw/plan.json. A signature is read once per saved_model.pb
+    file (hard-linked copies share one) and a payload built once per signature."""
+    import numpy as np
+
+    from graphserve.core.client import predict_request
+    from graphserve.loadtest.generator.payloads import grpc_request_bytes, rest_body, save_payload
+
+    popularity = spec.popularity
+    by_file: dict[tuple[int, int], int] = {}
+    by_specs: dict[tuple[Any, ...], int] = {}
+    groups: list[_Group] = []
+    member: list[int] = []
+    for name, base in zip(popularity.names, popularity.base_paths, strict=True):
+        key = _file_key(base)
+        group = by_file.get(key) if key is not None else None
+        if group is None:
+            group = _group_of(spec, target, name, base, by_specs, groups)
+            if key is not None:
+                by_file[key] = group
+        groups[group].models += 1
+        member.append(group)
+    arrays: dict[str, Any] = {"group": np.asarray(member, np.int32)}
+    for index, made in enumerate(groups):
+        save_payload(out_dir / f"payload-{index}.npz", made.inputs)
+        if target.protocol == "grpc":
+            body = grpc_request_bytes(made.inputs, "", spec.signature_name)
+        else:
+            body = rest_body(made.inputs, spec.signature_name)
+        arrays[f"body_{index}"] = np.frombuffer(body, np.uint8)
+    if target.protocol == "grpc":
+        heads = [predict_request(name, {}).SerializeToString() for name in popularity.names]
+        arrays["heads"] = np.frombuffer(b"".join(heads), np.uint8)
+        arrays["head_lengths"] = np.asarray([len(h) for h in heads], np.int64)
+    with (out_dir / "raw" / "requests.npz").open("wb") as f:
+        np.savez(f, **arrays)
+    plan = {
+        "protocol": target.protocol,
+        "names": list(popularity.names),
+        "weights": list(popularity.weights),
+        "seed": spec.seed,
+        "rate": spec.rate,
+        "max_requests": spec.max_requests,
+    }
+    (out_dir / "raw" / "plan.json").write_text(json.dumps(plan))
+    return [
+        PayloadGroup(
+            models=made.models,
+            source=made.source,
+            file=f"payload-{index}.npz",
+            inputs={
+                n: PayloadInput(dtype=str(a.dtype), shape=list(a.shape))
+                for n, a in made.inputs.items()
+            },
+        )
+        for index, made in enumerate(groups)
+    ]
+
+
+def _file_key(base: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of the newest version's saved_model.pb: hard links share it."""
+    if base is None:
+        return None
+    from graphserve.core.savedmodel import find_saved_model_file
+    from graphserve.core.versions import version_dirs
+
+    versions = version_dirs(base)
+    found = find_saved_model_file(versions[max(versions)]) if versions else None
+    if found is None:
+        return None
+    stat = found.stat()
+    return stat.st_dev, stat.st_ino
+
+
+def _group_of(
+    spec: ManySpec,
+    target: Target,
+    name: str,
+    base: Path | None,
+    by_specs: dict[tuple[Any, ...], int],
+    groups: list[_Group],
+) -> int:
+    """The group of `name`'s signature, read from its SavedModel (`base`) or the server's
+    metadata; a new group, with its payload, for a signature not seen before."""
+    from graphserve.core.signature import SERVING_DEFAULT
+    from graphserve.loadtest.comparison.run import Arm, CompareSpec, payload_specs
+    from graphserve.loadtest.generator.payloads import build_payload
+
+    asked = CompareSpec(
+        arms=(Arm("target", target.address),),
+        protocol=target.protocol,
+        model_name=name,
+        signature_name=spec.signature_name,
+        model_base_path=base,
+    )
+    specs, origin, recorded = payload_specs(asked)
+    key = tuple(specs)
+    if key not in by_specs:
+        signature = spec.signature_name or SERVING_DEFAULT
+        inputs = build_payload(specs, spec.batch_size, spec.seed, recorded, signature)
+        by_specs[key] = len(groups)
+        groups.append(_Group(inputs, origin))
+    return by_specs[key]
+
+
+def _start_locust(spec: ManySpec, target: Target, out_dir: Path) -> subprocess.Popen[bytes]:
+    bound = spec.duration_s + _START_TIMEOUT_S + _BOUND_MARGIN_S
+    options = ["--many-dir", str((out_dir / "raw").resolve())]
+    log = out_dir / "locust.log"
+    return start_locust(LOCUSTFILE, target.address, spec.users, bound, log, options)
+
+
+class Scrapes:
+    """The server's metrics over the run: the first and last scrapes (whose counters' difference
+    is the run's) and every scrape's gauges and totals, appended to OUT/raw/scrapes.jsonl too."""
+
+    def __init__(self, url: str | None, log: Path | None = None) -> None:
+        self.url, self.log = url, log
+        self.first: ServerScrape | None = None
+        self.last: ServerScrape | None = None
+        self.series: list[tuple[float, dict[str, float | None]]] = []  # (at, values)
+
+    def take(self) -> None:
+        if self.url is None:
+            return
+        scrape = scrape_server(self.url)
+        if scrape is None:
+            return
+        self.first = self.first or scrape
+        self.last = scrape
+        point = {
+            "rss_bytes": scrape.rss_bytes,
+            "resident_bytes": scrape.resident_bytes,
+            "resident_versions": scrape.resident_versions,
+            "loads": scrape.loads_since(self.first),
+            "evictions": scrape.evictions_since(self.first),
+            "scrape_ms": round(scrape.took_s * 1000, 1),
+        }
+        self.series.append((scrape.at, point))
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.write(json.dumps({"at": scrape.at, **point}) + "\n")
+
+
+def _drive(
+    spec: ManySpec, process: subprocess.Popen[bytes], raw: Path, scrapes: Scrapes, say: Say
+) -> float:
+    """Wait for the load to start, scrape while it runs, return when it should end (after
+    `duration_s`, or when locust quit on the request cap); the load's t0."""
+    t0 = wait_started(process, raw, raw.parent / "locust.log", _START_TIMEOUT_S)
+    say({"event": "load_started"})
+    end_at, next_scrape = t0 + spec.duration_s, time.time()
+    while process.poll() is None and time.time() < end_at:
+        if time.time() >= next_scrape:
+            scrapes.take()
+            next_scrape += spec.scrape_every_s
+        time.sleep(max(0.0, min(0.05, next_scrape - time.time())))
+    say({"event": "stopping"})
+    return t0

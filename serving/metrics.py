@@ -124,8 +124,15 @@ class ServingMetrics:
         )
         self.prometheus.register(_VersionStates(registry))
         ProcessCollector(registry=self.prometheus)  # process_resident_memory_bytes, CPU, fds
+        self.cold: Counter | None = None
         if on_demand is not None:
             self.prometheus.register(_Residency(on_demand))
+            self.cold = Counter(
+                "graphserve_cold_requests",
+                "Requests that waited for their model to load on demand (once per request).",
+                ("model",),
+                registry=self.prometheus,
+            )
 
     @contextmanager
     def measure(self, model: str, protocol: str) -> Iterator[Measure]:
@@ -143,6 +150,8 @@ class ServingMetrics:
         finally:
             labels = self._labels(measure)
             self.requests.labels(*labels, status).inc()
+            if measure.cold_load is not None and self.cold is not None:
+                self.cold.labels(labels[0]).inc()
             if status == "OK":
                 self.latency.labels(*labels).observe(time.perf_counter() - started)
 
@@ -234,13 +243,6 @@ class _Residency:
         )
         for (model, reason), count in list(stats.evictions.items()):
             evictions.add_metric((model, reason), count)
-        cold = CounterMetricFamily(
-            "graphserve_cold_requests",
-            "Requests that waited for their model to load on demand.",
-            labels=("model",),
-        )
-        for model, count in list(stats.cold_requests.items()):
-            cold.add_metric((model,), count)
         resident = self.manager.resident()
         per_version = GaugeMetricFamily(
             "graphserve_model_resident_bytes",
@@ -251,7 +253,6 @@ class _Residency:
             per_version.add_metric((model, str(version)), held)
         yield loads
         yield evictions
-        yield cold
         yield per_version
         yield GaugeMetricFamily(
             "graphserve_resident_bytes",

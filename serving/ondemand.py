@@ -61,7 +61,8 @@ PIN_LABEL = "pinned"  # version_labels { key: "pinned" value: N } keeps version 
 NOT_LOADED = "not loaded: loads on its first request (--load-on-demand)"
 _COLLECT_EVERY = 1.0  # s: at most one collection of unloaded versions per second
 _NO_DEADLINE = 1e7  # s: a deadline further away is none
-_ROOM_WAIT = 1.0  # s a load waits for versions in use to be released before giving up
+_FRESH = 1.0  # s a version loaded on demand waits for its requests before it may be unloaded
+_ROOM_WAIT = 2.0  # s a load waits for versions in use (or fresh) to be released, then gives up
 
 Key = tuple[str, int]
 
@@ -109,7 +110,6 @@ class ResidencyStats:
 
     loads: Counter[tuple[str, str]] = field(default_factory=Counter)  # (model, ok|failed)
     evictions: Counter[tuple[str, str]] = field(default_factory=Counter)  # (model, reason)
-    cold_requests: Counter[str] = field(default_factory=Counter)  # by model
     load_seconds: float = 0.0  # spent loading, all models
 
 
@@ -127,7 +127,6 @@ class OnDemandManager(ModelManager):
         super().__init__(registry, models, load)
         self.residency = residency
         self.stats = ResidencyStats()
-        self._stats_lock = threading.Lock()  # request threads count cold requests
         self.measured: dict[Key, int] = {}  # resident bytes of each version loaded so far
         # Loads asked for, in order; a request waits on its Future (a thread, or a coroutine:
         # no thread is held while a load is awaited on an event loop)
@@ -286,7 +285,7 @@ class OnDemandManager(ModelManager):
             pending.result(left)
         except TimeoutError:
             raise self._too_late(key) from None
-        return self._waited(name, started)
+        return time.monotonic() - started
 
     async def demand_async(
         self, name: str, version: VersionRef, deadline: float | None
@@ -301,7 +300,7 @@ class OnDemandManager(ModelManager):
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), left)
         except TimeoutError:
             raise self._too_late(key) from None
-        return self._waited(name, started)
+        return time.monotonic() - started
 
     def _ask(
         self, name: str, version: VersionRef, deadline: float | None
@@ -326,11 +325,6 @@ class OnDemandManager(ModelManager):
             f"the request's deadline passed while model {key[0]!r} version {key[1]} loaded on "
             f"demand ({len(self._queue)} loads queued); it will be resident for the next request"
         )
-
-    def _waited(self, name: str, started: float) -> float:
-        with self._stats_lock:
-            self.stats.cold_requests[name] += 1
-        return time.monotonic() - started
 
     def _number(self, name: str, version: VersionRef) -> int:
         """The version a request names, among those this server serves."""
@@ -485,13 +479,21 @@ class OnDemandManager(ModelManager):
                 )
 
     def _least_recently_used(self, exclude: Key) -> list[Key]:
-        """Resident versions that may be unloaded, least recently used first."""
+        """Resident versions that may be unloaded, least recently used first: not pinned, not
+        in use, and not loaded for requests that have yet to take it (under a small budget a
+        version loaded for one request was unloaded for another's before the first ran, which
+        then got NOT_FOUND)."""
         used: list[tuple[float, Key]] = []
+        now = time.monotonic()
         for name in {key[0] for key in self._loaded}:
             for servable in self.registry.available(name):
                 key = (name, servable.version)
-                if key != exclude and not self._pinned(key) and not servable.lease.count:
-                    used.append((servable.lease.last_used, key))
+                lease = servable.lease
+                if key == exclude or self._pinned(key) or lease.count:
+                    continue
+                if not lease.taken and lease.last_used > now - _FRESH:
+                    continue  # loaded for requests that have yet to take it
+                used.append((lease.last_used, key))
         return [key for _, key in sorted(used)]
 
     def _evict(self, key: Key, reason: str) -> bool:

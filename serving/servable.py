@@ -22,12 +22,14 @@ class Lease:
     def __init__(self) -> None:
         self.count = 0
         self.last_used = time.monotonic()
+        self.taken = False  # by any request yet
         self._idle = threading.Condition()
 
     def take(self) -> None:
         with self._idle:
             self.count += 1
             self.last_used = time.monotonic()
+            self.taken = True
 
     def give_back(self) -> None:
         with self._idle:

@@ -37,6 +37,13 @@ class VersionStatus:
     error: str = ""
 
 
+def _listed(names: list[str], most: int = 20) -> str:
+    """`names` for an error message: the first `most`, then how many more (a server may hold
+    thousands)."""
+    shown = ", ".join(repr(n) for n in names[:most])
+    return f"{shown} and {len(names) - most} more" if len(names) > most else shown
+
+
 class ModelRegistry:
     """The servable map: each model's AVAILABLE versions, by number and label, and the state of
     every version seen, as GetModelStatus reports it. The manager writes it; a request resolves
@@ -105,6 +112,10 @@ class ModelRegistry:
 
     # -- what requests call ----------------------------------------------------------------
 
+    def knows(self, name: str) -> bool:
+        """Whether `name` is a model seen, loaded or not."""
+        return name in self._servables or name in self._status
+
     def names(self) -> list[str]:
         """Every model seen, loaded or not, sorted."""
         return sorted(set(self._servables) | set(self._status))
@@ -113,7 +124,7 @@ class ModelRegistry:
         """Every AVAILABLE version of `name`, ascending; raises NotFound when there is none."""
         versions = self._servables.get(name)
         if not versions:
-            known = ", ".join(repr(n) for n in self.names()) or "no models"
+            known = _listed(self.names()) or "no models"
             state = "no version of it is available" if name in self._status else "it is unknown"
             raise NotFound(
                 f"Servable not found for request: Latest({name}): {state}; this server serves "

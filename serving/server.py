@@ -239,7 +239,9 @@ class ModelServer:
         assert self._health is not None
         for service in ("", PREDICTION_SERVICE, MODEL_SERVICE):
             self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving %s: %s", ", ".join(self.registry.names()), self.describe())
+        names = self.registry.names()
+        shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+        log.info("serving %s: %s", shown, self.describe())
         return self
 
     def _grpc_options(self) -> list[tuple[str, int | str]]:
@@ -322,8 +324,11 @@ class ModelServer:
 
         tf.constant(0.0).numpy()
         for name in self.registry.names():
+            resident = self.registry.available(name)  # none is loaded on demand for this
+            if not resident:
+                continue
             try:
-                runner = self.registry.get(name).runner  # resident: none is loaded on demand
+                runner = resident[-1].runner
                 version_dir = runner.path
                 if version_dir is not None and runner.on_caller:
                     replay_warmup(version_dir, runner.run)

@@ -27,6 +27,7 @@ __all__ = [
     "read_saved_model",
     "serve_meta_graph",
     "signature_defs",
+    "variables_bytes",
 ]
 
 # The tag-set TF Serving loads (tensorflow::kSavedModelTagServe).
@@ -126,5 +127,9 @@ def predicted_resident_bytes(path: Path | str) -> int:
     path = Path(path)
     graph = find_saved_model_file(path)
     graph_bytes = graph.stat().st_size if graph is not None else 0
-    variables = sum(f.stat().st_size for f in (path / "variables").glob("variables.data-*"))
-    return variables + _GRAPH_FACTOR * graph_bytes + _SESSION_BYTES
+    return variables_bytes(path) + _GRAPH_FACTOR * graph_bytes + _SESSION_BYTES
+
+
+def variables_bytes(path: Path | str) -> int:
+    """The size of the version's variables (its checkpoint's data files), 0 without any."""
+    return sum(f.stat().st_size for f in (Path(path) / "variables").glob("variables.data-*"))

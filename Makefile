@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families figures soak test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many figures soak test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,9 +69,15 @@ bench-peers: $(STAMP) ## graphserve against the servers users pick instead: benc
 bench-families: $(STAMP) ## export, serve and load the models users bring: bench/results/families.{json,md}
 	$(BIN)/python -m bench families --out bench/results
 
+# A thousand copies of the mlp on one server loading on demand (first answer, Zipf traffic with
+# 200 resident, isolation, memory back with four allocators): about 15 min.
+bench-many: $(STAMP) ## many models loaded on demand: bench/results/many.{json,md,png}
+	$(BIN)/python -m bench many --out bench/results
+
 # Every published figure from the current code: the suite, the generator, the families, the
-# soak (SOAK=1h), the peers (their venvs installed on first use), the containers (a Docker
-# engine) and the manual's sample report, one after the other. Hours, not minutes.
+# soak (SOAK=1h), the many-models run (15 min), the peers (their venvs installed on first use),
+# the containers (a Docker engine) and the manual's sample report, one after the other. Hours,
+# not minutes.
 figures: SOAK ?= 1h
 figures: $(STAMP) ## regenerate every published figure: bench/results/* and docs/loadtest/*
 	$(BIN)/python -m bench figures --soak-duration $(SOAK)

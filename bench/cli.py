@@ -4,6 +4,7 @@ written. A development tool run from a clone: bench/ is not part of the wheel.""
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ def bench(
     peer and the load generator; print every goal ratio with pass/miss; write OUT/results.json
     and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk;
     `python -m bench soak`: an hour of version swaps under load, RSS and p99 over time;
+    `python -m bench many`: a thousand models loaded on demand;
     `python -m bench peers`: against KServe, BentoML, LitServe, PyTriton and FastAPI."""
     if ctx.invoked_subcommand is not None:
         return
@@ -203,6 +205,97 @@ def soak(
             raise typer.Exit(EXIT_FAILED) from None
     paths, lines = write_soak(results, out)
     for line in lines:
+        typer.echo(line)
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
+    if strict and not all(g["passed"] for g in results["goals"]):
+        raise typer.Exit(EXIT_MISSED)
+
+
+def many(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where many.json, many.md and many.png are written.")
+    ] = Path("bench/results"),
+    models: Annotated[
+        int, typer.Option("--models", min=2, help="Copies of the mlp in the config.")
+    ] = 1000,
+    resident: Annotated[
+        int, typer.Option("--resident", min=1, help="M2's --max-resident-models.")
+    ] = 200,
+    rate: Annotated[
+        float, typer.Option("--rate", min=1.0, help="M2's requests per second.")
+    ] = 200.0,
+    zipf_duration: Annotated[
+        str, typer.Option("--zipf-duration", help="M2's Zipf traffic: 5m, 60s, 20.")
+    ] = "300s",
+    baseline_duration: Annotated[
+        str, typer.Option("--baseline-duration", help="M2's one-model server at the same rate.")
+    ] = "60s",
+    isolation_phase: Annotated[
+        str, typer.Option("--isolation-phase", help="Each of M3's two phases.")
+    ] = "45s",
+    isolation_resident: Annotated[
+        int, typer.Option("--isolation-resident", min=2, help="M3's --max-resident-models.")
+    ] = 8,
+    memory_models: Annotated[
+        int, typer.Option("--memory-models", min=1, help="Models M4 asks once each.")
+    ] = 200,
+    runs: Annotated[int, typer.Option("--runs", min=1, help="M1's starts of each config.")] = 3,
+    parts: Annotated[
+        str, typer.Option("--parts", help="Which parts: first,zipf,isolation,memory.")
+    ] = "first,zipf,isolation,memory",
+    stand_ins: Annotated[
+        bool,
+        typer.Option(
+            "--stand-ins", help="The bench's own copies and traffic, even where loadtest has them."
+        ),
+    ] = False,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Export, copies and server logs (default: temporary)."),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
+    ] = False,
+) -> None:
+    """One graph server, a thousand copies of the mlp loaded on demand: M1 the first answer
+    against a one-model config, M2 Zipf traffic with 200 resident (failures, warm and cold p50,
+    RSS), M3 a pinned model's p99 beside cold neighbours, M4 memory back after unloading (glibc,
+    oneDNN on, jemalloc, tcmalloc). About 15 minutes; writes OUT/many.json, many.md, many.png."""
+    quiet_tensorflow()
+    from bench.many import PARTS, ManyPlan, goal_lines, run_many, write_many
+    from graphserve.core.units import parse_duration
+
+    chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
+    if not chosen or set(chosen) - set(PARTS):
+        stderr.print(f"[red]error:[/] --parts {parts!r}: expected some of {', '.join(PARTS)}")
+        raise typer.Exit(2)
+    if models <= max(resident, isolation_resident, memory_models - 1):
+        stderr.print("[red]error:[/] --models must exceed --resident, --isolation-resident and "
+                     "--memory-models")  # fmt: skip
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="graphserve-many-") as tmp:
+        plan = ManyPlan(
+            work_dir=work_dir or Path(tmp),
+            models=models,
+            first_runs=runs,
+            rate=rate,
+            zipf_duration_s=parse_duration(zipf_duration, "--zipf-duration"),
+            baseline_duration_s=parse_duration(baseline_duration, "--baseline-duration"),
+            resident=resident,
+            isolation_phase_s=parse_duration(isolation_phase, "--isolation-phase"),
+            isolation_resident=isolation_resident,
+            memory_models=memory_models,
+            parts=chosen,
+            stand_ins=stand_ins,
+        )
+        plan.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            results = run_many(plan, say=progress)
+        except (RuntimeError, OSError, ValueError, subprocess.CalledProcessError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    paths = write_many(results, out)
+    for line in goal_lines(results):
         typer.echo(line)
     typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
     if strict and not all(g["passed"] for g in results["goals"]):
@@ -391,7 +484,7 @@ def figures(
         str,
         typer.Option(
             "--skip",
-            help="Results not to regenerate: results, generator, families, soak, peers, "
+            help="Results not to regenerate: results, generator, families, soak, many, peers, "
             "containers, http, sample-report.",
         ),
     ] = "http",
@@ -400,9 +493,10 @@ def figures(
     ] = "1h",
 ) -> None:
     """Every published figure, regenerated from the current code, one command after the other:
-    bench/results/* (the suite, the generator, the model families, the soak, the peers, the
-    containers; `bench http` only without --skip http, being the record of a past choice) and
-    the manual's sample report (docs/loadtest). Each command is the one its page names."""
+    bench/results/* (the suite, the generator, the model families, the soak, the many-models
+    run, the peers, the containers; `bench http` only without --skip http, being the record of
+    a past choice) and the manual's sample report (docs/loadtest). Each command is the one its
+    page names."""
     from bench.published import PUBLISHED, run_figures
     from graphserve.loadtest.cli import parse_duration
 
@@ -478,6 +572,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 app.callback(invoke_without_command=True, epilog=STRICT_EPILOG)(bench)
 app.command("generator")(generator)
 app.command("soak", epilog=STRICT_EPILOG)(soak)
+app.command("many", epilog=STRICT_EPILOG)(many)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
 app.command("http")(http)

@@ -138,8 +138,17 @@ def _real_handlers(model: str | None, model_dir: str | None) -> tuple[Handle, Ha
         return codec.parse_json_body(body, max_depth)  # its errors
 
     class Legacy(rest_api._Handler):
-        def _predict(self, name: str, version: Any, body: bytes) -> bytes:
-            with rest_api._resolve(plane, name, version, body, stdlib_parse, 100) as resolved:
+        def _predict(
+            self,
+            name: str,
+            version: Any,
+            body: bytes,
+            headers: list[tuple[str, str]],
+            prepared: Any,
+        ) -> bytes:
+            with rest_api._resolve(
+                plane, name, version, body, stdlib_parse, 100, headers, prepared
+            ) as resolved:
                 servable, signature, request = resolved
                 inputs, _ = codec.decode_json_request(request, signature.inputs)
                 outputs = plane.predict(servable, signature, inputs)

@@ -86,6 +86,18 @@ def _soak_goals(results: Results) -> list[dict[str, Any]]:
     return soak_goals(results)
 
 
+def _many_md(results: Results) -> str:
+    from bench.many import render_many
+
+    return render_many(results)
+
+
+def _many_goals(results: Results) -> list[dict[str, Any]]:
+    from bench.many import many_goals
+
+    return many_goals(results)
+
+
 def _containers_md(results: Results) -> str:
     from bench.containers import render
 
@@ -122,6 +134,7 @@ PUBLISHED: tuple[Published, ...] = (
     Published("generator", ("generator",), _generator_md),
     Published("families", ("families",), _families_md),
     Published("soak", ("soak",), _soak_md, _soak_goals),
+    Published("many", ("many",), _many_md, _many_goals),  # about 15 minutes
     Published("peers", ("peers",), _peers_md, _peers_goals, "five peer venvs (~12 GB)"),
     Published("containers", ("containers",), _containers_md, None, "a Docker engine, root"),
     Published("http", ("http",), _http_md, _http_goals, "the HTTP servers it compares"),

@@ -40,6 +40,7 @@ BENCH_PAGES = {
     "soak.md": "soak.md",
     "containers.md": "containers.md",
     "families.md": "families.md",
+    "many.md": "many.md",
 }
 
 

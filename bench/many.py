@@ -38,6 +38,7 @@ import numpy as np
 
 from bench.goals import Goal, evaluate
 from bench.timing import timing_of
+from bench.tools import ToolMissing, debian_library
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.httpclient import HttpConnection
 from graphserve.core.processes import ServerProcess
@@ -64,6 +65,7 @@ LOADTEST_TRAFFIC = "graphserve loadtest many"
 STAND_IN_TRAFFIC = "bench/many.py's stand-in (open-loop client threads)"
 MB = 1e6
 LIBS = Path("/usr/lib/x86_64-linux-gnu")
+PACKAGES = {"jemalloc": "libjemalloc2", "tcmalloc": "libtcmalloc-minimal4"}  # Debian's
 # M4's rows: what each server's environment sets (None: unset). Only "default" decides the goal.
 ALLOCATORS: tuple[tuple[str, dict[str, str | None]], ...] = (
     ("default", {"TF_ENABLE_ONEDNN_OPTS": None, "LD_PRELOAD": None}),
@@ -767,9 +769,12 @@ def memory(run: _Run) -> dict[str, Any]:
         if label not in plan.allocators:
             continue
         library = env.get("LD_PRELOAD")
-        if library and not Path(library).is_file():
-            rows.append({"allocator": label, "env": env, "skipped": f"{library} is not installed"})
-            continue
+        if library:
+            try:  # Debian's libjemalloc2 / libtcmalloc-minimal4, installed as root
+                debian_library(Path(library), PACKAGES[label], f"M4's {label} row")
+            except ToolMissing as exc:
+                rows.append({"allocator": label, "env": env, "skipped": str(exc)})
+                continue
         flags = ["--idle-unload", f"{plan.idle_unload_s:g}s"]
         with _serving(run.config, flags, run.log(f"memory-{label.replace(' ', '-')}"), env=env,
                       record=run.servers) as server:  # fmt: skip

@@ -22,7 +22,7 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TRITONCLIENT", "Tool", "ToolMissing", "perf_analyzer", "wrk"]
+__all__ = ["TRITONCLIENT", "Tool", "ToolMissing", "debian_library", "perf_analyzer", "wrk"]
 
 # Not the `perf-analyzer` package (2.58 to 2.60), which carries the binary too and needs neither
 # libb64 nor libcudart: its wheels are manylinux_2_38 and the binary needs GLIBC_2.38 and
@@ -73,6 +73,16 @@ def _apt(package: str, why: str) -> None:
 def _has_library(soname: str) -> bool:
     done = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False)
     return soname in done.stdout
+
+
+def debian_library(path: Path, package: str, why: str) -> Path:
+    """`path`, a shared library of Debian's `package`, installed first when missing (as root);
+    ToolMissing naming the package otherwise."""
+    if not path.is_file():
+        _apt(package, why)
+    if not path.is_file():
+        raise ToolMissing(f"{why}: {package} is installed but {path} is not there")
+    return path
 
 
 def perf_analyzer(root: Path | None = None) -> Tool:

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from graphserve.core.errors import LoadTestError
+from graphserve.core.errors import LoadTestError, ModelConfigError
+from graphserve.core.modelconfig import load_model_config_file
 
 __all__ = [
     "DEFAULT_ZIPF_S",
@@ -114,36 +115,14 @@ def zipf_weights(count: int, s: float) -> list[float]:
 
 
 def models_from_config(path: Path) -> list[tuple[str, Path | None]]:
-    """The models of a TF Serving model config file (text-proto ModelServerConfig), in order,
-    each with its base path when that is a directory here (relative paths from the file's
-    directory, as the graph server reads them). Raises LoadTestError naming what is wrong."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
+    """The models of a TF Serving model config file, in order, each with its base path when
+    that is a directory here (read as the graph server reads it: core.modelconfig). Raises
+    LoadTestError naming what is wrong."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise LoadTestError(f"--models-from {path}: cannot be read: {exc}") from None
-    config = model_server_config_pb2.ModelServerConfig()
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise LoadTestError(f"--models-from {path}: not a ModelServerConfig: {exc}") from None
-    entries = config.model_config_list.config
-    if config.WhichOneof("config") != "model_config_list" or not entries:
-        raise LoadTestError(f"--models-from {path}: expected a model_config_list with models")
-    models: list[tuple[str, Path | None]] = []
-    for entry in entries:
-        if not entry.name:
-            raise LoadTestError(f"--models-from {path}: a config has no name")
-        base = Path(entry.base_path) if entry.base_path else None
-        if base is not None and not base.is_absolute():
-            base = path.parent / base
-        models.append((entry.name, base if base is not None and base.is_dir() else None))
-    names = [name for name, _ in models]
-    if len(set(names)) != len(names):
-        raise LoadTestError(f"--models-from {path}: a model is named twice")
-    return models
+        models = load_model_config_file(path)
+    except ModelConfigError as exc:
+        raise LoadTestError(f"--models-from: {exc}") from None
+    return [(m.name, m.base_path if m.base_path.is_dir() else None) for m in models]
 
 
 def read_weights(path: Path) -> dict[str, float]:

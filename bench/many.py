@@ -821,9 +821,9 @@ def _memory_row(
 
 
 def bytes_per_model(run: _Run, results: dict[str, Any]) -> dict[str, Any]:
-    """core.savedmodel's prediction for the mlp against what the server measured at load (its
-    RSS growth while the version loaded): the models M4's default server loaded one after the
-    other with no other request running, and those resident when M2's traffic ended."""
+    """core.savedmodel's prediction for the mlp against what the server measured at load (malloc's
+    bytes in use grown while the version loaded): the models M4's default server loaded one
+    after the other with no other request running, and those resident when M2's traffic ended."""
     from graphserve.core.savedmodel import predicted_resident_bytes
 
     def stats(measured: list[float]) -> dict[str, Any] | None:
@@ -1213,7 +1213,7 @@ def _bytes_md(results: dict[str, Any]) -> list[str]:
         "## Bytes per model",
         "",
         f"core.savedmodel predicts {b['predicted_bytes'] / MB:.2f} MB for the mlp. What the "
-        "server measured at load (its RSS growth while the version loaded, "
+        "server measured at load (malloc's bytes in use grown while the version loaded, "
         "graphserve_model_resident_bytes):",
         "",
         *_header(_BYTES_COLUMNS),

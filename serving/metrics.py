@@ -250,7 +250,7 @@ class _Residency:
         resident = self.manager.resident()
         per_version = GaugeMetricFamily(
             "graphserve_model_resident_bytes",
-            "Each resident version's memory, measured when it loaded (RSS growth).",
+            "Each resident version's memory, measured when it loaded (malloc's bytes in use).",
             labels=("model", "version"),
         )
         for (model, version), held in resident.items():

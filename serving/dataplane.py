@@ -133,10 +133,7 @@ class DataPlane:
         end resolves the signature (`use_signature`), decodes, and calls predict, classify,
         regress or multi_inference, which validate, run and count."""
         with self.measure(name, protocol) as measure, deadline_scope(time_remaining):
-            if prepared is not None:
-                measure.cold_load = prepared.waited
-                if prepared.error is not None:
-                    raise prepared.error
+            self.take_prepared(measure, prepared)
             check_deadline("before the server could start on it")
             measure.servable = self.servable(name, version, measure)
             yield measure
@@ -200,6 +197,15 @@ class DataPlane:
         except Exception as exc:
             return Prepared(0.0, exc)  # raised in `request`, so it is measured and counted
         return None if waited is None else Prepared(waited)
+
+    @staticmethod
+    def take_prepared(measure: Measure, prepared: Prepared | None) -> None:
+        """Inside a request's measurement: what `prepare` waited (kept in the measure), or
+        what it failed with (raised here, so it is measured and counted)."""
+        if prepared is not None:
+            measure.cold_load = prepared.waited
+            if prepared.error is not None:
+                raise prepared.error
 
     def _resident(self, name: str, version: VersionRef) -> Servable:
         leases = _LEASES.get()

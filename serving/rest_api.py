@@ -117,10 +117,7 @@ def _resolve(
     """The servable, signature and parsed body of a POST, resolved inside its measurement; an
     answer that waited for its version to load on demand says how long in a header."""
     with plane.measure(name, "rest") as measure:
-        if prepared is not None:
-            measure.cold_load = prepared.waited
-            if prepared.error is not None:
-                raise prepared.error
+        plane.take_prepared(measure, prepared)
         servable = measure.servable = plane.servable(name, version, measure)
         if measure.cold_load is not None:
             headers.append((COLD_LOAD_HEADER, f"{measure.cold_load:.6f}"))

@@ -35,6 +35,7 @@ from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE
 
 if TYPE_CHECKING:
     from graphserve.core.batchingparams import BatchingParameters
+    from graphserve.core.tls import ServerTls
 
 log = logging.getLogger("graphserve.serve")
 
@@ -90,6 +91,21 @@ SHARED: dict[str, tuple[Any, Any]] = {
                 "--monitoring_config_file",
                 help="TF Serving monitoring config "
                 "(prometheus_config { enable: true, path: ... }).",
+            ),
+        ],
+        None,
+    ),
+    "ssl_config_file": (
+        Annotated[
+            Path | None,
+            typer.Option(
+                "--ssl-config-file",
+                "--ssl_config_file",
+                help="TF Serving's SSLConfig text proto (server_key, server_cert and custom_ca "
+                "hold PEM text; client_verify). TLS on gRPC, as TF Serving, and the same "
+                "certificate on the REST and metrics port (HTTPS; TF Serving's REST has none); "
+                "client_verify: mutual TLS on both.",
+                show_default=False,
             ),
         ],
         None,
@@ -364,6 +380,7 @@ class ServeFlags:
     grpc_socket_path: str | None = None
     metrics: bool = False
     monitoring_config_file: Path | None = None
+    ssl_config_file: Path | None = None
     max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     rest_idle_timeout: float = DEFAULT_IDLE_TIMEOUT_S
@@ -476,6 +493,7 @@ class ServeFlags:
         grpc_port, rest_port = self.listen()
         grpc_arguments = self.grpc_arguments()
         metrics_path = self._metrics_path()
+        tls = self._tls()
         batching = self.batching()
         grpc_asyncio = self.grpc_asyncio()
         if metrics_path and rest_port is None:
@@ -514,6 +532,7 @@ class ServeFlags:
             rest_timeout_ms=self.rest_timeout_ms or None,
             method_name_check=self.method_name_check,
             strict_json_numbers=self.strict_json_numbers,
+            tls=tls,
         )
         config = ServeConfig(
             options=options,
@@ -569,7 +588,8 @@ class ServeFlags:
             served = f"{served}; and {on_demand}" if served else on_demand
         where = server.describe()
         if metrics_path and rest_port is not None:
-            where += f", metrics http://{self.host}:{server.rest_port}{metrics_path}"
+            scheme = "https" if tls is not None else "http"
+            where += f", metrics {scheme}://{self.host}:{server.rest_port}{metrics_path}"
         stderr.print(f"[green]serving[/] {served}: {where} (Ctrl-C stops)")
         server.wait()
 
@@ -578,6 +598,17 @@ class ServeFlags:
         if self.grpc_workers:
             return self.grpc_workers
         return max(DEFAULT_GRPC_WORKERS, min(self.batch_rows, MAX_AUTO_GRPC_WORKERS))
+
+    def _tls(self) -> ServerTls | None:
+        """--ssl-config-file, read and checked (a usage error naming what is wrong)."""
+        if self.ssl_config_file is None:
+            return None
+        from graphserve.core.tls import ServerTls, TlsConfigError
+
+        try:
+            return ServerTls.load(self.ssl_config_file)
+        except TlsConfigError as exc:
+            usage_error(str(exc))
 
     def _metrics_path(self) -> str | None:
         if self.monitoring_config_file is None:

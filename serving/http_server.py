@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from http import HTTPStatus
+from ssl import SSLContext
 from typing import Any, cast
 
 import uvicorn
@@ -538,6 +539,7 @@ class HttpServer:
         started: int = DEFAULT_GRPC_WORKERS,
         name: str = "rest",
         prepare: Prepare | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
@@ -545,6 +547,7 @@ class HttpServer:
         self.workers = workers
         self.started = started
         self.name = name
+        self.ssl = ssl  # HTTPS: the handshake on the loop, before the first request byte
         self._app = _App(handler, prepare)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
@@ -583,6 +586,8 @@ class HttpServer:
             timeout_keep_alive=self.limits.idle_timeout or 10**9,  # type: ignore[arg-type]
             timeout_graceful_shutdown=1,
         )
+        config.load()
+        config.ssl = self.ssl  # a context of ours, where uvicorn's options would take files
         server = self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=loop.run_forever, name=self.name, daemon=True)
         self._thread.start()

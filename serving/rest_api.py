@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from http import HTTPStatus
+from ssl import SSLContext
 from typing import Any
 
 from google.protobuf import json_format, wrappers_pb2
@@ -315,7 +316,13 @@ class RestServer:
     (closes the listener and every connection)."""
 
     def __init__(
-        self, host: str, port: int, plane: DataPlane, options: RestOptions | None = None
+        self,
+        host: str,
+        port: int,
+        plane: DataPlane,
+        options: RestOptions | None = None,
+        *,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.options = options or RestOptions()
         self.plane = plane
@@ -329,7 +336,13 @@ class RestServer:
         )
         handler = _Handler(plane, self.options)
         self._http = HttpServer(
-            host, port, handler, limits, workers=self.options.workers, prepare=handler.prepare
+            host,
+            port,
+            handler,
+            limits,
+            workers=self.options.workers,
+            prepare=handler.prepare,
+            ssl=ssl,
         )
         self.port = self._http.port
 

@@ -39,6 +39,7 @@ from graphserve.serving.ondemand import OnDemandManager
 from graphserve.serving.registry import ModelRegistry
 
 if TYPE_CHECKING:
+    from graphserve.core.tls import ServerTls
     from graphserve.serving.config import ModelConfigWatcher
     from graphserve.serving.manager import ModelManager
 from graphserve.serving.rest_api import RestOptions, RestServer
@@ -112,6 +113,9 @@ class ServerOptions:
     # --strict-json-numbers: a REST body's finite number past a float input's range is refused
     # (400), where TF Serving reads it as ±inf (and so does this server by default).
     strict_json_numbers: bool = False
+    # TF Serving's --ssl_config_file, read: TLS on gRPC (port and socket), and the same
+    # certificate on the REST and metrics port. None: plaintext everywhere.
+    tls: ServerTls | None = None
 
 
 class _LoopThread:
@@ -224,7 +228,13 @@ class ModelServer:
                 workers=opts.rest_workers or opts.grpc_workers,  # the same work as gRPC's
                 strict_json_numbers=opts.strict_json_numbers,
             )
-            self._rest = RestServer(opts.host, opts.rest_port, self.plane, rest_options)
+            self._rest = RestServer(
+                opts.host,
+                opts.rest_port,
+                self.plane,
+                rest_options,
+                ssl=opts.tls.ssl_context() if opts.tls else None,
+            )
             self.rest_port = self._rest.port
         if self._rest is not None:
             # Primed before gRPC opens: a client that sees the model AVAILABLE over gRPC must not
@@ -284,16 +294,23 @@ class ModelServer:
         opts = self.options
         if opts.grpc_port is None and not opts.grpc_socket_path:
             raise OSError("no gRPC address: give a gRPC port or a Unix socket path")
+        credentials = opts.tls.grpc_credentials() if opts.tls else None
+
+        def bind(address: str) -> int:
+            if credentials is None:
+                return server.add_insecure_port(address)
+            return server.add_secure_port(address, credentials)
+
         if opts.grpc_port is not None:
             address = f"[{opts.host}]" if ":" in opts.host else opts.host
-            self.grpc_port = server.add_insecure_port(f"{address}:{opts.grpc_port}")
+            self.grpc_port = bind(f"{address}:{opts.grpc_port}")
             if self.grpc_port == 0:
                 raise OSError(f"cannot bind gRPC port {opts.host}:{opts.grpc_port}")
         if opts.grpc_socket_path:
             # gRPC replaces a socket file at the path (left by a server that is gone), never
             # another kind of file; it removes its socket when it stops.
             try:
-                server.add_insecure_port(f"unix:{opts.grpc_socket_path}")
+                bind(f"unix:{opts.grpc_socket_path}")
             except RuntimeError:
                 raise OSError(
                     f"cannot listen on Unix socket {opts.grpc_socket_path}: its directory must "
@@ -302,15 +319,20 @@ class ModelServer:
 
     def describe(self) -> str:
         """Where this server listens, for logs: "gRPC H:P, gRPC unix:PATH, REST http://H:P"
-        (each gRPC address followed by " (asyncio)" on that front end)."""
+        (each gRPC address followed by " (asyncio)" on that front end, and by " (TLS)" or
+        " (mutual TLS)" with an SSL config; REST is then https://)."""
         host = self.options.host
         where = []
+        tls = self.options.tls
         front_end = " (asyncio)" if self.options.grpc_asyncio else ""
+        if tls is not None:
+            front_end += " (mutual TLS)" if tls.client_verify else " (TLS)"
         if self.options.grpc_port is not None:
             where.append(f"gRPC {host}:{self.grpc_port}{front_end}")
         if self.options.grpc_socket_path:
             where.append(f"gRPC unix:{self.options.grpc_socket_path}{front_end}")
-        where.append(f"REST http://{host}:{self.rest_port}" if self._rest else "REST off")
+        scheme = "https" if tls is not None else "http"
+        where.append(f"REST {scheme}://{host}:{self.rest_port}" if self._rest else "REST off")
         return ", ".join(where)
 
     def _warm_this_thread(self) -> None:

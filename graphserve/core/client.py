@@ -39,6 +39,7 @@ from urllib.parse import quote
 
 from graphserve.core.httpclient import HttpConnection, HttpReply
 from graphserve.core.results import JsonResult
+from graphserve.core.tls import ClientTls, diagnose, explain
 
 if TYPE_CHECKING:
     import grpc
@@ -140,13 +141,26 @@ def rest_error_text(body: bytes) -> str:
         return body[:200].decode(errors="replace") or "(empty body)"
 
 
-def grpc_error_text(exc: BaseException) -> str:
-    """`CODE: details` of a failed RPC; the exception's text for anything else (at most 300)."""
+def grpc_error_text(
+    exc: BaseException, *, address: str | None = None, tls: ClientTls | None = None
+) -> str:
+    """`CODE: details` of a failed RPC; the exception's text for anything else (at most 300).
+    Given the `address` dialed and its `tls`, a connection that failed for TLS says why and what
+    to give (graphserve.core.tls): by its text, or by a handshake of our own when gRPC's text
+    says only "Socket closed"."""
     import grpc
 
-    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-        return f"{exc.code().name}: {exc.details()}"[:300]
-    return str(exc)[:300] or type(exc).__name__
+    if not (isinstance(exc, grpc.RpcError) and hasattr(exc, "code")):
+        return str(exc)[:300] or type(exc).__name__
+    details = exc.details() or ""
+    text = f"{exc.code().name}: {details}"[:300]
+    if exc.code() != grpc.StatusCode.UNAVAILABLE or address is None:
+        return text
+    meaning = explain(details, tls=tls is not None)
+    host, _, port = address.rpartition(":")
+    if meaning is None and port.isdigit() and not address.startswith("unix:"):
+        meaning = diagnose(host.strip("[]"), int(port), tls, grpc=True)
+    return f"{text} [{meaning}]" if meaning else text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,8 +436,12 @@ class GrpcClient:
         timeout: float = 30.0,
         wait_for_ready: bool | None = None,
         owns_channel: bool = False,
+        address: str | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.channel = channel
+        self.address = address  # HOST:PORT dialed (connect's), for failure messages
+        self.tls = tls
         self.timeout = timeout
         self.wait_for_ready = wait_for_ready
         self._owns_channel = owns_channel
@@ -437,19 +455,36 @@ class GrpcClient:
         timeout: float = 30.0,
         wait_for_ready: bool | None = None,
         max_message_bytes: int | None = None,
+        tls: ClientTls | None = None,
     ) -> GrpcClient:
-        """A client on a new insecure channel to `address` (HOST:PORT, unix:PATH, ...);
+        """A client on a new channel to `address` (HOST:PORT, unix:PATH, grpc://HOST:PORT;
+        grpcs://HOST:PORT dials TLS with the system's CAs), over TLS with `tls`;
         `max_message_bytes` -1 lifts gRPC's 4 MB limit on both directions."""
         import grpc
 
-        options = []
+        target, tls = ClientTls.for_address(address, tls)
+        options: list[tuple[str, Any]] = []
         if max_message_bytes is not None:
             options = [
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.max_send_message_length", max_message_bytes),
             ]
-        channel = grpc.insecure_channel(address, options=options)
-        return cls(channel, timeout=timeout, wait_for_ready=wait_for_ready, owns_channel=True)
+        if tls is None:
+            channel = grpc.insecure_channel(target, options=options)
+        else:
+            channel = tls.grpc_channel(target, options)
+        return cls(
+            channel,
+            timeout=timeout,
+            wait_for_ready=wait_for_ready,
+            owns_channel=True,
+            address=target,
+            tls=tls,
+        )
+
+    def error_text(self, exc: BaseException) -> str:
+        """grpc_error_text of a failure on this client's channel, TLS's reason included."""
+        return grpc_error_text(exc, address=self.address, tls=self.tls)
 
     def close(self) -> None:
         """Close the channel if `connect` opened it; a channel passed in stays open."""
@@ -530,14 +565,16 @@ class GrpcClient:
         return self.call("GetModelStatus", request, **options)
 
 
-def model_status(address: str, model_name: str, timeout: float = 2.0) -> list[VersionStatus]:
+def model_status(
+    address: str, model_name: str, timeout: float = 2.0, *, tls: ClientTls | None = None
+) -> list[VersionStatus]:
     """The versions of `model_name` the server at `address` knows; [] when it is not reachable
     yet or does not know the model (yet)."""
     import grpc
 
     # A fresh channel per poll: a channel that failed to connect backs off for longer and longer,
     # and would notice a server that has just come up late.
-    with GrpcClient.connect(address, timeout=timeout) as client:
+    with GrpcClient.connect(address, timeout=timeout, tls=tls) as client:
         try:
             return version_statuses(client.status(status_request(model_name)))
         except grpc.RpcError:
@@ -559,15 +596,21 @@ class HttpTransport(Protocol):
 
 
 class RestClient:
-    """TF Serving's REST API at `address` (HOST:PORT or http://HOST:PORT), over `transport`
-    (a keep-alive HttpConnection unless given). A body is bytes sent as they are, or anything
-    else sent as JSON; every answer comes back whatever its status."""
+    """TF Serving's REST API at `address` (HOST:PORT, http:// or https://HOST:PORT), over
+    `transport` (a keep-alive HttpConnection unless given, over TLS with `tls`). A body is
+    bytes sent as they are, or anything else sent as JSON; every answer comes back whatever its
+    status."""
 
     def __init__(
-        self, address: str, *, timeout: float = 30.0, transport: HttpTransport | None = None
+        self,
+        address: str,
+        *,
+        timeout: float = 30.0,
+        transport: HttpTransport | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.address = address
-        self.transport = transport or HttpConnection(address, timeout)
+        self.transport = transport or HttpConnection(address, timeout, tls=tls)
 
     def close(self) -> None:
         """Close the transport (its connection)."""

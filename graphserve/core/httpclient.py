@@ -23,7 +23,9 @@ a new one):
     OSError
      ├── TimeoutError            connecting, or one send or receive, took longer than the timeout
      ├── ConnectionError         refused, reset, broken pipe (the socket's own errors)
-     │    └── IncompleteResponse the server closed the connection before its answer was whole
+     │    ├── IncompleteResponse the server closed the connection before its answer was whole
+     │    └── TlsError           the TLS handshake failed, or TLS is on one side only: why,
+     │                           and what to give (graphserve.core.tls.explain)
      └── MalformedResponse       what came back is not an HTTP/1.x answer
 
 A kept-alive connection that the server closed while it was idle fails the next request sent on
@@ -36,6 +38,7 @@ from __future__ import annotations
 import collections
 import json
 import socket
+import ssl
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,6 +47,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from graphserve.core.tls import ClientTls, diagnose, explain
+
 __all__ = [
     "Connector",
     "HttpConnection",
@@ -51,6 +56,7 @@ __all__ = [
     "IncompleteResponse",
     "MalformedResponse",
     "RawHeaders",
+    "TlsError",
     "blocking_connector",
     "connect_tcp",
     "decode_headers",
@@ -76,6 +82,11 @@ class IncompleteResponse(ConnectionError):
 
 class MalformedResponse(OSError):
     """What the server sent is not an HTTP/1.x answer (httptools' error is the cause)."""
+
+
+class TlsError(ConnectionError):
+    """The TLS handshake failed, or one side speaks TLS and the other does not: the message
+    says which, and what to give."""
 
 
 @dataclass(frozen=True)
@@ -246,8 +257,9 @@ class HttpConnection:
     https://...), opened on first use and reopened after the server closes it. `timeout` bounds
     connecting and each send and receive (seconds). `connect` opens the socket (see
     `connect_tcp`, `blocking_connector`). `keep_headers=False` makes the lean connection of load
-    generators: no headers kept, no HEAD, no body that runs to the close. A failed exchange
-    closes the connection and raises OSError (the tree in this module's docstring)."""
+    generators: no headers kept, no HEAD, no body that runs to the close. `tls` dials HTTPS with
+    those options (an https:// address alone: the system's CAs). A failed exchange closes the
+    connection and raises OSError (the tree in this module's docstring)."""
 
     def __init__(
         self,
@@ -256,11 +268,14 @@ class HttpConnection:
         *,
         connect: Connector = connect_tcp,
         keep_headers: bool = True,
+        tls: ClientTls | None = None,
     ) -> None:
         parts = urlsplit(address if "://" in address else f"http://{address}")
         if parts.hostname is None or parts.scheme not in ("http", "https"):
             raise ValueError(f"{address!r} is not HOST:PORT or http(s)://HOST:PORT")
-        self.tls = parts.scheme == "https"
+        self.tls_options = ClientTls.for_address(address, tls)[1]
+        self.tls = self.tls_options is not None
+        self._ssl: ssl.SSLContext | None = None  # made on first connection
         self.host = parts.hostname
         self.port = parts.port or (443 if self.tls else 80)
         self.timeout = timeout
@@ -329,6 +344,8 @@ class HttpConnection:
         except IncompleteResponse as exc:
             reused = self._answered
             self.close()
+            if not reused and not exc.answered:
+                self._tls_failure(exc)
             if reused and not exc.answered:
                 raise IncompleteResponse(
                     f"{exc} on a connection kept alive after {reused} answer(s): the server "
@@ -343,7 +360,12 @@ class HttpConnection:
             ) from None
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self.close()
+            self._tls_failure(exc, probe=False)
             raise MalformedResponse(f"the answer is not HTTP/1.x: {exc}") from exc
+        except ssl.SSLError as exc:  # an alert after the handshake: a refused client certificate
+            self.close()
+            self._tls_failure(exc)
+            raise
         except OSError:
             self.close()
             raise
@@ -374,13 +396,33 @@ class HttpConnection:
 
     def _open(self) -> socket.socket:
         sock = self._connect(self.host, self.port, self.timeout)
-        if self.tls:
-            import ssl
-
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+        if self.tls_options is not None:
+            if self._ssl is None:
+                self._ssl = self.tls_options.ssl_context()
+            name = self.tls_options.server_name or self.host
+            try:
+                sock = self._ssl.wrap_socket(sock, server_hostname=name)
+            except ssl.SSLError as exc:
+                sock.close()
+                self._tls_failure(exc)
+                raise
+            except OSError:
+                sock.close()
+                raise
         self._sock, self._answered = sock, 0
         self._answers = _Answers() if self.keep_headers else _LeanAnswers()
         return sock
+
+    def _tls_failure(self, exc: Exception, *, probe: bool = True) -> None:
+        """Raise TlsError if TLS is why this exchange failed (a handshake error, an alert, a
+        server on the other side of the TLS line: `probe` asks with a handshake of our own
+        when the error's text does not say); return if not."""
+        meaning = explain(str(exc), tls=self.tls)
+        if meaning is None and probe:
+            meaning = diagnose(self.host, self.port, self.tls_options, grpc=False)
+        if meaning is not None:
+            scheme = "https" if self.tls else "http"
+            raise TlsError(f"{scheme}://{self.host}:{self.port}: {meaning} ({exc})") from exc
 
 
 def _reopen_refused(host: str, port: int, timeout: float) -> socket.socket:

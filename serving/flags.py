@@ -55,7 +55,8 @@ SHARED: dict[str, tuple[Any, Any]] = {
             typer.Option(
                 "--host",
                 help="Address to bind. Loopback by default, also with TF Serving's flags (it "
-                "binds 0.0.0.0): the servers have no authentication; put a gateway in front "
+                "binds 0.0.0.0): the servers authenticate clients only by mutual TLS "
+                "(--ssl-config-file with client_verify); put a gateway in front "
                 "before binding 0.0.0.0.",
             ),
         ],

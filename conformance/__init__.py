@@ -11,7 +11,8 @@
 The tests run the same table against the graph server (TF1 and TF2 models, and with
 --strict-json-numbers), the eager server (tests/test_conformance.py) and the TF Serving stand-in
 container (tests/test_containers.py), whose results are graphserve's own: the report names a
-server that says it is graphserve. Importing the package is light
+server that says it is graphserve; and over TLS and mutual TLS, case for case as over plaintext
+(tests/test_conformance_tls.py). Importing the package is light
 (`graphserve --help` must not load TensorFlow): its names load from their modules on first use.
 """
 

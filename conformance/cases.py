@@ -3,8 +3,8 @@
     RestCase   an HTTP request (method, path, body, headers) and the status, body or error text
     GrpcCase   an RPC and its request, the status code, and a check of the response or error text
 
-A case runs against a `Target` (a gRPC channel and, if given, a REST address) and gives a
-`CaseResult`, one of four outcomes:
+A case runs against a `Target` (a gRPC channel and, if given, a REST address with the TLS it is
+dialed with) and gives a `CaseResult`, one of four outcomes:
 
     pass       the answer is TF Serving's
     fail       it is not (what was expected and what came back)
@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Literal
 
 from graphserve.core import client
 from graphserve.core.results import JsonResult
+from graphserve.core.tls import ClientTls
 
 __all__ = [
     "DEVIATES",
@@ -99,11 +100,13 @@ class CaseResult(JsonResult):
 
 @dataclass
 class Target:
-    """The server under test: its gRPC channel (always) and its REST address (when given)."""
+    """The server under test: its gRPC channel (always, over TLS when its client was connected
+    so) and its REST address (when given) with the TLS to dial it with (None: plaintext)."""
 
     grpc: client.GrpcClient
     rest: str | None = None
     timeout: float = 30.0
+    rest_tls: ClientTls | None = None
 
 
 def _unreadable(exc: Exception) -> str:
@@ -195,7 +198,13 @@ class RestCase(_Judged):
             return self.result(NOT_APPLICABLE, reason="no REST address given (--rest HOST:PORT)")
         try:
             status, content_type, body = call_rest(
-                target.rest, self.method, self.path, self.body, self.headers, target.timeout
+                target.rest,
+                self.method,
+                self.path,
+                self.body,
+                self.headers,
+                target.timeout,
+                tls=target.rest_tls,
             )
         except OSError as exc:
             return self.result("fail", got=f"no answer: {exc}")
@@ -220,11 +229,14 @@ def call_rest(
     body: Any,
     headers: Mapping[str, str] | None = None,
     timeout: float = 30.0,
+    *,
+    tls: ClientTls | None = None,
 ) -> tuple[int, str, Any]:
     """(status, Content-Type, parsed body or the text when it is not JSON) of one request on a
-    fresh connection, with no headers but `headers`. OSError when nothing answers."""
+    fresh connection (over TLS with `tls`, or for an https:// address), with no headers but
+    `headers`. OSError when nothing answers; TlsError (an OSError) when TLS is why."""
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    connection = client.HttpConnection(address, timeout)
+    connection = client.HttpConnection(address, timeout, tls=tls)
     try:  # every failure of the client is an OSError (graphserve.core.httpclient)
         reply = connection.request(method, path, data, dict(headers or {}))
     finally:

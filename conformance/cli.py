@@ -2,8 +2,9 @@
 
 Parses arguments and prints results; the work is in conformance.run and conformance.models.
 Exit codes: 0 no case failed (each passed, deviated knowingly or was n/a; deviations are always
-shown), 1 the server cannot be reached or does not serve the model, 2 bad arguments (a --request
-that does not fit the signature), 3 a case failed.
+shown), 1 the server cannot be reached (TLS failing included) or does not serve the model, 2 bad
+arguments (a --request that does not fit the signature, TLS options that cannot work), 3 a case
+failed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typer.core import TyperGroup
 from graphserve.core.console import quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_MISSED, ExportError, GraphserveError, exit_epilog
 from graphserve.core.inputs import load_ranges
+from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
 
 __all__ = ["EXIT_CASE_FAILED", "app"]
 
@@ -63,10 +65,17 @@ _SHORT = {
     ),
 )
 def run(
-    address: Annotated[str, typer.Argument(help="the server's gRPC address, HOST:PORT")],
+    address: Annotated[
+        str,
+        typer.Argument(help="the server's gRPC address, HOST:PORT (grpcs://HOST:PORT: over TLS)"),
+    ],
     rest: Annotated[
         str | None,
-        typer.Option(help="its REST address, HOST:PORT [default: REST cases are n/a]"),
+        typer.Option(
+            help="its REST address, HOST:PORT (https://: over TLS; http://: plaintext even with "
+            "--tls-*, as TF Serving serves REST beside a TLS gRPC port) [default: REST cases "
+            "are n/a]"
+        ),
     ] = None,
     model: Annotated[str, typer.Option(help="the model to test (TF Serving's default name)")] = (
         "default"
@@ -113,6 +122,10 @@ def run(
         Path | None, typer.Option(help="also write conformance.json and conformance.md here")
     ] = None,
     timeout: Annotated[float, typer.Option(min=0.1, help="seconds per request")] = 10.0,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Run the cases of TF Serving's own tests against the server at ADDRESS: the ones that
     hold for any model (status, metadata, Predict in every form, routing, every model-free
@@ -120,7 +133,9 @@ def run(
     its half_plus_two models. One line per case: pass, FAIL, DEVIATES (graphserve's known
     other answer, under an option such as --strict-json-numbers: shown, not a failure) or n/a;
     exit 3 when a case fails, 1 when the server cannot be reached or does not serve the
-    model."""
+    model. Over TLS (--tls-* or grpcs:// / https://) every case is the same request on a TLS
+    connection."""
+    tls = client_tls(tls_ca, tls_cert, tls_key, tls_server_name)
     if request is not None and reference:
         stderr.print("[red]error:[/] --request is for --model's cases, not with --reference")
         raise typer.Exit(2)
@@ -149,6 +164,7 @@ def run(
         request=body,
         ranges=ranges,
         timeout=timeout,
+        tls=tls,
     )
     try:
         report = run_conformance(spec)

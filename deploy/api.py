@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from graphserve.core.client import VersionStatus
-from graphserve.core.errors import DeployError, DockerError, NotAvailableError
+from graphserve.core.errors import DeployError, DeployUsageError, DockerError, NotAvailableError
 from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.deploy.compose import (
     COMPOSE_FILE,
@@ -26,6 +26,9 @@ from graphserve.deploy.compose import (
 )
 from graphserve.deploy.k8s import K8sOptions, write_manifests
 from graphserve.deploy.plan import ServingPlan
+
+if TYPE_CHECKING:
+    from graphserve.core.tls import ClientTls
 
 __all__ = ["ComposeResult", "K8sResult", "compose_down", "deploy_tfserving", "write_k8s"]
 
@@ -49,7 +52,7 @@ class ComposeResult(JsonResult):
         ("gpus", "options.gpus"),
         ("network", "options.network"),
         "compose",
-        ("grpc", "grpc_address"),
+        ("grpc", "grpc_url"),
         ("rest", "rest_url"),
         "plan",
         "dry_run",
@@ -75,13 +78,19 @@ class ComposeResult(JsonResult):
         return f"{host}:{self.options.grpc_port}"
 
     @property
+    def grpc_url(self) -> str:
+        """`grpc_address`, as `grpcs://HOST:PORT` when the deployment serves gRPC over TLS."""
+        return f"grpcs://{self.grpc_address}" if self.plan.tls else self.grpc_address
+
+    @property
     def rest_address(self) -> str:
         """Where this machine reaches the REST port, as HOST:PORT."""
         return self.grpc_address.rpartition(":")[0] + f":{self.options.rest_port}"
 
     @property
     def rest_url(self) -> str:
-        """`rest_address` as a URL: `http://HOST:PORT`."""
+        """`rest_address` as a URL: `http://HOST:PORT`, with an SSL config too (TF Serving's REST
+        has no TLS: tensorflow/serving#1503)."""
         return f"http://{self.rest_address}"
 
 
@@ -118,15 +127,20 @@ def deploy_tfserving(
     wait: bool = True,
     timeout: float = 300.0,
     progress: Progress = _quiet,
+    tls: ClientTls | None = None,
 ) -> ComposeResult:
     """Write the compose project; unless `dry_run`, `up -d` it (pulling the image first when
     this machine lacks it) and (with `wait`) block until every model is AVAILABLE. `progress`
-    gets a line per step.
+    gets a line per step. With an SSL config in the plan the wait dials TLS with `tls` (the
+    system's CAs when None); without one `tls` must be None.
 
-    Raises DeployUsageError for options that cannot work, DockerError when docker or compose is
-    missing or fails, NotAvailableError (with the containers' last log lines) when a model fails
-    to load, the container stops, or `timeout` seconds pass.
+    Raises DeployUsageError for options that cannot work (TLS options for a plaintext
+    deployment; no client certificate to wait with when the SSL config asks for one), before
+    anything is written; DockerError when docker or compose is missing or fails;
+    NotAvailableError (with the containers' last log lines) when a model fails to load, the
+    container stops, the TLS handshake fails, or `timeout` seconds pass.
     """
+    tls = _wait_tls(plan, tls, waits=wait and not dry_run)
     files = write_compose_project(plan, options)
     result = ComposeResult(plan, options, files, dry_run)
     if dry_run:
@@ -159,10 +173,10 @@ def deploy_tfserving(
             raise NotAvailableError(f"the {SERVICE} container {container.describe()}")
 
     names = [m.name for m in plan.models]
-    progress(f"waiting up to {timeout:g}s for {', '.join(names)} on {result.grpc_address}")
+    progress(f"waiting up to {timeout:g}s for {', '.join(names)} on {result.grpc_url}")
     try:
         result.statuses = wait_until_available(
-            result.grpc_address, names, timeout=timeout, check=still_running
+            result.grpc_address, names, timeout=timeout, check=still_running, tls=tls
         )
     except DeployError as exc:
         raise NotAvailableError(
@@ -171,6 +185,29 @@ def deploy_tfserving(
             f"`docker inspect`, then `graphserve deploy down --project-dir {options.project_dir}`)"
         ) from None
     return result
+
+
+def _wait_tls(plan: ServingPlan, tls: ClientTls | None, *, waits: bool) -> ClientTls | None:
+    """The TLS the wait dials with: `tls` (the system's CAs when None) for a plan with an SSL
+    config, None for one without. DeployUsageError for TLS options without an SSL config, and
+    for a wait with no client certificate when the SSL config asks every client for one."""
+    from graphserve.core.tls import ClientTls
+
+    if not plan.tls:
+        if tls is not None:
+            raise DeployUsageError(
+                "--tls-ca, --tls-cert, --tls-key and --tls-server-name are how the wait dials a "
+                "TLS deployment: give --ssl-config-file too, or drop them"
+            )
+        return None
+    tls = tls or ClientTls()
+    if waits and plan.client_verify and tls.cert is None:
+        raise DeployUsageError(
+            f"--ssl-config-file {plan.ssl_config_file} has client_verify: true, so TF Serving "
+            "asks every gRPC client for a certificate, the readiness wait's included: give "
+            "--tls-cert and --tls-key (a client certificate its custom_ca signed), or --no-wait"
+        )
+    return tls
 
 
 def compose_down(project_dir: Path, project_name: str | None = None) -> str:

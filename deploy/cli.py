@@ -1,7 +1,9 @@
 """`graphserve deploy tfserving|k8s|down`: argument parsing and rendering; the work is `deploy.api`.
 
 Exit codes: 0 done; 1 the deployment failed (no model found, docker missing or failing, a model
-not AVAILABLE in time, --strict and an image that may not load the export); 2 usage error.
+not AVAILABLE in time, the wait's TLS handshake failing, --strict and an image that may not load
+the export); 2 usage error (an SSL config TF Serving would refuse, --tls-* options that cannot
+work).
 Only typer and the standard library load here: TensorFlow's stubs are imported for waiting.
 """
 
@@ -21,6 +23,7 @@ from graphserve.core.console import (
     quiet_tensorflow,
     stderr,
 )
+from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
 
 __all__ = ["app"]
 
@@ -92,6 +95,16 @@ Strict = Annotated[
     bool,
     typer.Option(
         "--strict", help="Fail (exit 1) on an unpinned image or one that may not load an export."
+    ),
+]
+SslConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--ssl-config-file",
+        help="TF Serving's SSLConfig (text proto: server_key, server_cert, custom_ca hold PEM "
+        "text; client_verify), mounted read-only and passed as --ssl_config_file: gRPC over TLS "
+        "(TF Serving's REST port has none).",
+        show_default=False,
     ),
 ]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Write and print the files; run nothing.")]
@@ -176,12 +189,19 @@ def tfserving(
     ] = 300.0,
     strict: Strict = False,
     output: Output = OutputFormat.text,
+    ssl_config_file: SslConfigFile = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Serve BASE with TF Serving in docker compose on NVIDIA GPUs, and wait until it is ready.
 
     Writes PROJECT_DIR/compose.yaml and PROJECT_DIR/config/, then runs
     `docker compose -p NAME -f compose.yaml up -d` (or Compose v1's `docker-compose`) and polls
-    GetModelStatus on the gRPC port.
+    GetModelStatus on the gRPC port: over TLS with --ssl-config-file, dialed with the --tls-*
+    options (the CA that signed the server's certificate; a client certificate when the SSL
+    config has client_verify).
     """
     from graphserve.core.errors import DeployError
     from graphserve.deploy.api import deploy_tfserving
@@ -194,6 +214,7 @@ def tfserving(
     if not dry_run:
         quiet_tensorflow()
     gpu_count = _parse_gpus(gpus)
+    wait_tls = client_tls(tls_ca, tls_cert, tls_key, tls_server_name)
     spec = TFServingSpec(
         model_base_path=model_base_path,
         model_name=model_name,
@@ -205,6 +226,7 @@ def tfserving(
         config_poll_seconds=config_poll_seconds,
         gpus=gpu_count,
         strict=strict,
+        ssl_config_file=ssl_config_file,
     )
     options = ComposeOptions(
         project_dir, name, host, grpc_port, rest_port, gpu_count, network=network.value
@@ -215,7 +237,13 @@ def tfserving(
         for warning in plan.warnings:
             progress(f"warning: {warning}")
         result = deploy_tfserving(
-            plan, options, dry_run=dry_run, wait=wait, timeout=timeout, progress=progress
+            plan,
+            options,
+            dry_run=dry_run,
+            wait=wait,
+            timeout=timeout,
+            progress=progress,
+            tls=wait_tls,
         )
     except DeployError as exc:
         _fail(exc)
@@ -233,7 +261,8 @@ def tfserving(
         output,
         [
             f"TF Serving {plan.image}: {models} — {state}",
-            f"gRPC {result.grpc_address}, REST http://{result.rest_address}",
+            f"gRPC {result.grpc_url}, REST {result.rest_url}"
+            + (" (TF Serving's REST has no TLS)" if plan.tls else ""),
             f"stop: graphserve deploy down --project-dir {project_dir}",
         ],
     )
@@ -327,11 +356,13 @@ def k8s(
     ] = False,
     strict: Strict = False,
     output: Output = OutputFormat.text,
+    ssl_config_file: SslConfigFile = None,
 ) -> None:
     """Write Kubernetes manifests for TF Serving replicas on GPU nodes; apply them with
     `kubectl apply -f OUT/`. With --loadtest, also the load test of this deployment: a master
     Job running `graphserve loadtest compare` against the Service, N worker pods, the plan and
-    payload in a ConfigMap."""
+    payload in a ConfigMap. With --ssl-config-file, the file in a Secret (secret.yaml: it holds
+    a private key, keep it out of version control) mounted read-only, and gRPC over TLS."""
     from graphserve.core.errors import DeployError
     from graphserve.deploy.api import write_k8s
     from graphserve.deploy.k8s import K8sOptions
@@ -349,6 +380,7 @@ def k8s(
         config_poll_seconds=config_poll_seconds,
         gpus=gpus,
         strict=strict,
+        ssl_config_file=ssl_config_file,
     )
     options = K8sOptions(
         out_dir=out,

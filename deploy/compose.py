@@ -4,6 +4,11 @@ PROJECT_DIR/
   compose.yaml              one service, `tfserving`: the image run as `tensorflow_model_server`
   config/models.config      mounted read-only at /config (with monitoring.config, batching.config)
 
+With an SSL config (`--ssl-config-file`) the user's file is bind-mounted read-only at
+/ssl/ssl.config, where it is (never copied: it holds a private key), and TF Serving is given
+`--ssl_config_file`. The healthcheck stays a plaintext GET on the REST port: TF Serving's REST
+has no TLS (tensorflow/serving#1503).
+
 The models are bind-mounted read-only at /models, the ports published on loopback unless you ask
 otherwise (TF Serving has no authentication), and GPUs reserved through
 `deploy.resources.reservations.devices` (needs the NVIDIA Container Toolkit; `gpus=0` reserves none
@@ -30,8 +35,10 @@ from graphserve.deploy.config import (
     BATCHING_CONFIG,
     CONTAINER_CONFIG_DIR,
     CONTAINER_MODELS_DIR,
+    CONTAINER_SSL_DIR,
     MODELS_CONFIG,
     MONITORING_CONFIG,
+    SSL_CONFIG,
 )
 from graphserve.deploy.files import dump_yaml, write_atomic
 from graphserve.deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, ServingPlan
@@ -146,6 +153,15 @@ def compose_document(plan: ServingPlan, options: ComposeOptions) -> dict[str, An
                 "type": "bind",
                 "source": f"./{CONFIG_DIR}",
                 "target": str(CONTAINER_CONFIG_DIR),
+                "read_only": True,
+            }
+        )
+    if plan.ssl_config_file is not None:
+        volumes.append(
+            {
+                "type": "bind",
+                "source": str(plan.ssl_config_file),
+                "target": str(CONTAINER_SSL_DIR / SSL_CONFIG),
                 "read_only": True,
             }
         )

@@ -5,6 +5,7 @@ the generated config files at /config, in docker compose and Kubernetes alike:
 
     models/mlp/1/saved_model.pb      ->  /models/mlp/1/saved_model.pb
     .graphserve/deploy/config/*      ->  /config/models.config, monitoring.config, batching.config
+    --ssl-config-file FILE           ->  /ssl/ssl.config (a Secret in Kubernetes: it holds a key)
 
 `models.config` is TF Serving's own text-proto ModelServerConfig, built and parsed with its proto
 (`tensorflow_serving.config.model_server_config_pb2`), so what is written is what TF Serving reads.
@@ -23,9 +24,11 @@ __all__ = [
     "BATCHING_CONFIG",
     "CONTAINER_CONFIG_DIR",
     "CONTAINER_MODELS_DIR",
+    "CONTAINER_SSL_DIR",
     "MODELS_CONFIG",
     "MONITORING_CONFIG",
     "PROMETHEUS_PATH",
+    "SSL_CONFIG",
     "ModelDir",
     "batching_parameters",
     "discover_models",
@@ -36,6 +39,11 @@ __all__ = [
 
 CONTAINER_MODELS_DIR = PurePosixPath("/models")
 CONTAINER_CONFIG_DIR = PurePosixPath("/config")
+# The SSL config is mounted apart from /config: it holds a private key (a Secret in Kubernetes,
+# where /config is a ConfigMap), and a file mounted inside another bind mount would leave its
+# mount point behind in the project's config directory.
+CONTAINER_SSL_DIR = PurePosixPath("/ssl")
+SSL_CONFIG = "ssl.config"
 MODELS_CONFIG = "models.config"
 MONITORING_CONFIG = "monitoring.config"
 BATCHING_CONFIG = "batching.config"

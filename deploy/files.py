@@ -31,15 +31,16 @@ def dump_yaml(document: Any) -> str:
     return str(yaml.dump(document, Dumper=_Dumper, sort_keys=False))
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write `text` to `path` through a temporary sibling and a rename, so a reader (TF Serving
-    polling models.config) sees the old file or the new one, never half of one."""
+    polling models.config) sees the old file or the new one, never half of one. `mode`: 0o644,
+    readable by the container's user; 0o600 for a file that holds a secret."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)  # readable by the container's user
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

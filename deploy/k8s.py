@@ -1,6 +1,8 @@
 """Kubernetes manifests for TF Serving replicas on GPU nodes, rendered from a ServingPlan.
 
 OUT/configmap.yaml    models.config (+ batching.config, monitoring.config), mounted at /config
+OUT/secret.yaml       with --ssl-config-file, the file (it holds a private key: written 0600,
+                      keep it out of version control), mounted at /ssl, --ssl_config_file passed
 OUT/deployment.yaml   the TF Serving pods: `nvidia.com/gpu` limits, models at /models (read-only)
 OUT/service.yaml      ClusterIP: 8500 grpc, 8501 http
 OUT/hpa.yaml          autoscaling/v2 on CPU utilisation (with --hpa)
@@ -14,10 +16,14 @@ Applying is yours: `kubectl apply -f OUT/`. The probes:
 - liveness and startup: a TCP connect to 8500. TF Serving implements no grpc.health.v1 service,
   which Kubernetes' `grpc` probe needs. The startup probe allows 10 minutes for loading before
   liveness starts counting.
+With an SSL config the probes stay as they are: a TCP connect needs no handshake (and the
+`grpc` probe, which has no TLS, would not do), and TF Serving's REST port has no TLS
+(tensorflow/serving#1503), so the readiness GET reads it in plaintext as before.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from dataclasses import dataclass
@@ -29,8 +35,10 @@ from graphserve.core.errors import DeployUsageError
 from graphserve.deploy.config import (
     CONTAINER_CONFIG_DIR,
     CONTAINER_MODELS_DIR,
+    CONTAINER_SSL_DIR,
     MONITORING_CONFIG,
     PROMETHEUS_PATH,
+    SSL_CONFIG,
 )
 from graphserve.deploy.files import dump_yaml, write_atomic
 from graphserve.deploy.loadtest_k8s import LOADTEST_FILES, LoadTestOptions, loadtest_manifests
@@ -38,7 +46,15 @@ from graphserve.deploy.plan import CONTAINER_GRPC_PORT, CONTAINER_REST_PORT, Ser
 
 __all__ = ["MANIFEST_FILES", "K8sOptions", "manifests", "write_manifests"]
 
-MANIFEST_FILES = ("configmap.yaml", "deployment.yaml", "service.yaml", "hpa.yaml", *LOADTEST_FILES)
+MANIFEST_FILES = (
+    "configmap.yaml",
+    "secret.yaml",
+    "deployment.yaml",
+    "service.yaml",
+    "hpa.yaml",
+    *LOADTEST_FILES,
+)
+_SECRET_FILES = frozenset({"secret.yaml"})  # written readable by their owner only
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 
@@ -136,6 +152,8 @@ def _container(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
     mounts = [{"name": "models", "mountPath": str(CONTAINER_MODELS_DIR), "readOnly": True}]
     if plan.config_files:
         mounts.append({"name": "config", "mountPath": str(CONTAINER_CONFIG_DIR), "readOnly": True})
+    if plan.ssl_config_file is not None:
+        mounts.append({"name": "tls", "mountPath": str(CONTAINER_SSL_DIR), "readOnly": True})
     grpc_check = {"tcpSocket": {"port": "grpc"}}
     return {
         "name": "tfserving",
@@ -163,8 +181,11 @@ def _container(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
 def _deployment(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": options.name}
     # A changed config rolls the pods: TF Serving re-reads models.config by itself, but reads
-    # the batching and monitoring files only at start.
-    digest = hashlib.sha256(repr(sorted(plan.config_files.items())).encode()).hexdigest()[:16]
+    # the batching, monitoring and SSL files only at start.
+    hashed = repr(sorted(plan.config_files.items())).encode()
+    if plan.ssl_config_file is not None:
+        hashed += plan.ssl_config_file.read_bytes()
+    digest = hashlib.sha256(hashed).hexdigest()[:16]
     annotations = {"graphserve/config-sha256": digest}
     if MONITORING_CONFIG in plan.config_files:
         annotations |= {
@@ -175,6 +196,9 @@ def _deployment(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
     volumes = [_models_volume(plan, options)]
     if plan.config_files:
         volumes.append({"name": "config", "configMap": {"name": f"{options.name}-config"}})
+    if plan.ssl_config_file is not None:
+        secret = {"secretName": _secret_name(options), "defaultMode": 0o400}
+        volumes.append({"name": "tls", "secret": secret})
     spec: dict[str, Any] = {}
     if not options.hpa:  # with an HPA, a replicas field would reset its count on every apply
         spec["replicas"] = options.replicas
@@ -190,6 +214,22 @@ def _deployment(plan: ServingPlan, options: K8sOptions) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": _metadata(options, options.name),
         "spec": spec,
+    }
+
+
+def _secret_name(options: K8sOptions) -> str:
+    return f"{options.name}-tls"
+
+
+def _secret(ssl_config_file: Path, options: K8sOptions) -> dict[str, Any]:
+    """The SSL config as a Secret, under the file name --ssl_config_file names in /ssl."""
+    data = base64.b64encode(ssl_config_file.read_bytes()).decode("ascii")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(options, _secret_name(options)),
+        "type": "Opaque",
+        "data": {SSL_CONFIG: data},
     }
 
 
@@ -236,8 +276,14 @@ def _hpa(options: K8sOptions) -> dict[str, Any]:
 
 
 def manifests(plan: ServingPlan, options: K8sOptions) -> dict[str, dict[str, Any]]:
-    """The objects to write, by file name. Raises DeployUsageError as K8sOptions.validate."""
+    """The objects to write, by file name. Raises DeployUsageError as K8sOptions.validate, and
+    for a load test of a TLS deployment (its pods do not dial TLS)."""
     options.validate()
+    if plan.tls and options.loadtest is not None:
+        raise DeployUsageError(
+            "--loadtest with --ssl-config-file: the load test's pods dial TF Serving without "
+            "TLS; write the load test for a deployment without --ssl-config-file"
+        )
     objects: dict[str, dict[str, Any]] = {}
     if plan.config_files:
         objects["configmap.yaml"] = {
@@ -246,6 +292,8 @@ def manifests(plan: ServingPlan, options: K8sOptions) -> dict[str, dict[str, Any
             "metadata": _metadata(options, f"{options.name}-config"),
             "data": dict(sorted(plan.config_files.items())),
         }
+    if plan.ssl_config_file is not None:
+        objects["secret.yaml"] = _secret(plan.ssl_config_file, options)
     objects["deployment.yaml"] = _deployment(plan, options)
     objects["service.yaml"] = _service(options)
     if options.hpa:
@@ -264,8 +312,9 @@ def manifests(plan: ServingPlan, options: K8sOptions) -> dict[str, dict[str, Any
 def write_manifests(plan: ServingPlan, options: K8sOptions) -> list[Path]:
     """Write the manifests into options.out_dir, one object per file; returns their paths.
 
-    A configmap.yaml, hpa.yaml or loadtest-*.yaml an earlier run wrote and this one does not is
-    removed, so `kubectl apply -f OUT/` applies exactly this set.
+    A configmap.yaml, secret.yaml, hpa.yaml or loadtest-*.yaml an earlier run wrote and this
+    one does not is removed, so `kubectl apply -f OUT/` applies exactly this set. secret.yaml
+    (the SSL config, a private key in it) is readable by its owner only.
     """
     objects = manifests(plan, options)
     written = []
@@ -277,7 +326,9 @@ def write_manifests(plan: ServingPlan, options: K8sOptions) -> list[Path]:
         header = (
             f"# Generated by graphserve deploy k8s. Apply: kubectl apply -f {options.out_dir}\n"
         )
+        if name in _SECRET_FILES:
+            header += "# It holds a private key: keep it out of version control.\n"
         body = dump_yaml(objects[name])
-        write_atomic(path, header + body)
+        write_atomic(path, header + body, mode=0o600 if name in _SECRET_FILES else 0o644)
         written.append(path)
     return written

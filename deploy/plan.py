@@ -3,6 +3,8 @@
 docker compose (`deploy.compose`) and Kubernetes (`deploy.k8s`) render the same plan, so both
 serve the same models with the same flags. Inside the container TF Serving always listens on 8500
 (gRPC) and 8501 (REST), the image's defaults; compose publishes them on the ports you choose.
+With an SSL config (`--ssl_config_file`, TF Serving's SSLConfig text proto) gRPC is TLS; TF
+Serving's REST port has no TLS (tensorflow/serving#1503) and stays plaintext.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.deploy.config import (
     BATCHING_CONFIG,
     CONTAINER_CONFIG_DIR,
+    CONTAINER_SSL_DIR,
     MODELS_CONFIG,
     MONITORING_CONFIG,
     PROMETHEUS_PATH,
+    SSL_CONFIG,
     ModelDir,
     batching_parameters,
     discover_models,
@@ -54,14 +58,16 @@ class TFServingSpec:
     config_poll_seconds: int = 60  # how often TF Serving re-reads models.config
     gpus: int | str = "all"  # "all" or a count; only for the GPU/image check here
     strict: bool = False  # refuse an unpinned image or one that may not load an export
+    ssl_config_file: Path | None = None  # TF Serving's SSLConfig: TLS on gRPC
 
 
 @dataclass(frozen=True)
 class ServingPlan(JsonResult):
     """What `plan_serving` resolved, ready for compose or Kubernetes to run: the image, the
     model base path (absolute; mounted read-only at /models), the models found,
-    `tensorflow_model_server`'s flags, the config files it reads (by file name under /config)
-    and the image check, whose warnings are `warnings`."""
+    `tensorflow_model_server`'s flags, the config files it reads (by file name under /config),
+    the image check, whose warnings are `warnings`, and the SSL config (absolute; mounted
+    read-only at /ssl/ssl.config) with whether it asks clients for a certificate."""
 
     json_keys: ClassVar[JsonKeys] = (..., "warnings")
 
@@ -72,6 +78,13 @@ class ServingPlan(JsonResult):
     # file name under /config -> content; the JSON lists the names
     config_files: dict[str, str] = field(metadata=json_meta(value=sorted))
     image_report: ImageReport = field(metadata=json_meta(name="tfserving"))
+    ssl_config_file: Path | None = None  # absolute; mounted read-only at /ssl/ssl.config
+    client_verify: bool = False  # the SSL config asks every gRPC client for a certificate
+
+    @property
+    def tls(self) -> bool:
+        """TF Serving's gRPC port speaks TLS (its REST port never does)."""
+        return self.ssl_config_file is not None
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -96,9 +109,10 @@ def _config_flag(name: str, file_name: str) -> str:
 def plan_serving(spec: TFServingSpec) -> ServingPlan:
     """Resolve `spec` into a plan: models found, config files built, the image checked.
 
-    Raises DeployUsageError for flags that cannot work together or malformed input files,
-    NoModelsError when nothing servable is found, IncompatibleImageError with `strict` when the
-    image is unpinned or may not load an export.
+    Raises DeployUsageError for flags that cannot work together or malformed input files (an
+    SSL config TF Serving would refuse at start included), NoModelsError when nothing servable
+    is found, IncompatibleImageError with `strict` when the image is unpinned or may not load an
+    export.
     """
     from graphserve.core.compat import tfserving_image
 
@@ -140,6 +154,11 @@ def plan_serving(spec: TFServingSpec) -> ServingPlan:
         args.append(_config_flag("monitoring_config_file", MONITORING_CONFIG))
     if fraction is not None:
         args.append(f"--per_process_gpu_memory_fraction={fraction:g}")
+    ssl_config, client_verify = None, False
+    if spec.ssl_config_file is not None:
+        client_verify = _ssl_config(spec.ssl_config_file)
+        ssl_config = Path(spec.ssl_config_file).resolve()
+        args.append(f"--ssl_config_file={CONTAINER_SSL_DIR / SSL_CONFIG}")
 
     image = tfserving_image() if spec.image is None else spec.image
     report = check_image(image, models, gpus=spec.gpus)
@@ -149,4 +168,19 @@ def plan_serving(spec: TFServingSpec) -> ServingPlan:
             + "; ".join(report.warnings or ("the image cannot be checked",))
         )
     base = Path(spec.model_base_path).resolve()
-    return ServingPlan(image, base, tuple(models), tuple(args), files, report)
+    return ServingPlan(
+        image, base, tuple(models), tuple(args), files, report, ssl_config, client_verify
+    )
+
+
+def _ssl_config(path: Path) -> bool:
+    """Whether the SSL config at `path` asks clients for a certificate (client_verify), once it
+    reads as TF Serving reads it (graphserve.core.tls: the fields hold PEM text, the key is the
+    certificate's): TF Serving exits at start on one it cannot use; this fails first, naming the
+    field. Raises DeployUsageError."""
+    from graphserve.core.tls import ServerTls, TlsConfigError
+
+    try:
+        return ServerTls.load(Path(path)).client_verify
+    except TlsConfigError as exc:
+        raise DeployUsageError(str(exc)) from None

@@ -6,6 +6,9 @@ installed, v1 otherwise), every container on the host's network so all traffic s
   Serving's image contract; tensorflow/serving cannot be pulled here): up, waited for, every API
   through the project's client, a load test, a new version and a new model picked up while it
   serves, a distributed load test from the project's image, down with nothing left;
+- `deploy tfserving --ssl-config-file` with mutual TLS (certificates made at test time): the
+  SSL config mounted and passed as TF Serving's flag, the wait over TLS, gRPC over TLS and REST
+  over HTTPS (graphserve's; TF Serving's REST has no TLS), plaintext clients refused saying why;
 - the failures a user meets: a model that fails to load, a container that exits at start,
   `--timeout`, an image that is not there, no daemon, no compose;
 - docker/compose.embedded.yaml: the graph and eager containers, compared by `loadtest compare`.
@@ -43,8 +46,12 @@ from graphserve.core.client import (
     predict_request,
     regress_request,
     signature_defs,
+    status_request,
 )
+from graphserve.core.httpclient import TlsError
 from graphserve.core.processes import free_port
+from graphserve.core.tls import ClientTls
+from tests.certs import make_certs
 from tests.conftest import MlpExport
 from tests.containers import (
     BASE_IMAGE,
@@ -370,6 +377,71 @@ def test_deploy_down_leaves_no_container_network_or_volume(
     result = deployment.down()  # asserts nothing is left
     assert f"{deployment.name}: down" in result.stderr
     assert model_status(deployment.grpc, "mlp") == []  # nothing answers there any more
+
+
+# -- deploy tfserving --ssl-config-file, for real ---------------------------------------------
+
+
+def test_a_mutual_tls_deployment_waits_and_serves_over_tls_only(base: Path, tmp_path: Path) -> None:
+    """The stand-in with an SSL config asking for client certificates: the file mounted
+    read-only and named by TF Serving's flag, which the stand-in's `tensorflow_model_server`
+    passes through as it is; the wait dials TLS with the client certificate; Predict over gRPC
+    with TLS and over REST with HTTPS (graphserve's servers serve REST with the same
+    certificate; TF Serving's REST would stay plaintext); plaintext clients and a client
+    without a certificate are refused, each told why."""
+    certs = make_certs(tmp_path / "certs")
+    ssl_config = certs.ssl_config(tmp_path / "ssl.pbtxt", custom_ca=certs.ca, client_verify=True)
+    tls = ClientTls(ca=certs.ca, cert=certs.client.cert, key=certs.client.key)
+    deployment = new_deployment(base, tmp_path, "gs-tls")
+    started = time.monotonic()
+    try:
+        result = deployment.deploy("--ssl-config-file", ssl_config, "--tls-ca", certs.ca,
+                                   "--tls-cert", certs.client.cert, "--tls-key",
+                                   certs.client.key)  # fmt: skip
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        assert summary["grpc"] == f"grpcs://{deployment.grpc}"
+        assert summary["status"]["half"][0]["state"] == "AVAILABLE"
+        assert f"on grpcs://{deployment.grpc}" in result.stderr
+        command = docker().run("inspect", "--format", "{{json .Args}}", deployment.container_id())
+        assert "--ssl_config_file=/ssl/ssl.config" in json.loads(command)
+
+        with GrpcClient.connect(deployment.grpc, tls=tls, timeout=30) as client:
+            request = regress_request("half", [example(x=[3.0])], signature_name="regress_x_to_y")
+            assert [r.value for r in client.regress(request).result.regressions] == [3.5]
+            response = client.predict(predict_request("half", {"x": np.float32([1.0, 2.0])}))
+            np.testing.assert_allclose(predict_outputs(response)["y"], [2.5, 3.0])
+        with RestClient(f"https://{deployment.rest}", tls=tls, timeout=30) as rest:
+            reply = rest.predict("half", {"instances": [1.0, 2.0]})
+            assert (reply.status, reply.json()) == (200, {"predictions": [2.5, 3.0]})
+
+        speaks_tls = "the server speaks TLS on this port: dial https:// or grpcs://"
+        with GrpcClient.connect(deployment.grpc, timeout=5) as plaintext:
+            with pytest.raises(grpc.RpcError) as refused:
+                plaintext.status(status_request("half"))
+            assert speaks_tls in plaintext.error_text(refused.value)
+        with RestClient(deployment.rest, timeout=5) as rest, pytest.raises(TlsError) as caught:
+            rest.get("/v1/models/half")
+        assert speaks_tls in str(caught.value)
+        anonymous = ClientTls(ca=certs.ca)
+        with GrpcClient.connect(deployment.grpc, tls=anonymous, timeout=5) as client:
+            with pytest.raises(grpc.RpcError) as refused:
+                client.status(status_request("half"))
+            assert "asks for a client certificate (mutual TLS): give --tls-cert and --tls-key" in (
+                client.error_text(refused.value)
+            )
+
+        # graphserve conformance over mutual TLS, against the container
+        report = cli("conformance", f"grpcs://{deployment.grpc}", "--rest",
+                     f"https://{deployment.rest}", "--model", "half", "--tls-ca", certs.ca,
+                     "--tls-cert", certs.client.cert, "--tls-key", certs.client.key,
+                     "--output", "json")  # fmt: skip
+        assert report.exit_code == 0, report.output
+        assert json.loads(report.stdout)["counts"]["fail"] == 0
+    finally:
+        if deployment.container_id():
+            deployment.down()
+    print(f"mutual TLS deployment: {time.monotonic() - started:.1f}s, deploy to down")
 
 
 # -- the failures a user meets ----------------------------------------------------------------

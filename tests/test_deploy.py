@@ -3,9 +3,10 @@
 A real MLP is exported first; every test runs the CLI as users do and parses what it wrote:
 compose.yaml and the manifests with pyyaml, models.config with TF Serving's own proto. Where
 docker would run, a stand-in `docker` on PATH records its arguments (these tests need no
-engine), and the wait is real: GetModelStatus against the embedded graph server on loopback. The
-tests marked `docker` here check the files with Compose as installed; tests/test_containers.py
-runs every deployment for real.
+engine), and the wait is real: GetModelStatus against the embedded graph server on loopback,
+over TLS and mutual TLS with certificates made at test time (tests/certs.py) for
+--ssl-config-file. The tests marked `docker` here check the files with Compose as installed;
+tests/test_containers.py runs every deployment for real.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from graphserve.cli import app
 from graphserve.core.compat import DEFAULT_TFSERVING_IMAGE
 from graphserve.core.processes import free_port
 from graphserve.exporter import ExportSpec, export_model
+from tests.certs import Certs, make_certs
 
 runner = CliRunner()
 BATCHING = "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 2000 }\n"
@@ -50,6 +53,22 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     )
     return base
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def ssl_configs(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """TF Serving SSL configs: "tls" (the server's certificate and key) and "mutual" (with the
+    test CA as custom_ca and client_verify)."""
+    tmp = tmp_path_factory.mktemp("ssl")
+    return {
+        "tls": certs.ssl_config(tmp / "tls.pbtxt"),
+        "mutual": certs.ssl_config(tmp / "mtls.pbtxt", custom_ca=certs.ca, client_verify=True),
+    }
 
 
 def deploy(*args: object) -> Result:
@@ -88,10 +107,11 @@ def parse_models_config(text: str) -> model_server_config_pb2.ModelServerConfig:
 
 
 def host_file(project: Path, service: dict[str, Any], container_path: str) -> Path:
-    """The host file behind `container_path`, through the service's bind mounts."""
+    """The host file behind `container_path`, through the service's bind mounts (of a directory
+    above it, or of the file itself)."""
     for volume in service["volumes"]:
         target = volume["target"].rstrip("/") + "/"
-        if container_path.startswith(target):
+        if container_path.startswith(target) or container_path == volume["target"]:
             source = Path(volume["source"])
             source = source if source.is_absolute() else project / source
             return source / container_path[len(target) :]
@@ -385,6 +405,81 @@ def test_without_docker_deploy_and_down_exit_1_saying_so(
     assert "no compose.yaml" in nothing.stderr
 
 
+# -- deploy tfserving --ssl-config-file: TF Serving's TLS ------------------------------------
+
+
+def test_ssl_config_file_is_mounted_read_only_and_passed_as_tf_servings_flag(
+    base: Path, tmp_path: Path, ssl_configs: dict[str, Path]
+) -> None:
+    from compose_spec import PyCompose
+
+    project = tmp_path / "project"
+    ssl_config = ssl_configs["tls"]
+    result = deploy("tfserving", "--model-base-path", base, "--image", COMPATIBLE_IMAGE,
+                    "--project-dir", project, "--ssl-config-file", ssl_config, "--dry-run",
+                    "--output", "json")  # fmt: skip
+    report = summary(result)
+    service = load_compose(project)
+    command = flags(service["command"])
+    assert command["ssl_config_file"] == "/ssl/ssl.config"
+    mount = next(v for v in service["volumes"] if v["target"] == "/ssl/ssl.config")
+    assert mount == {"type": "bind", "source": str(ssl_config.resolve()),
+                     "target": "/ssl/ssl.config", "read_only": True}  # fmt: skip
+    # The user's file itself, never a copy of its private key in the project.
+    assert host_file(project, service, command["ssl_config_file"]) == ssl_config.resolve()
+    assert sorted(p.name for p in (project / "config").iterdir()) == ["models.config"]
+    assert "server_key" not in (project / "compose.yaml").read_text()
+    PyCompose.from_yaml((project / "compose.yaml").read_text()).validate()
+
+    # TLS on gRPC only: TF Serving's REST port has no TLS, and its healthcheck stays plaintext.
+    assert report["grpc"] == "grpcs://127.0.0.1:8500" and report["rest"] == "http://127.0.0.1:8501"
+    assert (report["ssl_config_file"], report["client_verify"]) == (
+        str(ssl_config.resolve()),
+        False,
+    )
+    assert "/dev/tcp/127.0.0.1/8501 " in service["healthcheck"]["test"][-1]
+
+    text = ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                     "--ssl-config-file", ssl_config, "--dry-run"))  # fmt: skip
+    assert (
+        "gRPC grpcs://127.0.0.1:8500, REST http://127.0.0.1:8501 (TF Serving's REST has no TLS)"
+        in (text.stdout)
+    )
+    # Deployed again without it: plaintext, nothing of it left in the file.
+    report = summary(deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                            "--dry-run", "--output", "json"))  # fmt: skip
+    assert report["grpc"] == "127.0.0.1:8500" and report["ssl_config_file"] is None
+    service = load_compose(project)
+    assert "ssl_config_file" not in flags(service["command"])
+    assert [v["target"] for v in service["volumes"]] == ["/models", "/config"]
+
+
+def test_an_ssl_config_tf_serving_would_refuse_exits_2_naming_the_field(
+    base: Path, tmp_path: Path, ssl_configs: dict[str, Path]
+) -> None:
+    broken = tmp_path / "ssl.pbtxt"
+    broken.write_text(ssl_configs["tls"].read_text().replace("server_key", "server_kee"))
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                    "--ssl-config-file", broken, "--dry-run")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"--ssl-config-file {broken}: not an SSLConfig text proto" in result.stderr
+    assert "server_kee" in result.stderr
+    missing = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                     "--ssl-config-file", tmp_path / "none.pbtxt", "--dry-run")  # fmt: skip
+    assert missing.exit_code == 2 and "cannot read it" in missing.stderr
+    assert not (tmp_path / "p" / "compose.yaml").exists()
+
+
+def test_tls_options_without_an_ssl_config_exit_2(base: Path, tmp_path: Path, certs: Certs) -> None:
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                    "--tls-ca", certs.ca, "--dry-run")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "how the wait dials a TLS deployment: give --ssl-config-file too" in result.stderr
+    unreadable = deploy("tfserving", "--model-base-path", base, "--project-dir", tmp_path / "p",
+                        "--tls-ca", tmp_path / "none.crt", "--dry-run")  # fmt: skip
+    assert unreadable.exit_code == 2 and "cannot read it" in unreadable.output
+
+
 # -- up, wait, down: a stand-in docker, a real server ----------------------------------------
 
 FAKE_DOCKER = """#!{python}
@@ -501,6 +596,127 @@ def test_wait_reads_model_status_over_grpc(graph_server: int) -> None:
     assert [(s.version, s.state, s.error_code) for s in statuses["mlp"]] == [(1, "AVAILABLE", 0)]
     with pytest.raises(NotAvailableError, match=r"not AVAILABLE after 0.5s .*nope: no answer"):
         wait_until_available(address, ["mlp", "nope"], timeout=0.5, interval=0.1)
+
+
+@pytest.fixture(scope="module")
+def tls_servers(base: Path, ssl_configs: dict[str, Path]) -> Iterator[dict[str, int]]:
+    """The embedded graph server serving BASE/mlp over TLS and over mutual TLS, as TF Serving
+    with these SSL configs would; yields their gRPC ports by config."""
+    from graphserve.core.tls import ServerTls
+    from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
+
+    registry = ModelRegistry()
+    registry.load_graph("mlp", base / "mlp")
+    servers = {
+        name: ModelServer(
+            registry, ServerOptions(grpc_port=0, rest_port=None, tls=ServerTls.load(path))
+        ).start()
+        for name, path in ssl_configs.items()
+    }
+    try:
+        yield {name: server.grpc_port for name, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop(grace=0.5)
+
+
+def deploy_tls(base: Path, project: Path, ssl_config: Path, port: int, *extra: object) -> Result:
+    return deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                  "--ssl-config-file", ssl_config, "--grpc-port", port, "--timeout", "60",
+                  "--output", "json", *extra)  # fmt: skip
+
+
+@pytest.mark.parametrize("config", ["tls", "mutual"])
+def test_the_wait_dials_tls_with_the_options_given(
+    base: Path,
+    tmp_path: Path,
+    fake_docker: Path,
+    certs: Certs,
+    ssl_configs: dict[str, Path],
+    tls_servers: dict[str, int],
+    config: str,
+) -> None:
+    client = ["--tls-cert", certs.client.cert, "--tls-key", certs.client.key]
+    result = deploy_tls(base, tmp_path / "p", ssl_configs[config], tls_servers[config],
+                        "--tls-ca", certs.ca, *(client if config == "mutual" else []))  # fmt: skip
+    report = summary(result)
+    assert [s["state"] for s in report["status"]["mlp"]] == ["AVAILABLE"]
+    address = f"grpcs://127.0.0.1:{tls_servers[config]}"
+    assert report["grpc"] == address and report["client_verify"] is (config == "mutual")
+    assert f"waiting up to 60s for mlp on {address}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("config", "options", "message"),
+    [
+        ("tls", [], "the server's certificate is not signed by a CA this client trusts: give the "
+         "CA's certificate with --tls-ca"),
+        ("tls", ["--tls-ca", "{ca}", "--tls-server-name", "elsewhere.example"],
+         "the server's certificate does not name the host dialed"),
+        ("mutual", ["--tls-ca", "{ca}", "--tls-cert", "{stranger_cert}", "--tls-key",
+                    "{stranger_key}"],
+         "the server does not trust this client's certificate: give one signed by a CA in the "
+         "server's custom_ca"),
+    ],
+)  # fmt: skip
+def test_a_wait_that_tls_fails_exits_1_at_once_saying_why(
+    base: Path,
+    tmp_path: Path,
+    fake_docker: Path,
+    certs: Certs,
+    ssl_configs: dict[str, Path],
+    tls_servers: dict[str, int],
+    config: str,
+    options: list[str],
+    message: str,
+) -> None:
+    values = {"ca": certs.ca, "stranger_cert": certs.stranger.cert,
+              "stranger_key": certs.stranger.key}  # fmt: skip
+    started = time.monotonic()
+    result = deploy_tls(base, tmp_path / "p", ssl_configs[config], tls_servers[config],
+                        *[o.format(**values) for o in options])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"the TLS connection to 127.0.0.1:{tls_servers[config]} fails: {message}" in (
+        result.stderr
+    )
+    assert "fake TF Serving log" in result.stderr  # the containers' log, as for any failure
+    assert time.monotonic() - started < 20  # not --timeout's 60 s
+
+
+def test_client_verify_and_no_client_certificate_to_wait_with_exits_2_first(
+    base: Path, tmp_path: Path, fake_docker: Path, certs: Certs, ssl_configs: dict[str, Path]
+) -> None:
+    project = tmp_path / "p"
+    result = deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+                    "--ssl-config-file", ssl_configs["mutual"], "--tls-ca", certs.ca)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert (
+        f"--ssl-config-file {ssl_configs['mutual'].resolve()} has client_verify: true, so TF "
+        "Serving asks every gRPC client for a certificate, the readiness wait's included: give "
+        "--tls-cert and --tls-key"
+    ) in " ".join(result.stderr.split())
+    assert not fake_docker.exists() and not (project / "compose.yaml").exists()  # nothing ran
+    # Nothing waits without --wait or in a dry run: no client certificate needed then.
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+              "--ssl-config-file", ssl_configs["mutual"], "--dry-run"))  # fmt: skip
+    ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project,
+              "--ssl-config-file", ssl_configs["mutual"], "--no-wait"))  # fmt: skip
+
+
+def test_wait_reads_model_status_over_tls(certs: Certs, tls_servers: dict[str, int]) -> None:
+    from graphserve.core.errors import NotAvailableError
+    from graphserve.core.tls import ClientTls
+    from graphserve.deploy.wait import wait_until_available
+
+    address = f"127.0.0.1:{tls_servers['mutual']}"
+    tls = ClientTls(ca=certs.ca, cert=certs.client.cert, key=certs.client.key)
+    statuses = wait_until_available(address, ["mlp"], timeout=10, tls=tls)
+    assert [(s.version, s.state) for s in statuses["mlp"]] == [(1, "AVAILABLE")]
+    with pytest.raises(NotAvailableError, match="asks for a client certificate"):
+        wait_until_available(address, ["mlp"], timeout=10, tls=ClientTls(ca=certs.ca))
+    # A model the server does not know is not a TLS failure: the wait goes on to the timeout.
+    with pytest.raises(NotAvailableError, match=r"not AVAILABLE after 0.5s .*nope: no answer"):
+        wait_until_available(address, ["mlp", "nope"], timeout=0.5, interval=0.1, tls=tls)
 
 
 # -- deploy k8s ------------------------------------------------------------------------------
@@ -648,10 +864,11 @@ def test_every_k8s_manifest_is_valid_for_the_kubernetes_schemas(
         pytest.param(["--gpus", "all", "--host", "0.0.0.0", "--grpc-port", "9500"], id="all-gpus"),
         pytest.param(["--gpus", "0", "--name", "cpu-only"], id="no-gpu"),
         pytest.param(["--gpus", "0", "--network", "host"], id="host-network"),
+        pytest.param(["--ssl", "--monitoring"], id="ssl-config"),
     ],
 )
 def test_every_compose_file_is_valid_for_the_compose_specification(
-    base: Path, tmp_path: Path, options: list[str]
+    base: Path, tmp_path: Path, options: list[str], ssl_configs: dict[str, Path]
 ) -> None:
     """The compose specification, as the compose_spec parser reads it (strict: an unknown key,
     a wrong type or a malformed duration is an error), for every compose.yaml we write; and a
@@ -661,9 +878,11 @@ def test_every_compose_file_is_valid_for_the_compose_specification(
     project = tmp_path / "project"
     batching = tmp_path / "batching.txt"
     batching.write_text(BATCHING)
-    extra = [a for a in options if a != "--batching"]
+    extra = [a for a in options if a not in ("--batching", "--ssl")]
     if "--batching" in options:
         extra += ["--batching-parameters-file", str(batching)]
+    if "--ssl" in options:
+        extra += ["--ssl-config-file", str(ssl_configs["tls"])]
     ok(deploy("tfserving", "--model-base-path", base, "--image", COMPATIBLE_IMAGE,
               "--project-dir", project, "--dry-run", *extra))  # fmt: skip
     text = (project / "compose.yaml").read_text()
@@ -705,6 +924,62 @@ def test_k8s_usage_errors_exit_2(
     assert message in result.stderr
 
 
+def test_k8s_ssl_config_file_is_a_secret_mounted_read_only_and_the_flag(
+    base: Path, tmp_path: Path, ssl_configs: dict[str, Path]
+) -> None:
+    """The SSL config as a Secret (readable by its owner only: it holds a private key) mounted
+    at /ssl, TF Serving's flag naming it; the probes as without TLS (a TCP connect, and a
+    plaintext GET on TF Serving's REST port, which has no TLS); valid for Kubernetes' schemas."""
+    import base64
+
+    out = tmp_path / "k8s"
+    ssl_config = ssl_configs["mutual"]
+    ok(deploy("k8s", "--model-base-path", base, "--out", out, "--image", COMPATIBLE_IMAGE,
+              "--ssl-config-file", ssl_config, "--monitoring"))  # fmt: skip
+    objects = load_manifests(out)
+    assert set(objects) == {"ConfigMap", "Secret", "Deployment", "Service"}
+    secret = objects["Secret"]
+    assert (out / "secret.yaml").stat().st_mode & 0o777 == 0o600
+    assert "keep it out of version control" in (out / "secret.yaml").read_text()
+    assert base64.b64decode(secret["data"]["ssl.config"]) == ssl_config.read_bytes()
+
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = flags(container["args"])
+    assert args["ssl_config_file"] == "/ssl/ssl.config"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["tls"] == {"name": "tls", "mountPath": "/ssl", "readOnly": True}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"]["secret"] == {"secretName": secret["metadata"]["name"],
+                                        "defaultMode": 0o400}  # fmt: skip
+    assert container["startupProbe"]["tcpSocket"] == container["livenessProbe"]["tcpSocket"]
+    assert "scheme" not in container["readinessProbe"]["httpGet"]  # HTTP: TF Serving's REST
+    for path in sorted(out.glob("*.yaml")):
+        for document in yaml.safe_load_all(path.read_text()):
+            for version in K8S_VERSIONS:
+                kubernetes_validate.validate(document, version, strict=True)
+
+    # A new certificate rolls the pods (TF Serving reads the file only at start) ...
+    digest = objects["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    ok(deploy("k8s", "--model-base-path", base, "--out", out, "--image", COMPATIBLE_IMAGE,
+              "--ssl-config-file", ssl_configs["tls"], "--monitoring"))  # fmt: skip
+    again = load_manifests(out)["Deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert again["graphserve/config-sha256"] != digest["graphserve/config-sha256"]
+    # ... and without it, the earlier secret.yaml is gone.
+    ok(deploy("k8s", "--model-base-path", base, "--out", out, "--image", COMPATIBLE_IMAGE))
+    assert not (out / "secret.yaml").exists()
+
+
+def test_k8s_load_test_of_a_tls_deployment_exits_2(
+    base: Path, tmp_path: Path, ssl_configs: dict[str, Path]
+) -> None:
+    result = deploy("k8s", "--model-base-path", base, "--out", tmp_path / "k8s",
+                    "--ssl-config-file", ssl_configs["tls"], "--loadtest", "--loadtest-image",
+                    "registry.example/graphserve:1")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "the load test's pods dial TF Serving without TLS" in result.stderr
+
+
 def test_deploy_help_and_a_dry_run_import_no_tensorflow(base: Path, tmp_path: Path) -> None:
     code = (
         "import sys\n"
@@ -733,15 +1008,17 @@ def test_deploy_help_and_a_dry_run_import_no_tensorflow(base: Path, tmp_path: Pa
 @pytest.mark.docker
 @pytest.mark.parametrize("network", ["bridge", "host"])
 def test_compose_here_accepts_the_generated_project(
-    base: Path, tmp_path: Path, network: str
+    base: Path, tmp_path: Path, network: str, ssl_configs: dict[str, Path]
 ) -> None:
     """Compose as this machine has it (v2, else v1: Debian 12's docker-compose 1.29, which
-    refuses what v2 allows, such as a top-level `name:` or ports beside the host's network)."""
+    refuses what v2 allows, such as a top-level `name:` or ports beside the host's network),
+    with every mount: the models, the config directory and the SSL config file."""
     from graphserve.deploy.docker import require_compose
 
     project = tmp_path / "project"
     ok(deploy("tfserving", "--model-base-path", base, "--project-dir", project, "--dry-run",
-              "--monitoring", "--network", network))  # fmt: skip
+              "--monitoring", "--network", network, "--ssl-config-file",
+              ssl_configs["mutual"]))  # fmt: skip
     _, tool = require_compose()
     result = subprocess.run(
         [*tool.command, "-f", str(project / "compose.yaml"), "config", "--quiet"],

@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 from graphserve.core.httpclient import HttpConnection, HttpReply
 from graphserve.core.results import JsonResult
-from graphserve.core.tls import ClientTls, diagnose, explain
+from graphserve.core.tls import ClientTls, diagnose_address, explain
 
 if TYPE_CHECKING:
     import grpc
@@ -157,9 +157,8 @@ def grpc_error_text(
     if exc.code() != grpc.StatusCode.UNAVAILABLE or address is None:
         return text
     meaning = explain(details, tls=tls is not None)
-    host, _, port = address.rpartition(":")
-    if meaning is None and port.isdigit() and not address.startswith("unix:"):
-        meaning = diagnose(host.strip("[]"), int(port), tls, grpc=True)
+    if meaning is None:
+        meaning = diagnose_address(address, tls, grpc=True)
     return f"{text} [{meaning}]" if meaning else text
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "ServerTls",
     "TlsConfigError",
     "diagnose",
+    "diagnose_address",
     "explain",
     "split_scheme",
 ]
@@ -419,6 +420,18 @@ def explain(text: str, *, tls: bool | None = None) -> str | None:
                 continue
             return meaning
     return None
+
+
+def diagnose_address(
+    address: str, tls: ClientTls | None, *, grpc: bool, timeout: float = 2.0
+) -> str | None:
+    """`diagnose` for an address as clients hold it (HOST:PORT, [V6]:PORT, with or without a
+    scheme); None for a Unix socket or an address without a port."""
+    bare = split_scheme(address)[0] if "://" in address else address
+    host, _, port = bare.rpartition(":")
+    if not port.isdigit() or not host or bare.startswith("unix:"):
+        return None
+    return diagnose(host.strip("[]"), int(port), tls, grpc=grpc, timeout=timeout)
 
 
 def diagnose(

@@ -3,6 +3,11 @@
 
 Only typer, rich and the standard library load here, so `graphserve --help` stays fast:
 TensorFlow and locust are imported when a comparison actually runs.
+
+Every command that loads a server takes the same four TLS options (graphserve.core.tlsoptions:
+--tls-ca, --tls-cert, --tls-key, --tls-server-name) and `grpcs://` / `https://` addresses; the
+options apply to every address given, which a `grpc://` or `http://` scheme contradicts (a
+usage error). The servers a command starts itself serve plaintext.
 """
 
 from __future__ import annotations
@@ -16,9 +21,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from graphserve.core.console import quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
+from graphserve.core.tls import ClientTls, TlsConfigError
+from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
 from graphserve.core.units import parse_duration
 
 if TYPE_CHECKING:
@@ -27,7 +35,7 @@ if TYPE_CHECKING:
     from graphserve.loadtest.results.rollout import RolloutReport
     from graphserve.loadtest.results.run import Report
 
-__all__ = ["EXIT_SLO", "app", "parse_duration", "parse_loads"]
+__all__ = ["EXIT_SLO", "app", "dialed_tls", "parse_duration", "parse_loads"]
 
 app = typer.Typer(help="Load-test TF Serving-compatible servers with locust.", no_args_is_help=True)
 
@@ -77,6 +85,16 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
             raise typer.BadParameter(f"{value!r}: expected NAME=ADDRESS", param_hint=option)
         pairs[name.strip()] = address.strip()
     return pairs
+
+
+def dialed_tls(address: str, tls: ClientTls | None, option: str) -> ClientTls | None:
+    """The TLS `address` is dialed with: the options `tls`, the system's CAs for `grpcs://` or
+    `https://` alone, None (plaintext); a usage error naming `option` when its scheme
+    contradicts the options (`grpc://`, `http://`) or is none of those."""
+    try:
+        return ClientTls.for_address(address.strip(), tls)[1]
+    except (TlsConfigError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
 @app.callback()
@@ -222,6 +240,10 @@ def compare(
     output: Annotated[
         OutputFormat, typer.Option(help="json: only the report JSON on stdout")
     ] = OutputFormat.text,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Load every arm alike, in alternating windows, over a sweep of loads; write the report.
 
@@ -231,10 +253,12 @@ def compare(
     signature flags) the export was given. The model is --model-name, else the directory name
     of --model-base-path (models/mobilenet: mobilenet).
     Writes OUT/report.json, report.md, report.html, PNG plots, locust CSVs and raw/records.npz.
-    Exits 1 when the run fails or an arm gets no successful request, 2 for bad arguments or a
-    refused target, 3 when an --slo or --max-failures gate is missed.
+    Over TLS: grpcs:// or https:// arms, or the --tls-* options (every address arm; the
+    servers started here serve plaintext); https:// metrics URLs are scraped with them.
+    Exits 1 when the run fails, an arm cannot be reached for TLS or gets no successful request,
+    2 for bad arguments or a refused target, 3 when an --slo or --max-failures gate is missed.
     """
-    from graphserve.core.errors import LoadTestError, PayloadError
+    from graphserve.core.errors import LoadTestError, PayloadError, ServerUnreachable
     from graphserve.loadtest.comparison.run import (
         Arm,
         CompareSpec,
@@ -268,6 +292,14 @@ def compare(
             "them (--model-base-path BASE/NAME [--source SOURCE])",
             param_hint="'--arm'",
         )
+    tls = client_tls(tls_ca, tls_cert, tls_key, tls_server_name)
+    if tls is not None and not addresses:
+        raise typer.BadParameter(
+            "the servers `loadtest compare` starts serve plaintext: the --tls-* options are for "
+            "servers already running (--arm NAME=HOST:PORT, --graph, --eager)",
+            param_hint="'--tls-ca'",
+        )
+    dialed = {name: dialed_tls(address, tls, "--arm") for name, address in addresses.items()}
     try:  # before any work: a usage error, exit 2
         check_payload_protocol(payload_file, protocol.value)
     except PayloadError as exc:
@@ -284,7 +316,7 @@ def compare(
             param_hint="'--model-name'",
         )
     spec = CompareSpec(
-        arms=tuple(Arm(n, a, metrics_urls.get(n)) for n, a in addresses.items()),
+        arms=tuple(Arm(n, a, metrics_urls.get(n), tls=dialed[n]) for n, a in addresses.items()),
         protocol=protocol.value,
         rest_format=rest_format.value,
         model_name=model_name,
@@ -315,8 +347,8 @@ def compare(
     quiet_tensorflow()  # the payload and metadata code import it
     try:
         report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet, search)
-    except LoadTestError as exc:
-        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+    except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     finish(report, out_dir, quiet)
 
@@ -468,15 +500,22 @@ def worker(
             "--allow-remote", help="load targets off this machine (the master must allow too)"
         ),
     ] = False,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Join a comparison from this machine: the master sends the plan and the request, this
-    worker sends every request's record back. Exits when the master ends the run (or is gone
-    for a minute); exits 1 when it cannot reach the master."""
+    worker sends every request's record back. The plan's TLS arms (grpcs://, https://) are
+    dialed with this worker's own --tls-* options (files on this machine; without them, the
+    system's CAs). Exits when the master ends the run (or is gone for a minute); exits 1 when
+    it cannot reach the master."""
     import subprocess
 
     from graphserve.loadtest.comparison.run import worker_command, worker_env
 
-    command, env = worker_command(master_host, master_port), worker_env(allow_remote)
+    tls = client_tls(tls_ca, tls_cert, tls_key, tls_server_name)
+    command, env = worker_command(master_host, master_port), worker_env(allow_remote, tls)
     stderr.print(
         f"[dim]joining the load test at {master_host}:{master_port} with {processes} "
         f"process(es)[/dim]",
@@ -589,15 +628,20 @@ def rollout_command(
     output: Annotated[
         OutputFormat, typer.Option(help="json: only rollout.json on stdout")
     ] = OutputFormat.text,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Swap a model's version under steady gRPC load and report what the clients saw.
 
     After --before, the new version is copied into BASE/NAME as the next version number (under
     a temporary name, then renamed: what a TF Serving file-system source needs); with
     --push-existing someone else pushes it. GetModelStatus is asked every 50 ms; the load goes
-    on --after past the swap. Writes OUT/rollout.{md,json,html,png}. Exits 1 when the server
-    cannot be reached or the swap did not complete, 2 for bad arguments or a target off
-    loopback, 3 when an --slo gate is missed.
+    on --after past the swap. Writes OUT/rollout.{md,json,html,png}. Over TLS: a grpcs://
+    address, or the --tls-* options (the load and the status polls alike). Exits 1 when the
+    server cannot be reached (for TLS: why) or the swap did not complete, 2 for bad arguments
+    or a target off loopback, 3 when an --slo gate is missed.
     """
     from graphserve.core.errors import LoadTestError, ServerUnreachable
     from graphserve.loadtest.generator.targets import check_loopback
@@ -621,8 +665,10 @@ def rollout_command(
             f"{model_base_path} is not a directory: pass the BASE/NAME the server watches",
             param_hint="'--model-base-path'",
         )
+    tls = dialed_tls(address, client_tls(tls_ca, tls_cert, tls_key, tls_server_name), "--address")
     spec = RolloutSpec(
         address=address,
+        tls=tls,
         model_base_path=model_base_path,
         new_version=new_version,
         push_existing=push_existing,
@@ -644,8 +690,8 @@ def rollout_command(
         check_loopback(address)  # before TensorFlow's seconds of start-up
         quiet_tensorflow()  # the payload and metadata code import it
         report = rollout(spec, out, say)
-    except (LoadTestError, ServerUnreachable) as exc:
-        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+    except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     finish_rollout(report, out, quiet)
 
@@ -751,7 +797,8 @@ def many_command(
     target: Annotated[
         str,
         typer.Option(
-            help="the server: grpc://HOST:PORT (or HOST:PORT) or http://HOST:PORT (loopback)"
+            help="the server: grpc://HOST:PORT (or HOST:PORT) or http://HOST:PORT; grpcs:// or "
+            "https:// over TLS (loopback)"
         ),
     ],
     models_from: Annotated[
@@ -802,6 +849,10 @@ def many_command(
     output: Annotated[
         OutputFormat, typer.Option(help="json: only many.json on stdout")
     ] = OutputFormat.text,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Load one server's many models, each request to a model drawn by popularity (Zipf over
     the --models-from order, or --weights), and report warm against cold requests, per model,
@@ -809,10 +860,12 @@ def many_command(
 
     A request is cold when the server marks it as one that waited for its model to load
     (x-graphserve-cold-load). Writes OUT/many.{json,md,html}, many_models.csv and the plots.
-    Exits 1 when the run fails or no request was answered, 2 for bad arguments or input files
+    Over TLS: a grpcs:// or https:// target, or the --tls-* options; the metrics are scraped
+    over HTTPS then (the REST port's certificate). Exits 1 when the run fails, the server
+    cannot be reached for TLS or no request was answered, 2 for bad arguments or input files
     (a weights file that cannot be read) or a target off loopback, 3 when a gate is missed.
     """
-    from graphserve.core.errors import LoadTestError
+    from graphserve.core.errors import LoadTestError, ServerUnreachable
     from graphserve.loadtest.manymodels.run import ManySpec, many
 
     if weights is not None and zipf is not None:
@@ -822,8 +875,10 @@ def many_command(
             "which models? pass --models-from CONFIG (and --zipf S) or --weights FILE",
             param_hint="'--models-from'",
         )
+    tls = dialed_tls(target, client_tls(tls_ca, tls_cert, tls_key, tls_server_name), "--target")
     spec = ManySpec(
         target=target,
+        tls=tls,
         popularity=_popularity(models_from, zipf, weights),
         rate=rate,
         users=users,
@@ -844,8 +899,8 @@ def many_command(
     try:
         quiet_tensorflow()  # the payload and metadata code import it
         report = many(spec, out, None if quiet else _many_progress)
-    except LoadTestError as exc:
-        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+    except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     from graphserve.loadtest.manymodels.report import render_table
 
@@ -949,7 +1004,7 @@ def report_command(
             write_report(load_report(out / "report.json"), out)  # this version or the one before
             page = out / "report.html"
     except LoadTestError as exc:
-        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=1) from None
     stderr.print(f"report: {page} (and {page.with_suffix('.md').name})")
     if not open_page:

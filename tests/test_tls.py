@@ -418,3 +418,38 @@ def test_serve_exits_2_on_a_bad_ssl_config(
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert "server_kee" in done.stderr and "SSLConfig" in done.stderr
+
+
+def test_https_over_a_socket_that_blocks_in_the_kernel_times_out(certs: Certs) -> None:
+    """blocking_connector's sockets carry TLS through memory BIOs: over Python's SSLSocket,
+    OpenSSL retried SO_RCVTIMEO's EAGAIN forever and a silent server was never timed out."""
+    import socket
+    import ssl
+    import threading
+    import time
+
+    from graphserve.core.httpclient import HttpConnection, blocking_connector
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs.server.cert, certs.server.key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def shake_hands_then_say_nothing() -> None:
+        conn, _ = listener.accept()
+        accepted.append(context.wrap_socket(conn, server_side=True))
+
+    thread = threading.Thread(target=shake_hands_then_say_nothing, daemon=True)
+    thread.start()
+    address = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    connection = HttpConnection(address, 1.0, connect=blocking_connector(), tls=_trusting(certs))
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match="did not answer within 1 s"):
+            connection.request("GET", "/v1/models/mlp", None, {})
+        assert time.monotonic() - started < 10
+    finally:
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()

@@ -58,6 +58,7 @@ __all__ = [
     "cold_load_seconds",
     "example",
     "grpc_error_text",
+    "grpc_tls_reason",
     "http_failure",
     "metadata_request",
     "model_spec",
@@ -146,20 +147,28 @@ def grpc_error_text(
 ) -> str:
     """`CODE: details` of a failed RPC; the exception's text for anything else (at most 300).
     Given the `address` dialed and its `tls`, a connection that failed for TLS says why and what
-    to give (graphserve.core.tls): by its text, or by a handshake of our own when gRPC's text
-    says only "Socket closed"."""
+    to give, in brackets (`grpc_tls_reason`)."""
     import grpc
 
     if not (isinstance(exc, grpc.RpcError) and hasattr(exc, "code")):
         return str(exc)[:300] or type(exc).__name__
-    details = exc.details() or ""
-    text = f"{exc.code().name}: {details}"[:300]
-    if exc.code() != grpc.StatusCode.UNAVAILABLE or address is None:
-        return text
-    meaning = explain(details, tls=tls is not None)
-    if meaning is None:
-        meaning = diagnose_address(address, tls, grpc=True)
+    text = f"{exc.code().name}: {exc.details()}"[:300]
+    meaning = grpc_tls_reason(exc, address, tls) if address is not None else None
     return f"{text} [{meaning}]" if meaning else text
+
+
+def grpc_tls_reason(exc: BaseException, address: str, tls: ClientTls | None) -> str | None:
+    """Why a call to `address` dialed with `tls` (None: plaintext) failed, if TLS is why, and
+    what to give (graphserve.core.tls): by the error's text, or by a handshake of our own when
+    gRPC's text says only "Socket closed". None for any other failure."""
+    import grpc
+
+    if not isinstance(exc, grpc.RpcError) or not hasattr(exc, "code"):
+        return None
+    if exc.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    meaning = explain(exc.details() or "", tls=tls is not None)
+    return meaning if meaning is not None else diagnose_address(address, tls, grpc=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -484,6 +493,12 @@ class GrpcClient:
     def error_text(self, exc: BaseException) -> str:
         """grpc_error_text of a failure on this client's channel, TLS's reason included."""
         return grpc_error_text(exc, address=self.address, tls=self.tls)
+
+    def tls_reason(self, exc: BaseException) -> str | None:
+        """grpc_tls_reason of a failure on this client's channel: TLS's reason, or None."""
+        if self.address is None:
+            return None
+        return grpc_tls_reason(exc, self.address, self.tls)
 
     def close(self) -> None:
         """Close the channel if `connect` opened it; a channel passed in stays open."""

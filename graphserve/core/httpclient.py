@@ -42,7 +42,7 @@ import ssl
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -154,6 +154,60 @@ def blocking_connector(
         raise error or OSError(f"no address for {host}:{port}")
 
     return connect
+
+
+class _BioTls:
+    """TLS over a socket that blocks in the kernel (`blocking_connector`'s): the context's
+    record layer in ssl's memory BIOs, the socket's own blocking send and receive below, and
+    `sendall`, `recv` and `close` as HttpConnection asks of a socket. Python's SSLSocket cannot
+    take such a socket: OpenSSL retries SO_RCVTIMEO's EAGAIN forever, so a server that stops
+    answering is never timed out; and inside locust's processes the patched `ssl` module would
+    wrap it in gevent's SSLSocket, which waits on a hub. The socket's errors pass through as
+    they are (SO_RCVTIMEO's BlockingIOError: the connection's timeout); TLS's are ssl.SSLError,
+    but for a close without close_notify, which reads as the end of the stream."""
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_hostname: str) -> None:
+        self._sock = sock
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(
+            self._incoming, self._outgoing, server_hostname=server_hostname
+        )
+        self._run(self._tls.do_handshake)
+
+    def _run(self, operation: Callable[..., Any], *args: Any) -> Any:
+        """`operation` on the TLS object, fed from the socket until it has what it needs; what
+        it wrote goes out before it returns."""
+        incoming, outgoing, sock = self._incoming, self._outgoing, self._sock
+        while True:
+            try:
+                result = operation(*args)
+            except ssl.SSLWantReadError:
+                if outgoing.pending:
+                    sock.sendall(outgoing.read())
+                data = sock.recv(_RECV_BYTES)
+                if data:
+                    incoming.write(data)
+                else:
+                    incoming.write_eof()
+                continue
+            if outgoing.pending:
+                sock.sendall(outgoing.read())
+            return result
+
+    def sendall(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self._run(self._tls.write, view) :]
+
+    def recv(self, size: int) -> bytes:
+        try:
+            data: bytes = self._run(self._tls.read, size)
+        except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+            return b""
+        return data
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,7 +455,10 @@ class HttpConnection:
                 self._ssl = self.tls_options.ssl_context()
             name = self.tls_options.server_name or self.host
             try:
-                sock = self._ssl.wrap_socket(sock, server_hostname=name)
+                if sock.gettimeout() is None:  # blocks in the kernel: blocking_connector's
+                    sock = cast(socket.socket, _BioTls(sock, self._ssl, name))
+                else:
+                    sock = self._ssl.wrap_socket(sock, server_hostname=name)
             except ssl.SSLError as exc:
                 sock.close()
                 self._tls_failure(exc)

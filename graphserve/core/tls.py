@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TLS_ENV",
+    "TLS_ON_ENV",
     "ClientTls",
     "ServerTls",
     "TlsConfigError",
@@ -57,7 +58,7 @@ TLS_ENV = {
     "key": "GRAPHSERVE_TLS_KEY",
     "server_name": "GRAPHSERVE_TLS_SERVER_NAME",
 }
-_TLS_ON_ENV = "GRAPHSERVE_TLS"  # "1": TLS with the system's CAs and no other option
+TLS_ON_ENV = "GRAPHSERVE_TLS"  # "1": TLS on (with the system's CAs, if nothing more is set)
 
 
 class TlsConfigError(ConfigError):
@@ -334,7 +335,7 @@ class ClientTls:
 
     def to_env(self) -> dict[str, str]:
         """These options as environment variables, for a load-test process (`from_env`)."""
-        env = {_TLS_ON_ENV: "1"}
+        env = {TLS_ON_ENV: "1"}
         for item in fields(self):
             value = getattr(self, item.name)
             if value is not None:
@@ -344,7 +345,7 @@ class ClientTls:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ClientTls | None:
         """The options `to_env` set, or None (plaintext) when it set none."""
-        if environ.get(_TLS_ON_ENV) != "1":
+        if environ.get(TLS_ON_ENV) != "1":
             return None
         paths = {
             k: Path(environ[v]) for k, v in TLS_ENV.items() if k != "server_name" and environ.get(v)

@@ -11,6 +11,12 @@ N local workers and M that join from other machines: `graphserve loadtest worker
 (loadtest/report/analysis.py), rendered by loadtest/report/render.py and checked against the SLO
 gates (loadtest/results/slo.py).
 
+TLS: an arm carries the ClientTls it is dialed with (`Arm.tls`: the command's --tls-* options,
+or the system's CAs for a `grpcs://` / `https://` address alone); the plan's targets say by
+their scheme which arms are TLS, and the locust processes get the options in their environment.
+Before any load each arm is asked once, so that a TLS failure stops the run with its reason
+(loadtest/generator/reach.py) instead of failing every request.
+
 TensorFlow (through the payload and metadata modules) is imported inside `compare`, not at import.
 """
 
@@ -37,7 +43,9 @@ from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
 from graphserve.core.inputs import InputSource
 from graphserve.core.manifest import read_manifest
 from graphserve.core.signature import SERVING_DEFAULT
-from graphserve.loadtest.generator.targets import check_loopback, http_base_url
+from graphserve.core.tls import ClientTls
+from graphserve.loadtest.generator.reach import check_metrics_tls, check_tls
+from graphserve.loadtest.generator.targets import check_loopback, dial, scheme_tls, tls_env
 from graphserve.loadtest.results.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
 from graphserve.loadtest.results.run import (
     REPORT_SCHEMA,
@@ -66,6 +74,7 @@ __all__ = [
     "locust_commands",
     "model_name_of",
     "payload_specs",
+    "run_tls",
     "with_metrics_probe",
     "worker_command",
     "worker_env",
@@ -85,13 +94,17 @@ _WORKER_ALLOW_REMOTE_ENV = (
 
 @dataclass(frozen=True)
 class Arm:
-    """A server to load: its name in the report, its address for the chosen protocol, and where
-    its Prometheus metrics are (None: no server-side breakdown)."""
+    """A server to load: its name in the report, its address for the chosen protocol, where
+    its Prometheus metrics are (None: no server-side breakdown), and the TLS it is dialed with
+    (None: plaintext; see graphserve.loadtest.generator.targets.dial). Every TLS arm of a run
+    has the same options (one set per locust process); an https:// metrics URL is scraped with
+    them."""
 
     name: str
     address: str
     metrics_url: str | None = None
     details: dict[str, Any] = field(default_factory=dict)  # runner, server command, ...
+    tls: ClientTls | None = None
 
 
 @dataclass(frozen=True)
@@ -148,13 +161,15 @@ def compare(
     spec that cannot work (no arms, a bad arm name, bad loads or windows, no model name),
     RemoteTargetError for a non-loopback target without `allow_remote`, SloError for an
     unreadable gate, PayloadError when no payload can be built, LocustRunError when locust fails
-    or leaves no results. A missed SLO is not raised: it is in report.slo.passed.
+    or leaves no results, ServerUnreachable when TLS is why an arm (or its metrics) cannot be
+    reached. A missed SLO is not raised: it is in report.slo.passed.
     """
     from graphserve.loadtest.results.slo import parse_gate
 
     spec = replace(spec, model_name=model_name_of(spec))
     _check(spec)
     gates = [parse_gate(text) for text in spec.slo]  # a bad gate fails before any load
+    _check_tls(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda _event: None)
     say({"event": "payload"})
@@ -238,14 +253,15 @@ def worker_command(master_host: str, master_port: int = DEFAULT_MASTER_PORT) -> 
     ]
 
 
-def worker_env(allow_remote: bool = False) -> dict[str, str]:
+def worker_env(allow_remote: bool = False, tls: ClientTls | None = None) -> dict[str, str]:
     """The environment of a worker: the plan comes from the master; remote targets only when
-    both this worker and the master's plan allow them."""
+    both this worker and the master's plan allow them; the plan's TLS targets (grpcs://,
+    https://) dialed with `tls` (its own options: their files are on its own machine)."""
     from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
 
+    environ = {TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL, **os.environ}
     return {
-        TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL,
-        **os.environ,
+        **tls_env(environ, tls),
         PLAN_ENV: PLAN_FROM_MASTER,
         _WORKER_ALLOW_REMOTE_ENV: "1" if allow_remote else "0",
     }
@@ -319,6 +335,30 @@ def _check(spec: CompareSpec) -> None:
         check_loopback(arm.address, spec.allow_remote)
         if arm.metrics_url:
             check_loopback(arm.metrics_url, spec.allow_remote)
+    run_tls(spec.arms)
+
+
+def run_tls(arms: Sequence[Arm]) -> ClientTls | None:
+    """The TLS options of a run's locust processes: those of its TLS arms (None: no arm is TLS).
+    LoadTestError when two arms have different options: a process has one set."""
+    options = {arm.tls for arm in arms if arm.tls is not None}
+    if len(options) > 1:
+        raise LoadTestError(
+            "the arms are dialed with different TLS options: one set per run (--tls-ca, "
+            "--tls-cert, --tls-key, --tls-server-name apply to every arm)"
+        )
+    return options.pop() if options else None
+
+
+def _check_tls(spec: CompareSpec) -> None:
+    """Ask every arm (and its metrics) once: ServerUnreachable when TLS is why one cannot be
+    reached, before a run whose every request would fail for it."""
+    tls = run_tls(spec.arms)
+    for arm in spec.arms:
+        target, dialed = dial(spec.protocol, arm.address, arm.tls)
+        check_tls(f"arm {arm.name}", spec.protocol, target, dialed, model_name_of(spec))
+        if arm.metrics_url:
+            check_metrics_tls(arm.metrics_url, scheme_tls(arm.metrics_url, tls))
 
 
 def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
@@ -396,8 +436,8 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str, InputSource]:
             raise PayloadError(f"the inputs recorded in {version}'s manifest: {exc}") from None
         return specs, f"SavedModel {version}", recorded
     first = spec.arms[0]
-    target = http_base_url(first.address) if spec.protocol == "rest" else first.address
-    specs = fetch_specs(spec.protocol, target, model_name_of(spec), spec.signature_name)
+    target, tls = dial(spec.protocol, first.address, first.tls)
+    specs = fetch_specs(spec.protocol, target, model_name_of(spec), spec.signature_name, tls=tls)
     return specs, f"metadata of {first.name} ({first.address})", InputSource()
 
 
@@ -415,7 +455,7 @@ def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
         ArmTarget(
             name=arm.name,
             address=arm.address,
-            target=http_base_url(arm.address) if spec.protocol == "rest" else arm.address,
+            target=dial(spec.protocol, arm.address, arm.tls)[0],
             metrics_url=arm.metrics_url,
         )
         for arm in spec.arms
@@ -459,7 +499,11 @@ def _run_locust(
     events.unlink(missing_ok=True)
     for stale in (out_dir / "raw" / "records.npz", out_dir / "raw" / "phases.json"):
         stale.unlink(missing_ok=True)
-    master_env = {**worker_env(spec.allow_remote), PLAN_ENV: str((out_dir / "plan.json").resolve())}
+    tls = run_tls(spec.arms)
+    master_env = {
+        **worker_env(spec.allow_remote, tls),
+        PLAN_ENV: str((out_dir / "plan.json").resolve()),
+    }
     port = spec.master_bind_port
     if port is None:
         port = DEFAULT_MASTER_PORT if spec.expect_workers else free_port()
@@ -468,7 +512,7 @@ def _run_locust(
     processes = [
         subprocess.Popen(
             command,
-            env=master_env if index == 0 else worker_env(spec.allow_remote),
+            env=master_env if index == 0 else worker_env(spec.allow_remote, tls),
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -617,9 +661,25 @@ def environment() -> Environment:
 
 
 def _arm_info(arm: Arm, spec: CompareSpec) -> ArmInfo:
+    tls = arm.tls
+    dialed = {} if tls is None else {"tls": _tls_info(tls)}
     return ArmInfo(
-        address=arm.address, protocol=spec.protocol, metrics_url=arm.metrics_url, **arm.details
+        address=arm.address,
+        protocol=spec.protocol,
+        metrics_url=arm.metrics_url,
+        **arm.details,
+        **dialed,
     )
+
+
+def _tls_info(tls: ClientTls) -> dict[str, str | None]:
+    """What a TLS arm was dialed with, for the report: the files' absolute paths (never their
+    text, nor the key's path)."""
+    return {
+        "ca": str(tls.ca.resolve()) if tls.ca else None,
+        "cert": str(tls.cert.resolve()) if tls.cert else None,
+        "server_name": tls.server_name,
+    }
 
 
 def _calibration(steps: Sequence[Step], plan: Plan) -> Calibration | None:
@@ -664,14 +724,15 @@ def _manifest(base: Path | None) -> dict[str, Any] | None:
 
 
 def with_metrics_probe(arms: Sequence[Arm], protocol: str) -> tuple[Arm, ...]:
-    """REST arms without a metrics URL get the TF Serving path on their own port if it answers."""
+    """REST arms without a metrics URL get the TF Serving path on their own port if it answers
+    (over HTTPS for a TLS arm)."""
     from graphserve.loadtest.generator.scrape import scrape
 
     probed = []
     for arm in arms:
         if arm.metrics_url is None and protocol == "rest":
-            url = http_base_url(arm.address) + DEFAULT_METRICS_PATH
-            if scrape(url, "") is not None:
+            url = dial(protocol, arm.address, arm.tls)[0] + DEFAULT_METRICS_PATH
+            if scrape(url, "", tls=arm.tls) is not None:
                 arm = replace(arm, metrics_url=url)
         probed.append(arm)
     return tuple(probed)

@@ -11,6 +11,11 @@ Options added to locust's: --model-name, --signature-name, --payload-file (an .n
 loadtest.payloads; without it the payload is built from the server's model metadata with --seed),
 --batch-size, --max-requests (the run quits after that many requests) and --allow-remote (without it
 only loopback targets are accepted). The payload is built and encoded once per process.
+
+Over TLS: `--host grpcs://127.0.0.1:8500` or `--host https://127.0.0.1:8501`, trusting the
+system's CAs, or the CA, client certificate and server name in GRAPHSERVE_TLS_CA,
+GRAPHSERVE_TLS_CERT, GRAPHSERVE_TLS_KEY and GRAPHSERVE_TLS_SERVER_NAME with GRAPHSERVE_TLS=1
+(what `graphserve loadtest` puts in its locust processes' environment: ClientTls.to_env).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from graphserve.loadtest.generator.payloads import (
     load_payload,
     rest_body,
 )
-from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback, target_tls
 from graphserve.loadtest.generator.users import (
     LoopUser,
     RequestBudget,
@@ -144,7 +149,9 @@ def encoded_request(protocol: str, host: str, options: LoadOptions) -> bytes:
         if options.payload_file:
             inputs = load_payload(Path(options.payload_file))
         else:
-            specs = fetch_specs(protocol, host, options.model_name, options.signature_name)
+            specs = fetch_specs(
+                protocol, host, options.model_name, options.signature_name, tls=target_tls(host)
+            )
             inputs = build_payload(specs, options.batch_size, options.seed)
         if protocol == "grpc":
             _encoded[key] = grpc_request_bytes(inputs, options.model_name, options.signature_name)
@@ -205,6 +212,7 @@ class _PredictUser(LoopUser):
             encoded_request(self.protocol, host, options),
             timeout_s=_RPC_TIMEOUT_S,
             rest_path=rest_path(options.model_name, "predict"),
+            tls=target_tls(host),
         )
 
     def senders(self) -> list[Sender]:

@@ -19,15 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from graphserve.core.errors import LocustRunError
+from graphserve.core.tls import ClientTls
+from graphserve.loadtest.generator.targets import tls_env
 
 __all__ = ["log_tail", "read_records", "start_locust", "stop_locust", "wait_started"]
 
 
 def start_locust(
-    locustfile: Path, host: str, users: int, bound_s: float, log: Path, options: Sequence[str]
+    locustfile: Path,
+    host: str,
+    users: int,
+    bound_s: float,
+    log: Path,
+    options: Sequence[str],
+    tls: ClientTls | None = None,
 ) -> subprocess.Popen[bytes]:
     """Headless locust on `locustfile` with `users` (all spawned within a second) against
-    `host`, for at most `bound_s`, the locustfile's `options` after locust's; output to `log`."""
+    `host`, for at most `bound_s`, the locustfile's `options` after locust's; output to `log`.
+    `tls`: the options a `grpcs://` or `https://` host is dialed with (in its environment)."""
     from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
 
     command = [
@@ -36,7 +45,7 @@ def start_locust(
         "--host", host, "--only-summary", "--stop-timeout", "5", "--loglevel", "WARNING",
         *options,
     ]  # fmt: skip
-    env = {TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL, **os.environ}
+    env = tls_env({TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL, **os.environ}, tls)
     with log.open("wb") as f:
         return subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, env=env)
 

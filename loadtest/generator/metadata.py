@@ -19,6 +19,8 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 from graphserve.core import client
 from graphserve.core.errors import PayloadError, SignatureError
 from graphserve.core.signature import TensorSpec, spec_from_tensor_info
+from graphserve.core.tls import ClientTls
+from graphserve.loadtest.generator.reach import tls_failure
 from graphserve.loadtest.generator.targets import http_base_url
 
 __all__ = [
@@ -81,32 +83,47 @@ def specs_from_rest_metadata(document: Mapping[str, Any], signature_name: str) -
 
 
 def fetch_grpc_specs(
-    address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
+    address: str,
+    model_name: str,
+    signature_name: str,
+    timeout_s: float = 10.0,
+    tls: ClientTls | None = None,
 ) -> list[TensorSpec]:
-    """Ask a gRPC server (`HOST:PORT`) for a model's input specs; PayloadError on any failure."""
+    """Ask a gRPC server (`HOST:PORT`, `grpcs://HOST:PORT`; over TLS with `tls`) for a model's
+    input specs; PayloadError on any failure, saying why when TLS is why."""
     request = client.metadata_request(model_name, signature_name=signature_name)
     # wait_for_ready: a server that was started a moment ago gets the timeout to come up.
-    with client.GrpcClient.connect(address, timeout=timeout_s, wait_for_ready=True) as grpc_client:
+    with client.GrpcClient.connect(
+        address, timeout=timeout_s, wait_for_ready=True, tls=tls
+    ) as grpc_client:
         try:
             response = grpc_client.metadata(request)
         except grpc.RpcError as exc:
             code = exc.code()
             unreachable = code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            # Waiting for a channel that never becomes ready hides why: ask once more, without
+            # waiting, for a handshake's reason.
+            why = tls_failure("grpc", address, tls, model_name) if unreachable else None
             hint = f" (no answer in {timeout_s:g} s: is a server listening?)" if unreachable else ""
+            said = why or f"{code.name}: {exc.details()}{hint}"
             raise PayloadError(
-                f"GetModelMetadata for model {model_name!r} at {address} failed: "
-                f"{code.name}: {exc.details()}{hint}"
+                f"GetModelMetadata for model {model_name!r} at {address} failed: {said}"
             ) from None
     return specs_from_grpc_metadata(response, signature_name)
 
 
 def fetch_rest_specs(
-    address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
+    address: str,
+    model_name: str,
+    signature_name: str,
+    timeout_s: float = 10.0,
+    tls: ClientTls | None = None,
 ) -> list[TensorSpec]:
-    """GET a model's metadata from a REST server (`HOST:PORT` or URL); PayloadError on failure."""
+    """GET a model's metadata from a REST server (`HOST:PORT` or URL; over TLS with `tls`);
+    PayloadError on failure (a TLS failure says why)."""
     url = f"{http_base_url(address)}{client.rest_path(model_name, 'metadata')}"
     try:
-        with client.RestClient(address, timeout=timeout_s) as rest:
+        with client.RestClient(address, timeout=timeout_s, tls=tls) as rest:
             reply = rest.metadata(model_name)
     except OSError as exc:  # every failure of the HTTP client is one
         raise PayloadError(f"GET {url} failed: {exc}") from None
@@ -122,11 +139,16 @@ def fetch_rest_specs(
 
 
 def fetch_specs(
-    protocol: str, address: str, model_name: str, signature_name: str, timeout_s: float = 10.0
+    protocol: str,
+    address: str,
+    model_name: str,
+    signature_name: str,
+    timeout_s: float = 10.0,
+    tls: ClientTls | None = None,
 ) -> list[TensorSpec]:
     """`fetch_grpc_specs` or `fetch_rest_specs`, by protocol ("grpc" or "rest")."""
     if protocol == "grpc":
-        return fetch_grpc_specs(address, model_name, signature_name, timeout_s)
+        return fetch_grpc_specs(address, model_name, signature_name, timeout_s, tls)
     if protocol == "rest":
-        return fetch_rest_specs(address, model_name, signature_name, timeout_s)
+        return fetch_rest_specs(address, model_name, signature_name, timeout_s, tls)
     raise ValueError(f"protocol {protocol!r}: expected 'grpc' or 'rest'")

@@ -13,18 +13,24 @@ Two metric dialects are read, each for one model:
 Only sums and counts are used: mean request time and mean model time over a window, and the
 request count of a step (which a test compares with the client's). `fetch` and `samples` read any
 other family (the many-models load test's counters and gauges).
+
+An `https://` URL is scraped over TLS with the options given (`tls`; the system's CAs without):
+the servers serve their metrics on the REST port, with its certificate.
 """
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["Sample", "Snapshot", "fetch", "samples", "scrape", "snapshot_from_text"]
+from graphserve.core.httpclient import HttpConnection
+from graphserve.core.tls import ClientTls
+from graphserve.loadtest.generator.targets import scheme_tls
+
+__all__ = ["Sample", "Snapshot", "fetch", "get_text", "samples", "scrape", "snapshot_from_text"]
 
 Sample = tuple[str, dict[str, str], float]  # sample name, labels, value
 
@@ -82,12 +88,27 @@ def snapshot_from_text(text: str, model_name: str) -> Snapshot:
     return Snapshot(**totals)
 
 
-def fetch(url: str, timeout_s: float = 2.0) -> str | None:
-    """GET `url`'s exposition text; None when the endpoint does not answer."""
+def get_text(url: str, timeout_s: float = 2.0, tls: ClientTls | None = None) -> str | None:
+    """GET `url` (http:// or https://, over TLS with `tls`): its text, None for an answer that
+    is not a 200. OSError when no answer comes (TlsError saying why, when TLS is why);
+    ValueError for a URL that is not http(s)://HOST:PORT/PATH."""
+    parts = urlsplit(url.strip())
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    connection = HttpConnection(
+        f"{parts.scheme}://{parts.netloc}", timeout_s, tls=scheme_tls(url, tls)
+    )
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return str(response.read().decode("utf-8", errors="replace"))
-    except (urllib.error.URLError, OSError, ValueError):
+        reply = connection.request("GET", path, None, {})
+    finally:
+        connection.close()
+    return reply.body.decode("utf-8", errors="replace") if reply.status == 200 else None
+
+
+def fetch(url: str, timeout_s: float = 2.0, tls: ClientTls | None = None) -> str | None:
+    """GET `url`'s exposition text (see `get_text`); None when the endpoint does not answer."""
+    try:
+        return get_text(url, timeout_s, tls)
+    except (OSError, ValueError):
         return None
 
 
@@ -121,9 +142,12 @@ def _metric_name(line: str) -> str:
     return line
 
 
-def scrape(url: str, model_name: str, timeout_s: float = 2.0) -> Snapshot | None:
-    """GET `url` and read `model_name`'s counters; None when the endpoint does not answer."""
-    text = fetch(url, timeout_s)
+def scrape(
+    url: str, model_name: str, timeout_s: float = 2.0, tls: ClientTls | None = None
+) -> Snapshot | None:
+    """GET `url` (over TLS with `tls` when it is https://) and read `model_name`'s counters;
+    None when the endpoint does not answer."""
+    text = fetch(url, timeout_s, tls)
     if text is None:
         return None
     try:

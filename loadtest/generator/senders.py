@@ -17,6 +17,14 @@ recorders, plugins) runs on the hub as before and needs no lock.
 
 Nothing in a process that uses this module may call `init_gevent()`: grpc would then route these
 threads' calls through the hub too.
+
+Over TLS (`https://`) the same socket carries TLS through ssl's memory BIOs (HttpConnection does
+so on a socket that blocks in the kernel): locust's patching leaves no other way that blocks one
+thread alone. The patched `ssl` module's SSLContext wraps a socket in gevent's SSLSocket, which
+waits on a hub of the thread's own (measured here: several times the memory BIOs' client CPU per
+request), and the standard library's SSLContext no longer wraps at all under the patch (its
+SSLSocket calls super() on gevent's class). gRPC's TLS is its own (C core), on the same threads
+as before.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from locust.exception import CatchResponseError
 
 from graphserve.core.client import http_failure
 from graphserve.core.httpclient import HttpConnection, blocking_connector
+from graphserve.core.tls import ClientTls
 
 __all__ = [
     "Completed",
@@ -147,10 +156,15 @@ def timed_call(
     return start, (time.perf_counter() - t0) * 1000, length, error
 
 
-def http_connection(address: str, timeout: float, *, keep_headers: bool = False) -> HttpConnection:
+def http_connection(
+    address: str, timeout: float, *, keep_headers: bool = False, tls: ClientTls | None = None
+) -> HttpConnection:
     """A keep-alive HttpConnection over the operating system's socket, for a user's thread;
-    `keep_headers=False` is the lean one (see HttpSender)."""
-    return HttpConnection(address, timeout, connect=_connect_real, keep_headers=keep_headers)
+    `keep_headers=False` is the lean one (see HttpSender). Over TLS with `tls` (an https://
+    address alone: the system's CAs)."""
+    return HttpConnection(
+        address, timeout, connect=_connect_real, keep_headers=keep_headers, tls=tls
+    )
 
 
 class Posting(Protocol):
@@ -174,9 +188,15 @@ class HttpSender:
     """Send the request, read the whole answer: (status, body)."""
 
     def __init__(
-        self, address: str, path: str, body: bytes, headers: Mapping[str, str], timeout: float
+        self,
+        address: str,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        timeout: float,
+        tls: ClientTls | None = None,
     ) -> None:
-        connection = http_connection(address, timeout)
+        connection = http_connection(address, timeout, tls=tls)
         self._connection = connection
         # the connection's own send: a Python call less on every request than a method here
         self.post = partial(connection.send, connection.encode("POST", path, body, headers))

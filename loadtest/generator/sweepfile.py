@@ -33,6 +33,12 @@ The master runs the controller. A worker that stops sending heartbeats is lost: 
 the others (locust's rebalancing), an open loop's rate is split again over those left, and the
 run records when it was lost, so the report names the windows it missed.
 
+TLS: a target of the plan says by its scheme whether it is dialed over TLS (`grpcs://`,
+`https://`), and this process's environment with what (the options `loadtest compare` or
+`loadtest worker` was given: ClientTls.to_env); a remote worker dials with its own command
+line's options, as its files are on its own machine. The master scrapes `https://` metrics URLs
+with the same options.
+
 This file imports neither TensorFlow nor the TF Serving protos: the request is pre-encoded.
 """
 
@@ -58,9 +64,10 @@ from locust.runners import STATE_MISSING, MasterRunner, WorkerRunner
 from graphserve import __version__
 from graphserve.core.client import grpc_error_text
 from graphserve.core.errors import RemoteTargetError
+from graphserve.core.tls import ClientTls, split_scheme
 from graphserve.loadtest.generator.scrape import scrape
 from graphserve.loadtest.generator.senders import Completed, RealLock
-from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback, scheme_tls
 from graphserve.loadtest.generator.users import (
     LoopUser,
     RequestBudget,
@@ -76,6 +83,8 @@ from graphserve.loadtest.results.run import Window
 from graphserve.loadtest.results.stats import stability, window_summary
 
 _FLUSH_S = 0.5
+# The TLS options this process dials its TLS targets with, and scrapes https:// metrics with.
+TLS = ClientTls.from_env()
 # A worker given this in its environment may load targets off its own machine, when the
 # master's plan allows them too (`graphserve loadtest worker --allow-remote`).
 WORKER_ALLOW_REMOTE_ENV = "GRAPHSERVE_WORKER_ALLOW_REMOTE"
@@ -239,7 +248,24 @@ def _on_request(
     start = float(kwargs.get("start_time") or time.time() - response_time / 1000)
     local.record(arm, seq, start, float(response_time), exception is None, lag_ms)
     if exception is not None:
-        local.errors[(arm, seq, grpc_error_text(exception))] += 1
+        local.errors[(arm, seq, _error_text(arm, exception))] += 1
+
+
+_explained: dict[tuple[int, str], str] = {}  # (arm, an error's text) -> the text with TLS's reason
+
+
+def _error_text(arm: int, exception: BaseException) -> str:
+    """An error as the report lists it; a gRPC connection that failed for TLS says why (the
+    reason is looked for once per arm and text: it may take a handshake of its own)."""
+    text = grpc_error_text(exception)
+    if not text.startswith("UNAVAILABLE"):
+        return text
+    key = (arm, text)
+    if key not in _explained:
+        target = PLAN.arms[arm].target
+        address = split_scheme(target)[0]
+        _explained[key] = grpc_error_text(exception, address=address, tls=scheme_tls(target, TLS))
+    return _explained[key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +287,7 @@ class SweepUser(LoopUser):
                 timeout_s=PLAN.request_timeout_s,
                 rest_path=PLAN.rest_path,
                 max_message_bytes=-1,
+                tls=scheme_tls(arm.target, TLS),
             )
             for arm in PLAN.arms
         ]
@@ -668,7 +695,7 @@ class Controller:
     def _scrape(self, arm: int, moment: str, step: int, seq: int) -> None:
         """Record the arm's server counters now (nothing when it has no metrics endpoint)."""
         url = PLAN.arms[arm].metrics_url
-        snapshot = scrape(url, PLAN.model_name) if url else None
+        snapshot = scrape(url, PLAN.model_name, tls=TLS) if url else None
         if snapshot is not None:
             self.scrapes.append(
                 {"arm": arm, "moment": moment, "step": step, "seq": seq, **asdict(snapshot)}

@@ -32,6 +32,7 @@ from locust.env import Environment
 from locust.exception import StopUser
 
 from graphserve.core.client import JSON_HEADERS, GrpcClient
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.senders import (
     Completed,
     Completions,
@@ -243,16 +244,23 @@ class Sender(Protocol):
 
 class GrpcPredict:
     """Predict with one pre-serialized PredictRequest over a channel of its own (one shared by
-    threads serializes them): the bytes go out as they are, the answer is not parsed."""
+    threads serializes them): the bytes go out as they are, the answer is not parsed. Over TLS
+    with `tls` (a grpcs:// address alone: the system's CAs)."""
 
     request_type = "grpc"
 
     def __init__(
-        self, address: str, body: bytes, timeout_s: float, *, max_message_bytes: int | None = None
+        self,
+        address: str,
+        body: bytes,
+        timeout_s: float,
+        *,
+        max_message_bytes: int | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self._client = GrpcClient.connect(
-            address, timeout=timeout_s, max_message_bytes=max_message_bytes
+            address, timeout=timeout_s, max_message_bytes=max_message_bytes, tls=tls
         )
         self._predict = self._client.raw("Predict")  # bytes in, bytes out
         self._body = body
@@ -272,13 +280,16 @@ class GrpcPredict:
 
 
 class RestPredict:
-    """POSTs one pre-encoded JSON body over a keep-alive connection; anything but 200 fails."""
+    """POSTs one pre-encoded JSON body over a keep-alive connection; anything but 200 fails.
+    Over TLS with `tls` (an https:// address alone: the system's CAs)."""
 
     request_type = "POST"
 
-    def __init__(self, address: str, path: str, body: bytes, timeout_s: float) -> None:
+    def __init__(
+        self, address: str, path: str, body: bytes, timeout_s: float, tls: ClientTls | None = None
+    ) -> None:
         self.timeout_s = timeout_s
-        self._http = HttpSender(address, path, body, JSON_HEADERS, timeout_s)
+        self._http = HttpSender(address, path, body, JSON_HEADERS, timeout_s, tls)
 
     def send(self) -> tuple[float, float, int, BaseException | None, bytes]:
         return *timed_post(self._http), b""
@@ -295,12 +306,13 @@ def predict_sender(
     timeout_s: float,
     rest_path: str = "",
     max_message_bytes: int | None = None,
+    tls: ClientTls | None = None,
 ) -> Sender:
-    """The sender of `protocol` ("grpc" | "rest") to `address`; ValueError for a REST address
-    that is not HOST:PORT or http://HOST:PORT."""
+    """The sender of `protocol` ("grpc" | "rest") to `address`, over TLS with `tls`; ValueError
+    for a REST address that is not HOST:PORT or http(s)://HOST:PORT."""
     if protocol == "grpc":
-        return GrpcPredict(address, body, timeout_s, max_message_bytes=max_message_bytes)
-    return RestPredict(address, rest_path, body, timeout_s)
+        return GrpcPredict(address, body, timeout_s, max_message_bytes=max_message_bytes, tls=tls)
+    return RestPredict(address, rest_path, body, timeout_s, tls)
 
 
 class LoopUser(User):

@@ -25,6 +25,9 @@ The controller (loadtest/manymodels/run.py) writes and watches OUT/raw:
                    names), error (-1: none, else an index in "errors", the failures' statuses),
                    cold_s (the server's mark, NaN: none); written when the users have stopped
 
+Over TLS the host is `grpcs://HOST:PORT` or `https://HOST:PORT`, dialed with the options the
+controller put in this process's environment (ClientTls.to_env; loadtest/generator/targets.py).
+
 Neither TensorFlow nor the TF Serving protos are imported.
 """
 
@@ -48,6 +51,7 @@ from locust.exception import CatchResponseError
 
 from graphserve.core.client import JSON_HEADERS, GrpcClient, cold_load_seconds, rest_path
 from graphserve.core.httpclient import HttpConnection
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.senders import (
     Completed,
     RealLock,
@@ -55,7 +59,7 @@ from graphserve.loadtest.generator.senders import (
     timed_call,
     timed_post,
 )
-from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback, target_tls
 from graphserve.loadtest.generator.users import (
     LoopUser,
     RequestBudget,
@@ -213,11 +217,11 @@ class GrpcModels:
 
     request_type = "grpc"
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(self, address: str, timeout_s: float, tls: ClientTls | None = None) -> None:
         self.timeout_s = timeout_s
         self.model = 0
         self.cold_s = math.nan
-        self._client = GrpcClient.connect(address, timeout=timeout_s, max_message_bytes=-1)
+        self._client = GrpcClient.connect(address, timeout=timeout_s, max_message_bytes=-1, tls=tls)
         self._predict = self._client.raw("Predict")
         self._trailing: Iterable[tuple[str, Any]] = ()
 
@@ -247,11 +251,11 @@ class RestModels:
 
     request_type = "POST"
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(self, address: str, timeout_s: float, tls: ClientTls | None = None) -> None:
         self.timeout_s = timeout_s
         self.model = 0
         self.cold_s = math.nan
-        self._connection = http_connection(address, timeout_s, keep_headers=True)
+        self._connection = http_connection(address, timeout_s, keep_headers=True, tls=tls)
 
     def post(self) -> tuple[int, bytes]:
         return self._connection.send(run.rest_request(self.model))
@@ -275,7 +279,8 @@ class ManyUser(LoopUser):
         super().__init__(environment)
         # Made here, on the hub: a connection of its own (one shared by threads serializes them).
         kind = GrpcModels if run.protocol == "grpc" else RestModels
-        self._sender = kind(self.host or "", _RPC_TIMEOUT_S)
+        host = self.host or ""
+        self._sender = kind(host, _RPC_TIMEOUT_S, target_tls(host))
 
     def senders(self) -> list[Sender]:
         return [self._sender]

@@ -13,10 +13,14 @@ starts the load, scrapes the server's Prometheus metrics every `scrape_every_s` 
 cold requests, resident bytes and versions, RSS), stops the load after `duration_s` (or when the
 request cap is spent) and writes OUT/many.{json,md,html,csv} and the plots.
 
-Targets: `grpc://HOST:PORT` or a bare HOST:PORT (gRPC), `http://HOST:PORT` (REST); loopback only
-(loadtest/generator/targets.py). The metrics are the REST port's /monitoring/prometheus/metrics:
-a REST target's own, a gRPC target's with `rest_port`, or `metrics_url`. TensorFlow (through the
-payload and metadata modules) is imported when a run starts, not at import.
+Targets: `grpc://HOST:PORT` or a bare HOST:PORT (gRPC), `http://HOST:PORT` (REST), over TLS
+`grpcs://` or `https://` (or a bare HOST:PORT with the --tls-* options: `ManySpec.tls`);
+loopback only (loadtest/generator/targets.py). The metrics are the REST port's
+/monitoring/prometheus/metrics: a REST target's own, a gRPC target's with `rest_port` (over
+HTTPS for a TLS target: the servers serve metrics with the same certificate), or `metrics_url`.
+A server or metrics endpoint that cannot be reached for TLS stops the run before any load,
+saying why. TensorFlow (through the payload and metadata modules) is imported when a run
+starts, not at import.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ from typing import Any
 
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import LoadTestError
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.locustrun import (
     read_records,
     start_locust,
     stop_locust,
     wait_started,
 )
-from graphserve.loadtest.generator.targets import check_loopback, host_of, http_base_url
+from graphserve.loadtest.generator.reach import check_metrics_tls, check_tls
+from graphserve.loadtest.generator.targets import check_loopback, dial, host_of, scheme_tls
 from graphserve.loadtest.manymodels.popularity import Popularity
 from graphserve.loadtest.manymodels.scrapes import ServerScrape, scrape_server
 from graphserve.loadtest.results.many import ManyReport, PayloadGroup
@@ -57,30 +63,31 @@ Say = Callable[[dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class Target:
-    """Where the load goes: "grpc" to HOST:PORT, or "rest" to http(s)://HOST:PORT."""
+    """Where the load goes: "grpc" to HOST:PORT (grpcs://HOST:PORT over TLS), or "rest" to
+    http(s)://HOST:PORT; `tls` is what it is dialed with (None: plaintext)."""
 
     protocol: str
     address: str
+    tls: ClientTls | None = None
 
 
-def parse_target(text: str) -> Target:
-    """`grpc://HOST:PORT` or HOST:PORT (gRPC), `http://HOST:PORT` (REST). Raises
-    RemoteTargetError for an address off loopback or one that cannot be read."""
+def parse_target(text: str, tls: ClientTls | None = None) -> Target:
+    """`grpc://HOST:PORT` or HOST:PORT (gRPC), `http://HOST:PORT` (REST), `grpcs://` and
+    `https://` over TLS; with the options `tls`, over TLS with them. Raises RemoteTargetError
+    for an address off loopback or one that cannot be read, TlsConfigError for `grpc://` or
+    `http://` with options."""
     text = text.strip()
-    if text.lower().startswith("grpc://"):
-        target = Target("grpc", text[len("grpc://") :].rstrip("/"))
-    elif "://" in text:
-        target = Target("rest", http_base_url(text))
-    else:
-        target = Target("grpc", text)
-    check_loopback(target.address)
-    return target
+    scheme = text.partition("://")[0].lower() if "://" in text else ""
+    protocol = "rest" if scheme in ("http", "https") else "grpc"
+    check_loopback(text)  # an address it cannot read is refused before its scheme is
+    address, dialed = dial(protocol, text, tls)
+    return Target(protocol, address, dialed)
 
 
 def metrics_url_of(target: Target, metrics_url: str | None, rest_port: int | None) -> str | None:
     """The Prometheus URL to scrape: `metrics_url`, else the REST port's metrics path (the REST
-    target's, or the gRPC target's host at `rest_port`); None for a gRPC target without either.
-    Raises RemoteTargetError for a URL off loopback."""
+    target's, or the gRPC target's host at `rest_port`, https:// for a TLS target); None for a
+    gRPC target without either. Raises RemoteTargetError for a URL off loopback."""
     if metrics_url:
         check_loopback(metrics_url)
         return metrics_url
@@ -89,7 +96,8 @@ def metrics_url_of(target: Target, metrics_url: str | None, rest_port: int | Non
     if rest_port is not None:
         host = host_of(target.address)
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{rest_port}{DEFAULT_METRICS_PATH}"
+        scheme = "https" if target.tls is not None else "http"
+        return f"{scheme}://{host}:{rest_port}{DEFAULT_METRICS_PATH}"
     return None
 
 
@@ -116,6 +124,7 @@ class ManySpec:
     max_failure_ratio: float | None = None
     min_hit_ratio: float | None = None
     top: int = 20  # model rows the pages show one by one
+    tls: ClientTls | None = None  # how the target is dialed: the --tls-* options, or None
 
 
 def many(spec: ManySpec, out_dir: Path, progress: Say | None = None) -> ManyReport:
@@ -124,15 +133,22 @@ def many(spec: ManySpec, out_dir: Path, progress: Say | None = None) -> ManyRepo
     Raises RemoteTargetError (a target or metrics URL off loopback), SloError (a gate that cannot
     be read), LoadTestError (a spec that cannot work), PayloadError (a model whose inputs cannot
     be read or built), LocustRunError (locust failed or left no records). Missed gates are not
-    raised: they are in report.slo.
+    raised: they are in report.slo. ServerUnreachable when TLS is why the server or its metrics
+    cannot be reached (TlsConfigError for options that contradict the target's scheme).
     """
     from graphserve.loadtest.manymodels.analysis import build_report, parse_gates
     from graphserve.loadtest.manymodels.report import write_many
 
-    target = parse_target(spec.target)
+    target = parse_target(spec.target, spec.tls)
     metrics_url = metrics_url_of(target, spec.metrics_url, spec.rest_port)
+    metrics_tls = scheme_tls(metrics_url, target.tls) if metrics_url else None
     _check(spec)
     gates = parse_gates(spec.slo)
+    if spec.popularity.names:  # before any load: TLS that cannot work, said once
+        first = spec.popularity.names[0]
+        check_tls("the server", target.protocol, target.address, target.tls, first)
+    if metrics_url is not None:
+        check_metrics_tls(metrics_url, metrics_tls)
     say = progress or (lambda _event: None)
     raw = out_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
@@ -140,7 +156,7 @@ def many(spec: ManySpec, out_dir: Path, progress: Say | None = None) -> ManyRepo
         (raw / stale).unlink(missing_ok=True)
     say({"event": "payload", "models": len(spec.popularity.names)})
     payloads = _payloads(spec, target, out_dir)
-    scrapes = Scrapes(metrics_url, raw / "scrapes.jsonl")
+    scrapes = Scrapes(metrics_url, raw / "scrapes.jsonl", metrics_tls)
     scrapes.take()  # before the load: the counters' baseline
     if metrics_url is not None and scrapes.first is None:
         say({"event": "warning", "message": f"{metrics_url} did not answer: no server counters"})
@@ -272,7 +288,7 @@ def _group_of(
     from graphserve.loadtest.generator.payloads import build_payload
 
     asked = CompareSpec(
-        arms=(Arm("target", target.address),),
+        arms=(Arm("target", target.address, tls=target.tls),),
         protocol=target.protocol,
         model_name=name,
         signature_name=spec.signature_name,
@@ -292,15 +308,17 @@ def _start_locust(spec: ManySpec, target: Target, out_dir: Path) -> subprocess.P
     bound = spec.duration_s + _START_TIMEOUT_S + _BOUND_MARGIN_S
     options = ["--many-dir", str((out_dir / "raw").resolve())]
     log = out_dir / "locust.log"
-    return start_locust(LOCUSTFILE, target.address, spec.users, bound, log, options)
+    return start_locust(LOCUSTFILE, target.address, spec.users, bound, log, options, target.tls)
 
 
 class Scrapes:
     """The server's metrics over the run: the first and last scrapes (whose counters' difference
     is the run's) and every scrape's gauges and totals, appended to OUT/raw/scrapes.jsonl too."""
 
-    def __init__(self, url: str | None, log: Path | None = None) -> None:
-        self.url, self.log = url, log
+    def __init__(
+        self, url: str | None, log: Path | None = None, tls: ClientTls | None = None
+    ) -> None:
+        self.url, self.log, self.tls = url, log, tls
         self.first: ServerScrape | None = None
         self.last: ServerScrape | None = None
         self.series: list[tuple[float, dict[str, float | None]]] = []  # (at, values)
@@ -308,7 +326,7 @@ class Scrapes:
     def take(self) -> None:
         if self.url is None:
             return
-        scrape = scrape_server(self.url)
+        scrape = scrape_server(self.url, tls=self.tls)
         if scrape is None:
             return
         self.first = self.first or scrape

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.scrape import fetch, samples
 
 __all__ = ["FAMILIES", "ServerScrape", "read_scrape", "scrape_server"]
@@ -94,10 +95,13 @@ def read_scrape(text: str, at: float, took_s: float = 0.0) -> ServerScrape:
     return ServerScrape(at, took_s, frozenset(present), gauges, loads, evictions, cold)
 
 
-def scrape_server(url: str, timeout_s: float = 2.0) -> ServerScrape | None:
-    """GET `url` and read it; None when it does not answer or answers something else."""
+def scrape_server(
+    url: str, timeout_s: float = 2.0, tls: ClientTls | None = None
+) -> ServerScrape | None:
+    """GET `url` (over TLS with `tls` when it is https://) and read it; None when it does not
+    answer or answers something else."""
     at = time.time()
-    text = fetch(url, timeout_s)
+    text = fetch(url, timeout_s, tls)
     if text is None:
         return None
     try:

@@ -6,6 +6,9 @@ $GRAPHSERVE_PLAN set to PLAN_FROM_MASTER: they read no file, and receive the pla
 body from the master over locust's messaging when they join. Only the standard library is
 imported: the locust processes read the plan and the pre-encoded request body and never import
 TensorFlow.
+
+No TLS file travels in the plan: a target's scheme says whether it is TLS, and each process dials
+with the options in its own environment (a worker's from its own command line).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class ArmTarget:
 
     name: str
     address: str
-    target: str  # gRPC: HOST:PORT; REST: http://HOST:PORT
+    target: str  # gRPC: HOST:PORT or grpcs://HOST:PORT (TLS); REST: http(s)://HOST:PORT
     metrics_url: str | None = None
 
 

@@ -17,6 +17,9 @@ The controller (loadtest/rollouts/run.py, in the CLI's process) watches OUT/raw:
                    code number, 0 OK), version (-1: none); written when the users have stopped
 Locust's `-t` bounds the run if the controller never asks.
 
+Over TLS the host is `grpcs://HOST:PORT`, dialed with the options the controller put in this
+process's environment (ClientTls.to_env; loadtest/generator/targets.py).
+
 Neither TensorFlow nor the TF Serving protos beyond model.proto are imported.
 """
 
@@ -35,7 +38,7 @@ from locust.env import Environment
 from tensorflow_serving.apis import model_pb2
 
 from graphserve.loadtest.generator.senders import Completed
-from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback, target_tls
 from graphserve.loadtest.generator.users import (
     GrpcPredict,
     LoopUser,
@@ -164,7 +167,10 @@ class RolloutUser(LoopUser):
     def __init__(self, environment: Environment) -> None:
         super().__init__(environment)
         # Made here, on the hub: a channel of its own (one shared by threads serializes them).
-        self._sender = GrpcPredict(self.host or "", run.body, _RPC_TIMEOUT_S, max_message_bytes=-1)
+        host = self.host or ""
+        self._sender = GrpcPredict(
+            host, run.body, _RPC_TIMEOUT_S, max_message_bytes=-1, tls=target_tls(host)
+        )
 
     def senders(self) -> list[Sender]:
         return [self._sender]

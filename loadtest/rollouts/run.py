@@ -18,6 +18,10 @@ Progress events go to the `progress` callback and to OUT/events.jsonl, one JSON 
 "swap_end", "stopping"): a deploy script run with `--push-existing` can wait for
 "waiting_for_push" there.
 
+Over TLS (a `grpcs://` address, or `tls`: the --tls-* options), the load, the metadata and the
+status polls all dial with the same options; the locust process gets them in its environment. A
+server that cannot be reached for TLS stops the rollout before any load, saying why.
+
 Only loopback targets are loaded (loadtest/generator/targets.py). TensorFlow (through the
 payload and metadata modules) is imported when a rollout runs, not at import.
 """
@@ -41,6 +45,7 @@ from graphserve.core.errors import (
     RolloutError,
     ServerUnreachable,
 )
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.locustrun import (
     log_tail,
     read_records,
@@ -48,7 +53,7 @@ from graphserve.loadtest.generator.locustrun import (
     stop_locust,
     wait_started,
 )
-from graphserve.loadtest.generator.targets import check_loopback
+from graphserve.loadtest.generator.targets import check_loopback, dial
 from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
 from graphserve.loadtest.rollouts.analysis import Moments
 
@@ -86,6 +91,7 @@ class RolloutSpec:
     seed: int = 0
     first_requests: int = 20
     steady_requests: int = 200
+    tls: ClientTls | None = None  # dial over TLS with these (a grpcs:// address alone: system CAs)
 
     @property
     def name(self) -> str:
@@ -114,7 +120,7 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     _check(spec)
     gates = [parse_gate(text) for text in spec.slo]
     check_gate_windows(gates)
-    old = serving_version(spec.address, spec.name)
+    old = serving_version(spec.address, spec.name, tls=spec.tls)
     raw = out_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for stale in ("records.npz", "started.json", "stop", "request.bin"):
@@ -137,25 +143,28 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     return report
 
 
-def serving_version(address: str, model_name: str) -> int:
-    """The newest version of the model the server has AVAILABLE.
+def serving_version(address: str, model_name: str, *, tls: ClientTls | None = None) -> int:
+    """The newest version of the model the server (over TLS with `tls`) has AVAILABLE.
 
-    Raises ServerUnreachable when the server cannot be reached, does not know the model, or has
-    no version of it AVAILABLE.
+    Raises ServerUnreachable when the server cannot be reached (for TLS: why, and what to
+    give), does not know the model, or has no version of it AVAILABLE.
     """
     import grpc
 
     from graphserve.core.client import GrpcClient, status_request, version_statuses
+    from graphserve.loadtest.generator.reach import grpc_tls_failure
 
-    with GrpcClient.connect(address, timeout=_STATUS_TIMEOUT_S) as client:
+    with GrpcClient.connect(address, timeout=_STATUS_TIMEOUT_S, tls=tls) as client:
         try:
             statuses = version_statuses(client.status(status_request(model_name)))
         except grpc.RpcError as exc:
             code = exc.code()
             if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                why = grpc_tls_failure(client, exc)  # TLS's reason says what to do
+                hint = " (is the server running, and is that its gRPC port?)"
+                said = why or f"{code.name}: {exc.details()}{hint}"
                 raise ServerUnreachable(
-                    f"cannot reach a TF Serving gRPC API at {address}: {code.name}: "
-                    f"{exc.details()} (is the server running, and is that its gRPC port?)"
+                    f"cannot reach a TF Serving gRPC API at {address}: {said}"
                 ) from None
             raise ServerUnreachable(
                 f"GetModelStatus for model {model_name!r} at {address} failed: {code.name}: "
@@ -215,7 +224,7 @@ def _payload(spec: RolloutSpec, out_dir: Path) -> None:
         save_payload,
     )
 
-    specs = fetch_specs("grpc", spec.address, spec.name, spec.signature_name)
+    specs = fetch_specs("grpc", spec.address, spec.name, spec.signature_name, tls=spec.tls)
     inputs = build_payload(specs, spec.batch_size, spec.seed)
     save_payload(out_dir / "payload.npz", inputs)
     body = grpc_request_bytes(inputs, spec.name, spec.signature_name)
@@ -231,7 +240,9 @@ def _start_locust(spec: RolloutSpec, out_dir: Path) -> tuple[subprocess.Popen[by
         "--rollout-dir", str((out_dir / "raw").resolve()),
         "--rollout-rate", str(spec.rate or 200.0) if spec.open_loop else "0",
     ]  # fmt: skip
-    return start_locust(ROLLOUT_FILE, spec.address, users, bound, log, options), log
+    # The target's scheme says TLS to the locustfile, the environment with what.
+    target, tls = dial("grpc", spec.address, spec.tls)
+    return start_locust(ROLLOUT_FILE, target, users, bound, log, options, tls), log
 
 
 def _settings(spec: RolloutSpec) -> RolloutSettings:
@@ -371,7 +382,9 @@ class _Controller:
 
         m = self.moments
         if self.client is None:
-            self.client = GrpcClient.connect(self.spec.address, timeout=max(self.spec.poll_s, 0.5))
+            self.client = GrpcClient.connect(
+                self.spec.address, timeout=max(self.spec.poll_s, 0.5), tls=self.spec.tls
+            )
         try:
             response = self.client.status(status_request(self.spec.name))
             states = {s.version: s.state for s in version_statuses(response)}

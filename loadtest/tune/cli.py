@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from graphserve.core.console import quiet_tensorflow, stderr
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
-from graphserve.loadtest.cli import Protocol, parse_duration
+from graphserve.core.tls import TlsConfigError
+from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
+from graphserve.loadtest.cli import Protocol, dialed_tls, parse_duration
 
 __all__ = ["app"]
 
@@ -58,13 +61,29 @@ def batching(
     out: Annotated[
         Path | None, typer.Option(help="output directory [default: tune-reports/<UTC time>]")
     ] = None,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
 ) -> None:
     """Search TF Serving's batching knobs (max_batch_size, batch_timeout_micros,
     num_batch_threads, allowed_batch_sizes) under --clients closed-loop users; write the best
     that holds --slo as OUT/batching_parameters.txt, with every trial in OUT/tune.md and
-    tune.json. Exits 1 when the search fails, 2 for bad arguments, 3 when no candidate holds."""
-    from graphserve.core.errors import LoadTestError
+    tune.json. A running server over TLS: --address grpcs://HOST:PORT, or the --tls-* options
+    (the tuner's own server serves plaintext). Exits 1 when the search fails or --address
+    cannot be reached for TLS, 2 for bad arguments, 3 when no candidate holds."""
+    from graphserve.core.errors import LoadTestError, ServerUnreachable
     from graphserve.loadtest.tune.search import TuneSpec, tune_batching
+
+    tls = client_tls(tls_ca, tls_cert, tls_key, tls_server_name)
+    if address is None and tls is not None:
+        raise typer.BadParameter(
+            "the server the tuner starts serves plaintext: the --tls-* options are for a "
+            "running server (--address)",
+            param_hint="'--tls-ca'",
+        )
+    if address is not None:
+        tls = dialed_tls(address, tls, "--address")
 
     spec = TuneSpec(
         model_base_path=model_base_path,
@@ -76,6 +95,7 @@ def batching(
         budget_s=parse_duration(budget, "--budget", minimum=10.0),
         trial_s=parse_duration(trial, "--trial", minimum=1.5),
         allow_remote=allow_remote,
+        tls=tls,
     )
     if address is not None:
         from graphserve.loadtest.generator.targets import check_loopback
@@ -83,14 +103,14 @@ def batching(
         try:
             check_loopback(address, allow_remote)
         except LoadTestError as exc:
-            stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+            stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
             raise typer.Exit(code=exc.exit_code) from None
     out_dir = out or Path("tune-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     quiet_tensorflow()
     try:
         result = tune_batching(spec, out_dir, _progress)
-    except LoadTestError as exc:
-        stderr.print(f"[red]error:[/red] {exc}", highlight=False)
+    except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     stderr.print(f"[bold]{result.reason}[/bold]", highlight=False)
     stderr.print(f"trials: {out_dir / 'tune.md'} (and tune.json, trials/)", highlight=False)

@@ -20,6 +20,9 @@ keeping the others, keep the best, move to the next knob; passes repeat while th
 more than 5%, until `--budget` runs out. Best: holds the gates (and fails nothing), then the
 most throughput; within 2% of each other, the lower p99. Batching off is measured first, as the
 line every candidate is read against (self-managed only).
+
+A running server over TLS (`--address grpcs://...`, or the --tls-* options: `TuneSpec.tls`) is
+loaded and polled with the same options; the tuner's own server serves plaintext.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 
 from graphserve.core.batchingparams import PER_MODEL_BATCHING_FILE, BatchingParameters
 from graphserve.core.errors import LoadTestError, ServerStartError, SloError
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.comparison.findmax import first_gate_value, held_load
 from graphserve.loadtest.comparison.run import Arm, CompareSpec, LoadSpec, compare, model_name_of
 from graphserve.loadtest.results.labels import NONE
@@ -73,6 +77,7 @@ class TuneSpec:
     trial_s: float = 6.0  # measured time per candidate (3 windows), after 1 s of warm-up
     signature_name: str = "serving_default"
     allow_remote: bool = False
+    tls: ClientTls | None = None  # how `address` is dialed (None: plaintext)
 
 
 class _Model(BaseModel):
@@ -167,8 +172,10 @@ def tune_batching(
 
     Raises SloError for gates the tuner cannot hold (none, a ratio, one naming an arm),
     LoadTestError when the model has no version or a candidate version is not served in time,
-    ServerStartError when the tuner's own server does not start, and what `compare` raises.
+    ServerStartError when the tuner's own server does not start, ServerUnreachable when TLS is
+    why `address` cannot be reached, and what `compare` raises.
     """
+    from graphserve.loadtest.generator.reach import check_tls
     from graphserve.loadtest.results.slo import parse_gate
 
     started = time.monotonic()
@@ -184,6 +191,8 @@ def tune_batching(
         CompareSpec(arms=(), model_name=spec.model_name, model_base_path=spec.model_base_path)
     )
     source = _newest_version(spec.model_base_path)
+    if spec.address is not None:  # before a version is written: TLS that cannot work, said once
+        check_tls("--address", "grpc", spec.address, spec.tls, name)
     session = _Session(spec, out_dir, name, tell, started)
     if spec.address is None:
         session.measure_off()
@@ -273,9 +282,11 @@ class _Session:
         folder = f"trials/{index:02d}"
         address = grpc if self.spec.protocol == "grpc" else rest
         window = self.spec.trial_s / 3
+        # The running server's own TLS; the tuner's servers serve plaintext.
+        tls = self.spec.tls if address == self.spec.address else None
         report = compare(
             CompareSpec(
-                arms=(Arm("batching" if candidate else "off", address),),
+                arms=(Arm("batching" if candidate else "off", address, tls=tls),),
                 protocol=self.spec.protocol,
                 model_name=self.model_name,
                 signature_name=self.spec.signature_name,
@@ -419,7 +430,7 @@ def _versions(
         version = _write_version(base, source, candidate.parameters(spec.clients))
         written.append(version)
         if spec.address is not None:
-            _wait_for(spec.address, name, int(version.name))
+            _wait_for(spec.address, name, int(version.name), tls=spec.tls)
             return spec.address
         if server is None or threads != candidate.num_batch_threads:
             if server is not None:
@@ -486,7 +497,7 @@ def _link_or_copy(source: str, destination: str) -> None:
         shutil.copy2(source, destination)
 
 
-def _wait_for(address: str, name: str, version: int) -> None:
+def _wait_for(address: str, name: str, version: int, *, tls: ClientTls | None = None) -> None:
     """Until `version` is AVAILABLE and no older version is (the traffic goes to it alone)."""
     from graphserve.core.client import model_status
 
@@ -494,7 +505,7 @@ def _wait_for(address: str, name: str, version: int) -> None:
     last: list[Any] = []
     while time.monotonic() < deadline:
         try:
-            last = model_status(address, name)
+            last = model_status(address, name, tls=tls)
         except Exception:  # a server between versions may not answer: ask again
             last = []
         states = {v.version: v for v in last}

@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many figures soak test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many figures soak fuzz test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,21 @@ figures: $(STAMP) ## regenerate every published figure: bench/results/* and docs
 soak: DURATION = 1h
 soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, bench/results/soak.{md,json,png}
 	$(BIN)/python -m bench soak --duration $(DURATION) --out bench/results
+
+# Raw HTTP/1.x requests at a real `serve graph` (fuzz/http_raw.py: CASES of them, 16 connections
+# at once, about a minute for 5000), then gRPC and REST clients that give up on their requests at
+# random moments against a batching `serve graph` (fuzz/cancel.py: CANCEL_FOR of load, about 30 s
+# in all), then the REST JSON decoder under atheris (fuzz/rest_json.py) for a few
+# thousand runs where atheris installs (x86_64 Linux); a finding fails the target.
+fuzz: CASES ?= 5000
+fuzz: CANCEL_FOR ?= 20s
+fuzz: $(STAMP) ## fuzz the REST server with raw requests, cancel requests under load: bench/results/{fuzz-http,cancel}.json
+	$(BIN)/python fuzz/http_raw.py --cases $(CASES) --seed 0 --out bench/results/fuzz-http.json
+	$(BIN)/python fuzz/cancel.py --duration $(CANCEL_FOR) --seed 0 --out bench/results/cancel.json
+	@if $(BIN)/python -c 'import atheris' 2>/dev/null; then \
+		$(BIN)/python fuzz/rest_json.py -atheris_runs=5000 -seed=1 -max_len=2048 \
+			-artifact_prefix=$${TMPDIR:-/tmp}/graphserve-atheris-; \
+	else echo "atheris is not installed (x86_64 Linux only): fuzz/rest_json.py skipped"; fi
 
 test: $(STAMP) chromium ## run the test suite
 	@docker/engine

@@ -28,8 +28,13 @@ BatchingSession (merging, padding, splitting the outputs):
 - every output must have the batch as its first dimension; any other output fails the batch with
   FailedPrecondition.
 
-One difference from TF Serving: requests whose inputs differ in dtype or non-batch shape never
-share a batch. They wait in separate queues instead of failing the batch they land in.
+Two differences from TF Serving. Requests whose inputs differ in dtype or non-batch shape never
+share a batch: they wait in separate queues instead of failing the batch they land in. And a
+request whose client leaves while it waits (graphserve.serving.deadline's Cancellation: a
+cancelled gRPC call, a closed REST connection) leaves the queue unrun, failing with Cancelled:
+at once where the front end says when (gRPC, whose call ended by its deadline leaves then too),
+when its batch comes up otherwise (REST); TF Serving runs every request it has queued. One a
+batch thread has taken runs on, and its answer goes to nobody.
 
 The threads: a request thread queues its rows and blocks on one lock until its answer is in; a
 request on an asyncio loop (the asyncio gRPC front end, `run_async`) awaits it instead, holding
@@ -50,6 +55,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,13 +63,20 @@ import numpy as np
 from graphserve.core.batchingparams import BatchingParameters, load_batching_parameters
 from graphserve.core.errors import (
     BatchingConfigError,
+    Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
     InvalidInput,
     ServingError,
     Unavailable,
 )
-from graphserve.serving.deadline import current_deadline
+from graphserve.serving.deadline import (
+    RUNNING,
+    Cancellation,
+    client_gone,
+    current_cancellation,
+    current_deadline,
+)
 from graphserve.serving.runner import Runner
 
 if TYPE_CHECKING:
@@ -79,6 +92,7 @@ __all__ = [
 
 Arrays = dict[str, np.ndarray]
 _QueueKey = tuple[str, Hashable]  # (signature, what requests must share to share a batch)
+_WAITED = "while it waited to be batched"  # ends the message of a request dropped unrun
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,7 @@ class BatchingStats:
     rejected: int = 0  # requests turned away because the queue was full
     failed_batches: int = 0  # runs that raised; every request in them got the error
     expired: int = 0  # requests whose deadline passed in the queue: dropped, never run
+    cancelled: int = 0  # requests whose client left while they were queued: dropped, never run
     queued_rows: int = 0  # rows waiting in the queues at the time of the snapshot
 
 
@@ -109,12 +124,34 @@ class _Piece:
     (`_waiter`), which the batch thread resolves once the batch is answered (`_wake`).
     """
 
-    __slots__ = ("_done", "_error", "_outputs", "_waiter", "deadline", "inputs", "rows")
+    __slots__ = (
+        "_done",
+        "_error",
+        "_outputs",
+        "_waiter",
+        "batch",
+        "cancellation",
+        "deadline",
+        "finished",
+        "inputs",
+        "rows",
+        "taken",
+    )
 
-    def __init__(self, inputs: Arrays, rows: int, deadline: float | None = None) -> None:
+    def __init__(
+        self,
+        inputs: Arrays,
+        rows: int,
+        deadline: float | None = None,
+        cancellation: Cancellation | None = None,
+    ) -> None:
         self.inputs = inputs
         self.rows = rows
         self.deadline = deadline  # the request's (graphserve.serving.deadline), monotonic time
+        self.cancellation = cancellation  # ... and whether its client still waits
+        self.batch: _Batch | None = None  # the batch it joined
+        self.taken = False  # a batch thread took it to run: it cannot leave (set under the lock)
+        self.finished = False  # `finish` has answered it
         self._outputs: Arrays | None = None
         self._error: BaseException | None = None
         self._waiter: _Waiter | None = None
@@ -127,6 +164,7 @@ class _Piece:
         """Hand the answer (or the error) to the request; called once. Returns the waiter of
         a coroutine awaiting it, for the caller to `_wake` with the rest of its batch."""
         self._outputs, self._error = outputs, error
+        self.finished = True
         self._done.release()
         return self._waiter  # read after the release: see answer_async
 
@@ -171,8 +209,9 @@ def _settle(futures: list[asyncio.Future[None]]) -> None:
             finished.set_result(None)
 
 
-@dataclass
+@dataclass(eq=False)  # a batch is itself: found in its queue by identity
 class _Batch:
+    key: _QueueKey
     pieces: list[_Piece] = field(default_factory=list)
     rows: int = 0
     opened: float = 0.0  # time.monotonic() when its first piece arrived
@@ -221,20 +260,30 @@ class BatchingRunner(Runner):
         """Queue the request, wait for its batch, return its rows of every output.
 
         Raises InvalidInput (no batch dimension, more than max_batch_size rows), Unavailable
-        (queue full, or closed), and whatever the wrapped runner raised for the batch.
+        (queue full, or closed), Cancelled or DeadlineExceeded when its client left while it
+        waited (graphserve.serving.deadline), and whatever the wrapped runner raised for the
+        batch.
         """
         pieces = self._submit(signature, inputs)
         if pieces is None:
             return self.runner.run(signature, inputs)
+        cancellation = pieces[0].cancellation
+        if cancellation is not None:
+            cancellation.when_cancelled(partial(self._withdraw, pieces))
         return _joined([piece.answer() for piece in pieces])
 
     async def run_async(self, signature: str, inputs: Arrays) -> Arrays:
         """`run` for a coroutine: the request waits for its batch on the running loop, holding
-        no thread while it waits."""
+        no thread while it waits. A coroutine cancelled meanwhile (its client left) takes its
+        rows out of the queue."""
         pieces = self._submit(signature, inputs)
         if pieces is None:
             return await self.runner.run_async(signature, inputs)
-        return _joined([await piece.answer_async() for piece in pieces])
+        try:
+            return _joined([await piece.answer_async() for piece in pieces])
+        except asyncio.CancelledError:
+            self._withdraw(pieces)
+            raise
 
     def _submit(self, signature: str, inputs: Arrays) -> list[_Piece] | None:
         """Queue the request's pieces; None for a request with no rows (nothing to merge or
@@ -284,7 +333,7 @@ class BatchingRunner(Runner):
 
     def _enqueue(self, key: _QueueKey, inputs: Arrays, rows: int) -> list[_Piece]:
         limit = self.params.execution_batch_size
-        deadline = current_deadline()
+        deadline, cancellation = current_deadline(), current_cancellation()
         with self._cond:
             if self._closed:
                 raise Unavailable("the batching runner is closed: the model is being unloaded")
@@ -295,12 +344,14 @@ class BatchingRunner(Runner):
             opened = 0
             for size in self._piece_sizes(batches[-1].rows if batches else 0, rows):
                 piece_inputs = inputs if size == rows else _rows(inputs, start, size)
-                pieces.append(_Piece(piece_inputs, size, deadline))
+                piece = _Piece(piece_inputs, size, deadline, cancellation)
+                pieces.append(piece)
                 start += size
                 if not batches or batches[-1].rows + size > limit:
-                    batches.append(_Batch(opened=time.monotonic()))
+                    batches.append(_Batch(key, opened=time.monotonic()))
                     opened += 1
-                batches[-1].pieces.append(pieces[-1])
+                piece.batch = batches[-1]
+                batches[-1].pieces.append(piece)
                 batches[-1].rows += size
             self._queues[key] = batches
             # Wake a batch thread only when it has something to do: a new batch (whose timeout
@@ -350,6 +401,33 @@ class BatchingRunner(Runner):
             left -= sizes[-1]
         return sizes
 
+    def _withdraw(self, pieces: list[_Piece]) -> None:
+        """A request's client left (its gRPC call ended, its coroutine was cancelled): each of
+        its pieces not yet taken by a batch thread leaves the queue unrun, failing with
+        Cancelled (DeadlineExceeded if that was its deadline). Taken ones run on. Called too
+        when a call ends answered: then every piece is finished and there is nothing to do."""
+        if all(piece.finished for piece in pieces):
+            return
+        with self._cond:
+            for piece in pieces:
+                if not piece.taken and not piece.finished:
+                    self._leave(piece)
+                    # a thread wakes; a coroutine is unwinding already
+                    self._drop(piece, client_gone(_WAITED, piece.deadline))
+
+    def _leave(self, piece: _Piece) -> None:
+        """Take `piece` out of its batch, and an emptied batch out of its queue (under the
+        lock). Its batch may be one a batch thread has popped but not yet taken from."""
+        batch = piece.batch
+        assert batch is not None
+        batch.pieces.remove(piece)
+        batch.rows -= piece.rows
+        batches = self._queues.get(batch.key)
+        if not batch.pieces and batches is not None and batch in batches:
+            batches.remove(batch)
+            if not batches:
+                del self._queues[batch.key]
+
     # -- batch threads ---------------------------------------------------------------------
 
     def _work(self) -> None:
@@ -398,13 +476,17 @@ class BatchingRunner(Runner):
         return max(due - time.monotonic(), 0.0)
 
     def _process(self, signature: str, batch: _Batch) -> None:
-        pieces = self._unexpired(batch.pieces)
+        with self._cond:
+            pieces, waiters = self._take(batch.pieces)
+            rows = sum(piece.rows for piece in pieces)
+            padding = self.params.padded_size(rows) - rows
+            if pieces:
+                self._counts.update(
+                    batches=1, requests=len(pieces), rows=rows, padding_rows=padding
+                )
+        _wake(waiters)
         if not pieces:
             return
-        rows = sum(piece.rows for piece in pieces)
-        padding = self.params.padded_size(rows) - rows
-        with self._cond:
-            self._counts.update(batches=1, requests=len(pieces), rows=rows, padding_rows=padding)
         try:
             merged = self._merge(pieces, padding)
             outputs = self.runner.run(signature, merged)
@@ -421,26 +503,31 @@ class BatchingRunner(Runner):
             return
         _wake([piece.finish(part) for piece, part in zip(pieces, parts, strict=True)])
 
-    def _unexpired(self, pieces: list[_Piece]) -> list[_Piece]:
-        """The pieces whose client still waits; the others fail with DeadlineExceeded unrun."""
+    def _take(self, pieces: list[_Piece]) -> tuple[list[_Piece], list[_Waiter | None]]:
+        """Under the lock: the pieces whose client still waits, taken to run (their requests'
+        stage is RUNNING from now on), and the waiters of the others, which fail unrun: with
+        DeadlineExceeded, or Cancelled when their client left (where only asking tells: REST).
+        Pieces that left already are gone from the list."""
         now = time.monotonic()
         live, waiters = [], []
         for piece in pieces:
-            if piece.deadline is None or now < piece.deadline:
-                live.append(piece)
+            cancellation = piece.cancellation
+            if piece.deadline is not None and now >= piece.deadline:
+                error = DeadlineExceeded(f"the request's deadline passed {_WAITED}")
+                waiters.append(self._drop(piece, error))
+            elif cancellation is not None and cancellation.cancelled:
+                waiters.append(self._drop(piece, client_gone(_WAITED, piece.deadline)))
             else:
-                waiters.append(
-                    piece.finish(
-                        error=DeadlineExceeded(
-                            "the request's deadline passed while it waited to be batched"
-                        )
-                    )
-                )
-        _wake(waiters)
-        if len(live) < len(pieces):
-            with self._cond:
-                self._counts["expired"] += len(pieces) - len(live)
-        return live
+                piece.taken = True
+                if cancellation is not None:
+                    cancellation.stage = RUNNING
+                live.append(piece)
+        return live, waiters
+
+    def _drop(self, piece: _Piece, error: ServingError) -> _Waiter | None:
+        """Under the lock: answer a piece that will not run with `error`, counted."""
+        self._counts["cancelled" if isinstance(error, Cancelled) else "expired"] += 1
+        return piece.finish(error=error)
 
     def _merge(self, pieces: list[_Piece], padding: int) -> Arrays:
         if len(pieces) == 1 and not padding:

@@ -32,7 +32,14 @@ from graphserve.core.errors import (
     Unavailable,
     Unimplemented,
 )
-from graphserve.serving.deadline import check_deadline, current_deadline, deadline_scope
+from graphserve.serving.deadline import (
+    QUEUE,
+    RUNNING,
+    advance,
+    check_deadline,
+    current_deadline,
+    deadline_scope,
+)
 from graphserve.serving.metrics import Measure, ServingMetrics
 from graphserve.serving.registry import ModelRegistry, Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
@@ -97,9 +104,11 @@ class DataPlane:
     @contextmanager
     def measure(self, model: str, protocol: str) -> Iterator[Measure]:
         """Track one request: refused with UNAVAILABLE once draining, counted in flight until it
-        ends, and counted and timed in the metrics. The front end fills in the servable and
-        signature as it resolves them; a servable resolved inside is leased until the end, so
-        the manager closes an unloaded version only after its last request."""
+        ends, and counted and timed in the metrics. A request whose client has left already
+        (graphserve.serving.deadline's Cancellation) ends here, counted, before any work. The
+        front end fills in the servable and signature as it resolves them; a servable resolved
+        inside is leased until the end, so the manager closes an unloaded version only after
+        its last request."""
         with self._idle:
             if self._draining:
                 raise Unavailable("the server is shutting down; retry on another replica")
@@ -109,6 +118,7 @@ class DataPlane:
         try:
             timed = self.metrics.measure(model, protocol) if self.metrics else None
             with timed or nullcontext(Measure(model, protocol)) as measure:
+                advance(QUEUE, "before the server could start on it")
                 yield measure
         finally:
             _LEASES.reset(token)
@@ -132,7 +142,9 @@ class DataPlane:
         waiting in a queue), the servable resolved and leased (`measure.servable`). The front
         end resolves the signature (`use_signature`), decodes, and calls predict, classify,
         regress or multi_inference, which validate, run and count."""
-        with self.measure(name, protocol) as measure, deadline_scope(time_remaining):
+        # The deadline outlives the measurement: a request that ends for its client's deadline
+        # is counted as such, not as cancelled.
+        with deadline_scope(time_remaining), self.measure(name, protocol) as measure:
             self.take_prepared(measure, prepared)
             check_deadline("before the server could start on it")
             measure.servable = self.servable(name, version, measure)
@@ -278,9 +290,11 @@ class DataPlane:
     def _running(
         self, servable: Servable, signature: ServedSignature, checked: dict[str, np.ndarray]
     ) -> Iterator[None]:
-        """Around one model run: the deadline checked first, the inputs' declared shapes added
-        to the graph's refusal, the run timed in the metrics."""
+        """Around one model run: the deadline and the client checked first (a runner that runs
+        on its caller starts the model now; batching starts it when it takes the batch), the
+        inputs' declared shapes added to the graph's refusal, the run timed in the metrics."""
         check_deadline("before the model ran")
+        advance(RUNNING if servable.runner.on_caller else QUEUE, "before the model ran")
         started = time.perf_counter()
         try:
             yield

@@ -4,6 +4,11 @@ Servicers come from tensorflow-serving-api's generated stubs, so the wire format
 own. Every ServingError is mapped to its status code in one place, `_status`. On the asyncio
 server (`ServerOptions.grpc_asyncio`) Predict is a coroutine (`AsyncPredictionServicer`); the
 other methods are the same threaded ones, run on the server's thread pool.
+
+A call its client cancels (or whose deadline passes) stops where it is: on the threaded server
+the context says the call is no longer active and calls back when it ends (`_cancellation`); on
+the asyncio server the call's coroutine is cancelled. A call cancelled before it has a thread
+is dropped by gRPC itself, before any of this code sees it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from graphserve.core.codec import array_from_proto, array_to_proto
 from graphserve.core.defaults import COLD_LOAD_HEADER, DEFAULT_MAX_BODY_BYTES
 from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
 from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, Prepared, model_spec
+from graphserve.serving.deadline import Cancellation
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
 from graphserve.serving.tfexample import examples_from_input
@@ -144,6 +150,15 @@ def _answering_undecodable(behaviour: Callable[..., Any], method: str) -> Callab
     return serve
 
 
+def _cancellation(context: Any) -> Cancellation:
+    """How a call's client leaving shows: the threaded server's context says whether the call is
+    still active, and calls back when it ends. An asyncio server's context says neither: it
+    cancels the call's coroutine instead."""
+    if isinstance(context, grpc.ServicerContext):
+        return Cancellation(lambda: not context.is_active(), context.add_callback)
+    return Cancellation()
+
+
 def _version(spec: Any) -> VersionRef:
     """ModelSpec's version choice: a number, a label, or neither (the newest)."""
     if spec.HasField("version"):
@@ -160,10 +175,15 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def _servable(
         self, spec: Any, context: grpc.ServicerContext, prepared: Prepared | None = None
     ) -> Iterator[tuple[Servable, Any]]:
-        """The servable a request names (DataPlane.request); an answer that waited for it to
-        load on demand says how long in its trailing metadata."""
+        """The servable a request names (DataPlane.request), the request told how to see its
+        client leave; an answer that waited for it to load on demand says how long in its
+        trailing metadata."""
         time_remaining = context.time_remaining()
-        with self.plane.request("grpc", spec.name, _version(spec), time_remaining, prepared) as m:
+        version = _version(spec)
+        with (
+            _cancellation(context),
+            self.plane.request("grpc", spec.name, version, time_remaining, prepared) as m,
+        ):
             if m.cold_load is not None:
                 context.set_trailing_metadata(((COLD_LOAD_HEADER, f"{m.cold_load:.6f}"),))
             assert m.servable is not None

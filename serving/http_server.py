@@ -57,6 +57,7 @@ from graphserve.core.defaults import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
 )
+from graphserve.serving.deadline import Cancellation
 
 __all__ = [
     "DEFAULT_BODY_TIMEOUT_S",
@@ -170,6 +171,11 @@ class _Pool:
         inbox.put(task)
         return future
 
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a thread now."""
+        return len(self._pending)
+
     def close(self) -> None:
         """Each thread ends once the calls already given are done."""
         with self._lock:
@@ -280,9 +286,20 @@ class _Transport:
 
 class _Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with an idle timeout from the first moment, header and body
-    timeouts, a connection cap, one write per response, lingering, and JSON errors."""
+    timeouts, a connection cap, one write per response, lingering, and JSON errors.
+
+    Found by fuzz/http_raw.py, where uvicorn falls short on raw requests: a request refused
+    behind pipelined ones is answered after their answers, in order (uvicorn wrote the error
+    first and dropped theirs), and nothing after it is read or answered, nor after an answer
+    that closes; bytes that begin no request (CR LF) leave the idle timeout armed; a head is
+    measured from its own first byte, not from the read's; and an Upgrade request with a body
+    is refused, as httptools skips that body and would read it as the next request."""
 
     limits: TransportLimits
+    _UPGRADE_WITH_BODY = (
+        "Malformed HTTP request: an Upgrade request with a body is not served (this server "
+        "speaks HTTP/1.1 only): send it without 'Connection: upgrade'"
+    )
 
     def __init__(self, *args: Any, limits: TransportLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -295,6 +312,8 @@ class _Protocol(HttpToolsProtocol):
         self._lingered = 0
         self._body: list[bytes] = []  # the request body so far
         self._body_size = 0
+        self._current: Any = None  # the cycle of the request being read, once its head is
+        self._deferred: tuple[int, str] | None = None  # a refusal waiting for earlier answers
 
     # -- connection
 
@@ -327,29 +346,39 @@ class _Protocol(HttpToolsProtocol):
     # -- parsing
 
     def data_received(self, data: bytes) -> None:
+        if self._deferred is not None:
+            return  # a request was refused behind others: nothing after it is read
         super().data_received(data)
-        if self.transport.is_closing():
+        if self.transport.is_closing() or self._deferred is not None:
             return
         # The header and body timers are armed only for a request still incomplete once what
         # has arrived is parsed: most arrive whole in one read and never need one.
         limits = self.limits
         if self._in_head:
-            self._head_bytes += len(data)
+            if self._head_bytes < 0:  # begun in this read, maybe after other requests' bytes
+                self._head_bytes = len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers)
+            else:
+                self._head_bytes += len(data)
             if self._head_bytes > MAX_HEAD_BYTES:
                 self._refuse(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE)
             elif self._timer is None and limits.header_timeout is not None:
                 self._start_timer(limits.header_timeout, self._head_timed_out)
-        elif self.in_body and self._timer is None and limits.body_timeout is not None:
-            self._start_timer(limits.body_timeout, self._body_timed_out)
+        elif self.in_body:
+            if self._timer is None and limits.body_timeout is not None:
+                self._start_timer(limits.body_timeout, self._body_timed_out)
+        elif self.cycle is None or self.cycle.response_complete:
+            self._arm_idle()  # what came began no request (CR LF between requests): still idle
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head_bytes = True, 0
+        self._in_head, self._head_bytes, self._current = True, -1, None
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._cancel_timer()
         self.in_body = True
+        if self._deferred is not None or self.transport.is_closing():
+            return  # after a refused request, or an answer that closes: dropped
         refusal = self._refusal
         if len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > MAX_HEAD_BYTES:
             refusal = (HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, _HEAD_TOO_LARGE)
@@ -358,10 +387,15 @@ class _Protocol(HttpToolsProtocol):
             # refused before its body is read (nor asked for: no 100 Continue)
             what = f"request body of {int(length)} bytes"
             refusal = (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, self._too_large(what))
+        chunked = any(k == b"transfer-encoding" for k, _ in self.headers)
+        has_body = chunked or (length.isdigit() and int(length) > 0)
+        if refusal is None and has_body and self.parser.should_upgrade():
+            refusal = (HTTPStatus.BAD_REQUEST, self._UPGRADE_WITH_BODY)
         if refusal is not None:
             self._refuse(*refusal)
             return
         super().on_headers_complete()
+        self._current = self.cycle
 
     def on_body(self, body: bytes) -> None:
         transport = self.transport
@@ -370,7 +404,7 @@ class _Protocol(HttpToolsProtocol):
             if self._lingered > LINGER_BYTES:
                 transport.close_now()
             return
-        if self.cycle.response_complete:
+        if self._deferred is not None or self.cycle.response_complete:
             return
         # Unlike uvicorn, which appends each read to a bytearray, wakes the application for it
         # and pauses reading past 64 KiB until the bytes are taken, the body is gathered here
@@ -389,6 +423,9 @@ class _Protocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self.in_body = False
         self._cancel_timer()
+        if self._deferred is not None:  # the refused request's, or one after it
+            self._body, self._body_size = [], 0
+            return
         if self._body:
             chunks, self._body, self._body_size = self._body, [], 0
             cycle = self.cycle
@@ -404,22 +441,36 @@ class _Protocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         if isinstance(self.transport, _Transport):
             self.transport.flush()  # a head with no body (HEAD, 204, 304)
+        if self._deferred is not None and not self.pipeline:  # the answers before it are out
+            deferred, self._deferred = self._deferred, None
+            self._write_error(*deferred)
         super().on_response_complete()
 
     # -- refusing
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to a request httptools cannot parse, as JSON."""
-        self._write_error(HTTPStatus.BAD_REQUEST, f"Malformed HTTP request: {msg}")
+        self._refuse(HTTPStatus.BAD_REQUEST, f"Malformed HTTP request: {msg}")
 
     def _refuse(self, status: int, message: str) -> None:
-        """Answer `status` without running the handler, and close the connection."""
+        """Answer `status` without running the handler, and close the connection: once the
+        requests before it on the connection (pipelined) have their answers."""
+        if self._deferred is not None or self.transport.is_closing():
+            return  # one refusal, and nothing after an answer that closes the connection
         self._cancel_timer()
-        cycle = self.cycle
+        cycle, self._current = self._current, None
+        queued = False
         if cycle is not None and not cycle.response_complete:  # its application stops quietly
             cycle.disconnected = True
             cycle.message_event.set()
-        self._write_error(status, message)
+            for entry in [p for p in self.pipeline if p[0] is cycle]:
+                self.pipeline.remove(entry)
+                queued = True
+        earlier = self.cycle if cycle is None else None  # refused before its head was whole
+        if queued or self.pipeline or (earlier is not None and not earlier.response_complete):
+            self._deferred = (status, message)  # on_response_complete writes it
+        else:
+            self._write_error(status, message)
 
     def _write_error(self, status: int, message: str) -> None:
         body = error_body(message)
@@ -441,11 +492,11 @@ class _Protocol(HttpToolsProtocol):
     def _body_timed_out(self) -> None:
         self._timer = None
         if self.cycle is None or not self.cycle.response_started:
-            self._write_error(
+            self._refuse(
                 HTTPStatus.REQUEST_TIMEOUT,
                 f"request body not received within {self.limits.body_timeout:g} s",
             )
-        if isinstance(self.transport, _Transport):
+        if isinstance(self.transport, _Transport) and self._deferred is None:
             self.transport.close_now()  # no lingering: the body is what is not coming
 
     def linger(self) -> None:
@@ -475,6 +526,16 @@ class _Protocol(HttpToolsProtocol):
 
 
 class _App:
+    """The ASGI application: the request, body read whole, goes to the handler on the pool.
+
+    A client that closes its connection before its answer stops its request where it is: the
+    handler runs in the request's `Cancellation` (graphserve.serving.deadline), which asks
+    uvicorn's request cycle whether the connection was lost (its protocol's connection_lost
+    sets `disconnected`). So a request whose client left while it waited for a thread ends at
+    the data plane's door, its JSON unparsed and the model not run, and the batcher drops one
+    from its queue when its batch comes up. Asked where it matters, never awaited: no task or
+    callback per request."""
+
     def __init__(self, handler: Handler, prepare: Prepare | None = None) -> None:
         self.handler = handler
         self.prepare = prepare
@@ -497,17 +558,24 @@ class _App:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         request = Request(scope["method"], target, headers, body)
+        cycle = receive.__self__  # uvicorn's RequestResponseCycle
+        cancellation = Cancellation(lambda: cycle.disconnected)
         assert self.pool is not None
         try:
             if self.prepare is not None:
                 request = await self.prepare(request)
-            response = await self.pool.run(self.handler, request)
+            response = await self.pool.run(self._handle, request, cancellation)
         except Exception as exc:  # the handler answers its own errors; this is a bug in it
             log.exception("REST handler failed on %s %s", request.method, request.path)
             response = Response(
                 HTTPStatus.INTERNAL_SERVER_ERROR, error_body(f"{type(exc).__name__}: {exc}")
             )
         await _answer(send, response)
+
+    def _handle(self, request: Request, cancellation: Cancellation) -> Response:
+        """The handler, on a pool thread, in the request's Cancellation."""
+        with cancellation:
+            return self.handler(request)
 
 
 async def _answer(send: Any, response: Response) -> None:

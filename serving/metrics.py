@@ -7,15 +7,19 @@ Enabled with TF Serving's `--monitoring_config_file` (text proto, below) or `--m
 Every request is counted and timed with labels model, version, signature, runner (graph or an
 eager mode), protocol (grpc/rest) and status (the gRPC code name); the model's own run time is a
 separate histogram, so a load test can split server-side latency into model time and the rest.
+A request whose client stopped waiting before its answer (a cancelled gRPC call, a closed REST
+connection) has status CANCELLED, and is counted again by where it was then, in
+`graphserve_cancelled_requests_total{protocol, stage}` (graphserve.serving.deadline's stages).
 Requests naming a model the server does not have share the model label "(unknown)", so clients
 cannot grow the metrics without bound. Version states come from the registry at scrape time, and
 so do a batched version's batcher counters (batches run, the requests and rows in them, padding
-rows, rejections: requests / batches is the batch size it forms, TF Serving's
-processed_batch_size).
+rows, rejections, requests dropped from the queue unrun as their client left or their deadline
+passed: requests / batches is the batch size it forms, TF Serving's processed_batch_size).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +42,12 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import MonitoringConfigError, ServingError
 from graphserve.core.textproto import message_class
+from graphserve.serving.deadline import (
+    RUNNING,
+    current_cancellation,
+    current_deadline,
+    ended_by_deadline,
+)
 
 if TYPE_CHECKING:
     from graphserve.serving.ondemand import OnDemandManager
@@ -119,6 +129,15 @@ class ServingMetrics:
             buckets=_BUCKETS,
             registry=self.prometheus,
         )
+        self.cancelled = Counter(
+            "graphserve_cancelled_requests",
+            "Requests whose client stopped waiting (a cancelled gRPC call, a closed REST "
+            "connection) before their answer, by where they were: pool (waiting for a thread; "
+            "not run), queue (the server had started, the model had not: the batch queue, "
+            "mostly; not run), running (the model had started: its answer was dropped).",
+            ("protocol", "stage"),
+            registry=self.prometheus,
+        )
         self.runtime = Histogram(
             "graphserve_runtime_latency_seconds",
             "Time inside the model (the runner) alone.",
@@ -148,12 +167,21 @@ class ServingMetrics:
         except ServingError as exc:
             status = exc.grpc_status
             raise
+        except asyncio.CancelledError:  # the asyncio front end cancels a call's coroutine
+            status = _left_status()
+            raise
         except Exception:
             status = "INTERNAL"
             raise
         finally:
+            cancellation = current_cancellation()
+            if status == "OK" and cancellation is not None and cancellation.cancelled:
+                status = _left_status()  # answered, but its client had left: the answer is dropped
             labels = self._labels(measure)
             self.requests.labels(*labels, status).inc()
+            if status == "CANCELLED":
+                stage = cancellation.stage if cancellation is not None else RUNNING
+                self.cancelled.labels(measure.protocol, stage).inc()
             if measure.cold_load is not None and self.cold is not None:
                 self.cold.labels(labels[0]).inc()
             if status == "OK":
@@ -174,6 +202,11 @@ class ServingMetrics:
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""
         return generate_latest(self.prometheus), CONTENT_TYPE_LATEST
+
+
+def _left_status() -> str:
+    """The status of a request whose client stopped waiting: for its deadline, or not."""
+    return "DEADLINE_EXCEEDED" if ended_by_deadline(current_deadline()) else "CANCELLED"
 
 
 class _VersionStates:
@@ -281,4 +314,6 @@ _BATCHING_COUNTERS = (
     ("rows", "batched_rows", "rows the requests brought"),
     ("padding_rows", "batch_padding_rows", "rows added to reach an allowed batch size"),
     ("rejected", "batch_rejected_requests", "requests turned away, the queue full"),
+    ("cancelled", "batch_cancelled_requests", "requests whose client left while they were queued"),
+    ("expired", "batch_expired_requests", "requests whose deadline passed while they were queued"),
 )

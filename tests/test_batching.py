@@ -283,8 +283,29 @@ def test_coroutines_on_one_loop_share_a_batch_and_get_the_unbatched_answers(
 def test_a_request_whose_loop_closed_while_it_waited_does_not_stop_its_batch(
     graph: GraphRunner, unbatched: np.ndarray
 ) -> None:
-    """A coroutine's client went away and its loop closed (a server stopping) while its rows
+    """A coroutine's loop stopped and closed under it (a server stopping) while its rows
     waited: the batch still runs, and answers the thread that shares it."""
+    inner = Recording(graph)
+    with BatchingRunner(inner, _params(max_batch_size=2, batch_timeout_micros=LONG)) as runner:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(runner.run_async(SIG, {"images": X[:1]}))
+        loop.run_until_complete(asyncio.sleep(0))  # queued, awaiting its batch
+        assert runner.stats.queued_rows == 1
+        loop.close()  # the task still awaits: it will never run again
+        answer = runner.run(SIG, {"images": X[1:2]})  # fills the batch
+        np.testing.assert_allclose(answer["logits"], unbatched[1:2], rtol=1e-5, atol=1e-5)
+        again = runner.run(SIG, {"images": X[2:4]})  # the batch thread lives on
+    np.testing.assert_allclose(again["logits"], unbatched[2:4], rtol=1e-5, atol=1e-5)
+    assert inner.sizes == [2, 2]
+    assert not task.done()
+
+
+def test_a_cancelled_coroutine_takes_its_rows_out_of_the_queue(
+    graph: GraphRunner, unbatched: np.ndarray
+) -> None:
+    """A coroutine cancelled while its rows wait (its client left: the asyncio front end
+    cancels the call's coroutine) takes them out of the queue unrun; the next request opens a
+    batch of its own."""
     inner = Recording(graph)
     with BatchingRunner(inner, _params(max_batch_size=2, batch_timeout_micros=LONG)) as runner:
         loop = asyncio.new_event_loop()
@@ -294,11 +315,11 @@ def test_a_request_whose_loop_closed_while_it_waited_does_not_stop_its_batch(
         task.cancel()
         loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
         loop.close()
-        answer = runner.run(SIG, {"images": X[1:2]})  # fills the batch
-        np.testing.assert_allclose(answer["logits"], unbatched[1:2], rtol=1e-5, atol=1e-5)
-        again = runner.run(SIG, {"images": X[2:4]})  # the batch thread lives on
-    np.testing.assert_allclose(again["logits"], unbatched[2:4], rtol=1e-5, atol=1e-5)
-    assert inner.sizes == [2, 2]
+        assert task.cancelled()
+        assert (runner.stats.queued_rows, runner.stats.cancelled) == (0, 1)
+        answer = runner.run(SIG, {"images": X[1:3]})  # a batch of its own, full
+    np.testing.assert_allclose(answer["logits"], unbatched[1:3], rtol=1e-5, atol=1e-5)
+    assert inner.sizes == [2]
 
 
 def test_a_batch_is_padded_with_a_real_row_to_the_next_allowed_size(

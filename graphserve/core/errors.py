@@ -242,6 +242,14 @@ class DeadlineExceeded(ServingError):
     http_status = 504
 
 
+class Cancelled(ServingError):
+    """The client stopped waiting before its answer (a cancelled gRPC call, a closed REST
+    connection): nobody reads it, the metrics count it. 499 is nginx's "client closed request"."""
+
+    grpc_status = "CANCELLED"
+    http_status = 499
+
+
 # -- load test ----------------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many figures soak fuzz test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many bench-tls figures soak fuzz test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,8 +74,14 @@ bench-families: $(STAMP) ## export, serve and load the models users bring: bench
 bench-many: $(STAMP) ## many models loaded on demand: bench/results/many.{json,md,png}
 	$(BIN)/python -m bench many --out bench/results
 
+# Three graph servers of the mlp, plaintext, TLS and mutual TLS (certificates made by trustme),
+# over gRPC and REST: keep-alive and new-connection p50, 16 clients' req/s and server CPU per
+# request, each against plaintext in the same run. About 3 min.
+bench-tls: $(STAMP) ## what TLS costs against plaintext: bench/results/tls.{json,md}
+	$(BIN)/python -m bench tls --out bench/results
+
 # Every published figure from the current code: the suite, the generator, the families, the
-# soak (SOAK=1h), the many-models run (15 min), the peers (their venvs installed on first use),
+# soak (SOAK=1h), the many-models run (15 min), TLS against plaintext (3 min), the peers (their venvs installed on first use),
 # the containers (a Docker engine) and the manual's sample report, one after the other. Hours,
 # not minutes.
 figures: SOAK ?= 1h

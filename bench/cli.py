@@ -43,7 +43,8 @@ def bench(
     and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk;
     `python -m bench soak`: an hour of version swaps under load, RSS and p99 over time;
     `python -m bench many`: a thousand models loaded on demand;
-    `python -m bench peers`: against KServe, BentoML, LitServe, PyTriton and FastAPI."""
+    `python -m bench peers`: against KServe, BentoML, LitServe, PyTriton and FastAPI;
+    `python -m bench tls`: what TLS and mutual TLS cost against plaintext."""
     if ctx.invoked_subcommand is not None:
         return
     quiet_tensorflow()
@@ -479,13 +480,52 @@ def http(
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
 
 
+def tls(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where tls.json and tls.md are written.")
+    ] = Path("bench/results"),
+    key: Annotated[
+        str, typer.Option("--key", help="The certificates' keys: ecdsa (P-256) or rsa (2048).")
+    ] = "ecdsa",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
+    ] = False,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Export, certificates, server logs (default: temporary)."),
+    ] = None,
+) -> None:
+    """What TLS costs: the graph server of the mlp in plaintext, with TLS and with mutual TLS,
+    each in its own process; over gRPC and REST, keep-alive p50 at 1 client, p50 with a new
+    connection per request, req/s and the server's CPU per request at 16 clients, each as a
+    ratio to plaintext. No goals. About 3 minutes; writes OUT/tls.json and tls.md."""
+    quiet_tensorflow()
+    from bench.tls import KEY_TYPES, TlsPlan, figure_lines, run_tls, write_tls
+
+    if key not in KEY_TYPES:
+        stderr.print(f"[red]error:[/] --key {key!r}: expected one of {', '.join(KEY_TYPES)}")
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="graphserve-tls-") as tmp:
+        where = work_dir or Path(tmp)
+        plan = TlsPlan.quick(where, key) if quick else TlsPlan(where, key)
+        try:
+            results = run_tls(plan, say=progress)
+        except (RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    paths = write_tls(results, out)
+    for line in figure_lines(results):
+        typer.echo(line)
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
+
+
 def figures(
     skip: Annotated[
         str,
         typer.Option(
             "--skip",
             help="Results not to regenerate: results, generator, families, soak, many, peers, "
-            "containers, http, sample-report.",
+            "containers, http, tls, sample-report.",
         ),
     ] = "http",
     soak_duration: Annotated[
@@ -494,9 +534,9 @@ def figures(
 ) -> None:
     """Every published figure, regenerated from the current code, one command after the other:
     bench/results/* (the suite, the generator, the model families, the soak, the many-models
-    run, the peers, the containers; `bench http` only without --skip http, being the record of
-    a past choice) and the manual's sample report (docs/loadtest). Each command is the one its
-    page names."""
+    run, TLS's cost, the peers, the containers; `bench http` only without --skip http, being the
+    record of a past choice) and the manual's sample report (docs/loadtest). Each command is the
+    one its page names."""
     from bench.published import PUBLISHED, run_figures
     from graphserve.loadtest.cli import parse_duration
 
@@ -576,6 +616,7 @@ app.command("many", epilog=STRICT_EPILOG)(many)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
 app.command("http")(http)
+app.command("tls")(tls)
 app.command("figures")(figures)
 app.command("sample-report")(sample_report)
 app.command("containers")(containers)

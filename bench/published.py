@@ -104,6 +104,12 @@ def _containers_md(results: Results) -> str:
     return render(results)
 
 
+def _tls_md(results: Results) -> str:
+    from bench.tls import render_tls
+
+    return render_tls(results)
+
+
 def _families_md(results: Results) -> str:
     from bench.families import render_families
 
@@ -135,6 +141,7 @@ PUBLISHED: tuple[Published, ...] = (
     Published("families", ("families",), _families_md),
     Published("soak", ("soak",), _soak_md, _soak_goals),
     Published("many", ("many",), _many_md, _many_goals),  # about 15 minutes
+    Published("tls", ("tls",), _tls_md),  # no goals: bench/tls.py's NO_GOALS says why
     Published("peers", ("peers",), _peers_md, _peers_goals, "five peer venvs (~12 GB)"),
     Published("containers", ("containers",), _containers_md, None, "a Docker engine, root"),
     Published("http", ("http",), _http_md, _http_goals, "the HTTP servers it compares"),

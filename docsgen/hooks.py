@@ -41,6 +41,7 @@ BENCH_PAGES = {
     "containers.md": "containers.md",
     "families.md": "families.md",
     "many.md": "many.md",
+    "tls.md": "tls.md",
 }
 
 

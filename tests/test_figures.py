@@ -36,6 +36,7 @@ BENCHMARK_PAGES = (
     "docs/benchmarks/peers.md",
     "docs/method.md",
     "docs/reliability.md",
+    "docs/security.md",
     "docs/guides/containers.md",
     "docs/guides/export.md",
     "docs/guides/loadtest.md",

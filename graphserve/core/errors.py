@@ -14,7 +14,8 @@ GraphserveError                  exit 1 · INTERNAL / 500
 ├── ConfigError                  exit 2 · a server configuration file or flag cannot work
 │   ├── ModelConfigError         --model_config_file (ModelServerConfig text proto)
 │   ├── MonitoringConfigError    --monitoring_config_file
-│   └── BatchingConfigError      --batching_parameters_file or batching flags
+│   ├── BatchingConfigError      --batching_parameters_file or batching flags
+│   └── TlsConfigError           --ssl_config_file, or a client's --tls-* files
 ├── ModelLoadError               a model version failed to load (the manager keeps serving others)
 ├── ServerUnreachable            a server to test or measure does not answer, or lacks the model
 ├── ServingError                 a request failed; `message` is what the client sees
@@ -24,6 +25,7 @@ GraphserveError                  exit 1 · INTERNAL / 500
 │   ├── PayloadTooLarge          RESOURCE_EXHAUSTED / 413: over the size limit
 │   ├── Unavailable              UNAVAILABLE / 503: the model exists but cannot serve right now
 │   ├── DeadlineExceeded         DEADLINE_EXCEEDED / 504: the client's deadline passed first
+│   ├── Cancelled                CANCELLED / 499: the client left before its answer
 │   └── Unimplemented            UNIMPLEMENTED / 501: an API this server does not offer
 ├── LoadTestError                anything that stops a load test
 │   ├── RemoteTargetError        exit 2: a target is not on loopback and --allow-remote is off
@@ -186,6 +188,10 @@ class ModelConfigError(ConfigError):
 
 class MonitoringConfigError(ConfigError):
     pass
+
+
+class TlsConfigError(ConfigError):
+    """An SSL config or a client's TLS files that cannot work: what is wrong, what to give."""
 
 
 class BatchingConfigError(ConfigError):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphserve.core.errors import ConfigError
+from graphserve.core.errors import TlsConfigError
 
 if TYPE_CHECKING:
     import grpc
@@ -59,10 +59,6 @@ TLS_ENV = {
     "server_name": "GRAPHSERVE_TLS_SERVER_NAME",
 }
 TLS_ON_ENV = "GRAPHSERVE_TLS"  # "1": TLS on (with the system's CAs, if nothing more is set)
-
-
-class TlsConfigError(ConfigError):
-    """An SSL config or a client's TLS files that cannot work: what is wrong, what to give."""
 
 
 def split_scheme(address: str) -> tuple[str, bool | None]:

@@ -58,20 +58,19 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
 # The run's provenance, recorded as fuzz/http_raw.py records it (this folder is on sys.path when
 # a script of it runs).
-from http_raw import _commit, _environment
+from http_raw import ChildServer, _commit, _environment
 
 from graphserve.core import client
 from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.httpclient import HttpConnection
-from graphserve.core.processes import ServerProcess, proc_status
+from graphserve.core.processes import ServerProcess
 from graphserve.serving.deadline import POOL, QUEUE, RUNNING
 
 __all__ = [
@@ -288,7 +287,7 @@ _BATCH_FAMILIES = {
 }
 
 
-class CancelServer:
+class CancelServer(ChildServer):
     """`graphserve serve graph` of BASE/mlp with metrics, BATCHING from `batching_file` and the
     threads above, as a child process on free ports of 127.0.0.1; its log to `log_path`."""
 
@@ -323,14 +322,6 @@ class CancelServer:
     def rest(self) -> str:
         assert self.process.rest_address is not None
         return self.process.rest_address
-
-    @property
-    def pid(self) -> int:
-        assert self.process.process is not None
-        return self.process.process.pid
-
-    def alive(self) -> bool:
-        return self.process.process is not None and self.process.process.poll() is None
 
     def probe(self, inputs: Inputs) -> str | None:
         """A predict of three rows on a new connection: None when answered right, else what
@@ -368,28 +359,6 @@ class CancelServer:
                 return now
             last = now
         return last
-
-    def resources(self) -> tuple[int, int]:
-        """The server's threads and open file descriptors, from /proc."""
-        return proc_status(self.pid)["Threads"], len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def settle(self, baseline: tuple[int, int], wait_s: float) -> tuple[int, int]:
-        """Threads and descriptors once they are back at `baseline`, or after `wait_s`."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            now = self.resources()
-            if (now[0] <= baseline[0] and now[1] <= baseline[1]) or time.monotonic() > deadline:
-                return now
-            time.sleep(0.1)
-
-    def __enter__(self) -> CancelServer:
-        self.process.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.process.stop()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -75,7 +75,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from hypothesis import strategies as st
 
@@ -855,7 +855,44 @@ def check(outcome: Outcome) -> list[str]:
 # The server
 
 
-class FuzzServer:
+class ChildServer:
+    """A `graphserve serve` child process (`self.process`, a ServerProcess) as the fuzzers
+    watch it: alive or not, its threads and descriptors from /proc. A context manager."""
+
+    process: ServerProcess
+
+    @property
+    def pid(self) -> int:
+        assert self.process.process is not None
+        return self.process.process.pid
+
+    def alive(self) -> bool:
+        return self.process.process is not None and self.process.process.poll() is None
+
+    def resources(self) -> tuple[int, int]:
+        """The server's threads and open file descriptors, from /proc."""
+        return proc_status(self.pid)["Threads"], len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def settle(self, baseline: tuple[int, int], wait_s: float) -> tuple[int, int]:
+        """Threads and descriptors once they are back at `baseline`, or after `wait_s`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            now = self.resources()
+            if (now[0] <= baseline[0] and now[1] <= baseline[1]) or time.monotonic() > deadline:
+                return now
+            time.sleep(0.1)
+
+    def __enter__(self) -> Self:
+        self.process.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.process.stop()
+
+
+class FuzzServer(ChildServer):
     """`graphserve serve graph` serving the mlp exported under `model_dir` (BASE/mlp), as a child
     process on free ports of 127.0.0.1, with the short TIMEOUTS; its log to `log_path`."""
 
@@ -883,14 +920,6 @@ class FuzzServer:
         assert self.process.rest_address is not None
         return int(self.process.rest_address.rsplit(":", 1)[1])
 
-    @property
-    def pid(self) -> int:
-        assert self.process.process is not None
-        return self.process.process.pid
-
-    def alive(self) -> bool:
-        return self.process.process is not None and self.process.process.poll() is None
-
     def probe(self) -> str | None:
         """A predict on a new connection: None when it is answered 200 with EXPECTED, else what
         went wrong."""
@@ -911,28 +940,6 @@ class FuzzServer:
         if got.shape != self.expected.shape or not np.allclose(got, self.expected, atol=1e-5):
             return f"the predict after it answered other values: {got.tolist()}"
         return None
-
-    def resources(self) -> tuple[int, int]:
-        """The server's threads and open file descriptors, from /proc."""
-        return proc_status(self.pid)["Threads"], len(os.listdir(f"/proc/{self.pid}/fd"))
-
-    def settle(self, baseline: tuple[int, int], wait_s: float) -> tuple[int, int]:
-        """Threads and descriptors once they are back at `baseline`, or after `wait_s`."""
-        deadline = time.monotonic() + wait_s
-        while True:
-            now = self.resources()
-            if (now[0] <= baseline[0] and now[1] <= baseline[1]) or time.monotonic() > deadline:
-                return now
-            time.sleep(0.1)
-
-    def __enter__(self) -> FuzzServer:
-        self.process.start()
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.process.stop()
 
 
 def expected_logits() -> Any:

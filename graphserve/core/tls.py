@@ -352,6 +352,13 @@ class ClientTls:
 # ---------------------------------------------------------------------------------------------
 # Failures
 
+_CERT_REQUIRED = (
+    "the server asks for a client certificate (mutual TLS): give --tls-cert and --tls-key"
+)
+_CERT_REFUSED = (
+    "the server does not trust this client's certificate: give one signed by a CA in the "
+    "server's custom_ca"
+)
 # (pattern in the error's text, what it means and what to give); the first that matches wins.
 _FAILURES: list[tuple[re.Pattern[str], str]] = [
     (
@@ -372,12 +379,11 @@ _FAILURES: list[tuple[re.Pattern[str], str]] = [
         re.compile(
             r"CERTIFICATE_REQUIRED|certificate required|PEER_DID_NOT_RETURN_A_CERTIFICATE", re.I
         ),
-        "the server asks for a client certificate (mutual TLS): give --tls-cert and --tls-key",
+        _CERT_REQUIRED,
     ),
     (
         re.compile(r"UNKNOWN_CA|unknown ca|BAD_CERTIFICATE|bad certificate", re.I),
-        "the server does not trust this client's certificate: give one signed by a CA in the "
-        "server's custom_ca",
+        _CERT_REFUSED,
     ),
     (
         re.compile(
@@ -398,10 +404,6 @@ _FAILURES: list[tuple[re.Pattern[str], str]] = [
         "no --tls-* options)",
     ),
 ]
-_FAILURES_BY_NAME = {
-    "client certificate required": _FAILURES[2][1],
-    "client certificate refused": _FAILURES[3][1],
-}
 _PLAINTEXT_ON_TLS = (
     "the server speaks TLS on this port: dial https:// or grpcs://, or give --tls-ca"
 )
@@ -474,9 +476,7 @@ def diagnose(
             # Closed straight after a handshake, before a byte was asked of it: under TLS 1.3
             # a client certificate is checked only once the handshake is over, and neither
             # gRPC's server nor Python's sends the alert that would say so.
-            if tls.cert is None:
-                return _FAILURES_BY_NAME["client certificate required"]
-            return _FAILURES_BY_NAME["client certificate refused"]
+            return _CERT_REQUIRED if tls.cert is None else _CERT_REFUSED
     except ssl.SSLError as exc:
         if tls is None:  # a TLS alert: the port speaks TLS, and did not like our hello
             return _PLAINTEXT_ON_TLS if "alert" in str(exc).lower() else None

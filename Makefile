@@ -56,8 +56,9 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
-bench: $(STAMP) ## the benchmark suite (minutes; bench/results/results.md says how long): goals with pass/miss, bench/results/results.{json,md}
+bench: $(STAMP) ## the benchmark suite and the server's own cost (minutes): goals with pass/miss, bench/results/{results,frontend}.{json,md}
 	$(BIN)/python -m bench --out bench/results
+	$(BIN)/python -m bench frontend --out bench/results
 
 # Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under bench/.work,
 # installed there on first use (about 6 min and 12 GB for all five), kept for the next run.

@@ -40,7 +40,8 @@ def bench(
 ) -> None:
     """Measure graph vs eager in-process and served, batching, codec, cold start, a plain Flask
     peer and the load generator; print every goal ratio with pass/miss; write OUT/results.json
-    and results.md. `python -m bench generator`: our generator against perf_analyzer and wrk;
+    and results.md (`make bench` then runs `python -m bench frontend`). `python -m bench
+    generator`: our generator against perf_analyzer and wrk;
     `python -m bench soak`: an hour of version swaps under load, RSS and p99 over time;
     `python -m bench many`: a thousand models loaded on demand;
     `python -m bench peers`: against KServe, BentoML, LitServe, PyTriton and FastAPI;
@@ -519,6 +520,71 @@ def tls(
     typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
 
 
+def frontend(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where frontend.json and frontend.md are written.")
+    ] = Path("bench/results"),
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Write frontend-NAME.json/.md instead (e.g. before)."),
+    ] = None,
+    server_code: Annotated[
+        Path | None,
+        typer.Option(
+            "--server-code",
+            help="Serve with the graphserve of another checkout (its root), e.g. a git "
+            "worktree of the commit before a change.",
+        ),
+    ] = None,
+    rest_model_call: Annotated[
+        str,
+        typer.Option(
+            "--rest-model-call",
+            help="How that server's REST front end runs the model: run_inline (today) or run "
+            "(on a worker thread, before issue 42).",
+        ),
+    ] = "run_inline",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
+    ] = False,
+) -> None:
+    """The server's own cost (part of `make bench`): the graph server's CPU per request at 16
+    clients and the same minus the model's own CPU per call in process, per protocol, with a
+    perf profile of where it went; perf_analyzer's p50 at 1 client; MobileNetV2 with batching
+    against its in-process limit. Goals G16-G19 with pass/miss. About 5 minutes; writes
+    OUT/frontend.json and frontend.md."""
+    quiet_tensorflow()
+    from bench.frontend import FrontendSpec, run_frontend
+    from bench.render import goal_lines, render_frontend
+
+    if rest_model_call not in ("run", "run_inline"):
+        stderr.print(f"[red]error:[/] --rest-model-call {rest_model_call!r}: run or run_inline")
+        raise typer.Exit(2)
+    with tempfile.TemporaryDirectory(prefix="graphserve-frontend-") as tmp:
+        where = Path(tmp)
+        spec = FrontendSpec.quick(where) if quick else FrontendSpec(where)
+        spec.server_code = server_code.resolve() if server_code else None
+        spec.rest_model_call = rest_model_call
+        try:
+            results = run_frontend(spec, say=progress)
+        except (RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"frontend-{name}" if name else "frontend"
+    json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    md_path.write_text(render_frontend(results))
+    for line in goal_lines(results):
+        typer.echo(line)
+    typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
+    if strict and not all(g["passed"] for g in results["goals"]):
+        raise typer.Exit(EXIT_MISSED)
+
+
 def figures(
     skip: Annotated[
         str,
@@ -617,6 +683,7 @@ app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
 app.command("http")(http)
 app.command("tls")(tls)
+app.command("frontend")(frontend)
 app.command("figures")(figures)
 app.command("sample-report")(sample_report)
 app.command("containers")(containers)

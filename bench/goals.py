@@ -13,7 +13,7 @@ from typing import Any
 
 from graphserve.core.results import JsonResult
 
-__all__ = ["GOALS", "HTTP_GOALS", "PEER_GOALS", "Goal", "GoalResult", "evaluate"]
+__all__ = ["FRONTEND_GOALS", "GOALS", "HTTP_GOALS", "PEER_GOALS", "Goal", "GoalResult", "evaluate"]
 
 Results = dict[str, Any]
 
@@ -195,6 +195,44 @@ def _per_core(protocol: str) -> Callable[[Results], tuple[float, str]]:
     return measure
 
 
+def _frontend(protocol: str, figure: str) -> Callable[[Results], tuple[float, str]]:
+    def measure(r: Results) -> tuple[float, str]:
+        f = r
+        p = f["protocols"][protocol]
+        spread = "/".join(f"{w['cpu_us_per_request']:.0f}" for w in p["windows"])
+        return float(p[figure]), (
+            f"server {p['server_cpu_us']:.0f} µs per request (windows {spread}) - the model's "
+            f"{p['model_cpu_us']:.0f} µs per call in process ({p['model_call']}) = front end "
+            f"{p['front_end_cpu_us']:.0f} µs; {f['clients']} clients, {p['rps']:,.0f} req/s"
+        )
+
+    return measure
+
+
+def _perf_analyzer_p50(r: Results) -> tuple[float, str]:
+    point = r["perf_analyzer"]
+    if "not_measured" in point:
+        raise KeyError(point["not_measured"])
+    return float(point["p50_ms"]), (
+        f"perf_analyzer {point['version']}, 1 client, {point['window_ms']} ms windows: p50 "
+        f"{point['p50_ms']:.3f} ms, p99 {point['p99_ms']:.3f} ms, graph server, mlp b1"
+    )
+
+
+def _mobilenet(protocol: str) -> Callable[[Results], tuple[float, str]]:
+    def measure(r: Results) -> tuple[float, str]:
+        m = r["mobilenet"]
+        route = m["routes"][protocol]
+        limit = m["limit"]["rows_per_s"]
+        return float(route["fraction_of_limit"]), (
+            f"{route['max_rps']:,.0f} req/s ({route['max_rps_clients']} clients, p99 within "
+            f"{m['budget_ms']:g} ms) / in-process limit {limit:,.0f} rows/s; batches of "
+            f"{route['mean_batch_16']:.1f} rows formed at 16 clients"
+        )
+
+    return measure
+
+
 GOALS: tuple[Goal, ...] = (
     Goal("G1", "served graph / served eager p50, mlp b1, gRPC", "<=", 0.45, _g1),
     Goal("G2", "served graph / (in-process concrete + bare round trip)", "<=", 1.25, _g2),
@@ -236,6 +274,25 @@ GOALS: tuple[Goal, ...] = (
     Goal("G15a", "gRPC req/s per generator core, null server", ">=", 10_000, _per_core("grpc")),
     Goal("G15b", "REST req/s per generator core, null server", ">=", 15_000, _per_core("rest")),
 )
+
+
+# `python -m bench frontend` (bench/results/frontend.json, run by `make bench`): the server's own
+# cost per request (issue 42): every µs of it is added to the graph arm.
+FRONTEND_GOALS: tuple[Goal, ...] = (
+    Goal("G16a", "front end CPU µs per request, gRPC, mlp, 16 clients", "<=", 250,
+         _frontend("grpc", "front_end_cpu_us")),
+    Goal("G16b", "front end CPU µs per request, REST, mlp, 16 clients", "<=", 250,
+         _frontend("rest", "front_end_cpu_us")),
+    Goal("G17a", "server CPU µs per request, gRPC, mlp, 16 clients", "<=", 400,
+         _frontend("grpc", "server_cpu_us")),
+    Goal("G17b", "server CPU µs per request, REST, mlp, 16 clients", "<=", 400,
+         _frontend("rest", "server_cpu_us")),
+    Goal("G18", "perf_analyzer p50 ms, 1 client, gRPC, mlp", "<=", 0.6, _perf_analyzer_p50),
+    Goal("G19a", "most req/s within budget / in-process limit, mobilenet batching, gRPC", ">=",
+         0.85, _mobilenet("grpc")),
+    Goal("G19b", "most req/s within budget / in-process limit, mobilenet batching, REST", ">=",
+         0.70, _mobilenet("rest")),
+)  # fmt: skip
 
 
 # `python -m bench http` (bench/results/http.json): the REST transport against the one before it

@@ -145,6 +145,7 @@ def _real_handlers(model: str | None, model_dir: str | None) -> tuple[Handle, Ha
             body: bytes,
             headers: list[tuple[str, str]],
             prepared: Any,
+            here: bool = False,
         ) -> bytes:
             with rest_api._resolve(
                 plane, name, version, body, stdlib_parse, 100, headers, prepared

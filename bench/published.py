@@ -116,6 +116,23 @@ def _families_md(results: Results) -> str:
     return render_families(results)
 
 
+def _frontend_md(results: Results) -> str:
+    from bench.render import render_frontend
+
+    return render_frontend(results)
+
+
+def _frontend_goals(results: Results) -> list[dict[str, Any]]:
+    from bench.goals import FRONTEND_GOALS, evaluate
+
+    return [g.to_json() for g in evaluate(results, FRONTEND_GOALS)]
+
+
+# The server as it was before issue 42, measured by today's benchmark: a checkout of that
+# commit, e.g. `git worktree add /tmp/graphserve-before eb7fdb9`.
+BEFORE_42 = "/tmp/graphserve-before"
+
+
 @dataclass(frozen=True)
 class Published:
     """One result: bench/results/NAME.json and NAME.md, and the command that writes both."""
@@ -137,6 +154,14 @@ class Published:
 
 PUBLISHED: tuple[Published, ...] = (
     Published("results", (), _suite_md, _suite_goals),
+    Published("frontend", ("frontend",), _frontend_md, _frontend_goals),
+    Published(
+        "frontend-before",
+        ("frontend", "--name", "before", "--server-code", BEFORE_42, "--rest-model-call", "run"),
+        _frontend_md,
+        _frontend_goals,
+        f"a checkout of eb7fdb9 at {BEFORE_42} (git worktree add {BEFORE_42} eb7fdb9)",
+    ),
     Published("generator", ("generator",), _generator_md),
     Published("families", ("families",), _families_md),
     Published("soak", ("soak",), _soak_md, _soak_goals),
@@ -196,6 +221,9 @@ def run_figures(
     took: dict[str, float] = {}
     for item in PUBLISHED:
         if item.name in skip:
+            continue
+        if item.name == "frontend-before" and not Path(BEFORE_42).is_dir():
+            say(f"{item.name}: skipped, it needs {item.needs}")
             continue
         command = [sys.executable, "-m", "bench", *item.command, "--out", str(RESULTS)]
         if item.name == "soak":

@@ -27,6 +27,14 @@ def _ms(value: float | None, digits: int = 3) -> str:
     return _DASH if value is None else f"{value:.{digits}f}"
 
 
+def _goal_value(goal: dict[str, Any]) -> str:
+    """A goal's measured value: a time (µs, ms) as a number, anything else as `_x` does."""
+    value, what = goal["value"], goal["what"]
+    if value is not None and ("µs" in what or " ms" in what):
+        return f"{value:,.3g}" if value < 1000 else f"{value:,.0f}"
+    return _x(value)
+
+
 def _x(value: float | None) -> str:
     """A ratio as 0.45×; a rate (a goal in requests per second) as 10,250."""
     if value is None:
@@ -44,7 +52,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = ""
 def goal_lines(results: dict[str, Any]) -> list[str]:
     """One line per goal: key, pass/miss, measured value against the goal, and how."""
     return [
-        f"{g['key']} {'pass' if g['passed'] else 'MISS'}  {_x(g['value'])} (goal {g['goal']})  "
+        f"{g['key']} {'pass' if g['passed'] else 'MISS'}  {_goal_value(g)} (goal {g['goal']})  "
         f"{g['what']}: {g['detail']}"
         for g in results["goals"]
     ]
@@ -71,7 +79,7 @@ def _head(title: str, results: dict[str, Any]) -> list[str]:
             [
                 g["key"],
                 g["what"],
-                _x(g["value"]),
+                _goal_value(g),
                 g["goal"],
                 "pass" if g["passed"] else "**miss**",
                 g["detail"],
@@ -93,6 +101,99 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += _generator(results.get("generator") or {})
     lines += agreement_lines(results.get("agreement") or [])
     return "\n".join(lines)
+
+
+def render_frontend(results: dict[str, Any]) -> str:
+    """bench/results/frontend.md: the goals, then the figures."""
+    title = "graphserve's front end: the server's own cost per request"
+    code = results.get("server_code")
+    lines = _head(title + (f" (server at {code})" if code else ""), results)
+    return "\n".join(lines + frontend_lines(results)) + "\n"
+
+
+def frontend_lines(frontend: dict[str, Any]) -> list[str]:
+    """The front end's cost (bench/frontend.py): per protocol, the server's CPU per request,
+    the model's in process, the difference; where it went; MobileNet against its limit."""
+    protocols = frontend["protocols"]
+    names = {"grpc": "gRPC", "rest": "REST"}
+    lines = [
+        "",
+        "## The front end's cost (bench/frontend.py)",
+        "",
+        f"`graphserve serve graph` on the {frontend['model']} (b1, no batching) in a process of "
+        f"its own, {frontend['clients']} closed-loop clients in the benchmark's process, "
+        f"{frontend['rounds']} windows of {frontend['window_s']:g} s per protocol in alternating "
+        "order (the medians). Server CPU: its process tree's user + system time over a window "
+        "(/proc) per request answered. The model: the same Session called back to back from one "
+        "thread in the benchmark's process, as that protocol's front end calls it. Front end = "
+        "server - model. With no request at all the server used "
+        f"{frontend['idle_cores']:.3f} cores.",
+        "",
+    ]
+    lines += _table(
+        ["protocol", "server CPU µs/req (windows)", "model µs/call in process",
+         "front end µs/req", "req/s", "p50 (ms)"],
+        (
+            [
+                names[key],
+                f"{p['server_cpu_us']:.0f} ("
+                + "/".join(f"{w['cpu_us_per_request']:.0f}" for w in p["windows"]) + ")",
+                f"{p['model_cpu_us']:.0f} ({p['model_call']})",
+                f"**{p['front_end_cpu_us']:.0f}**",
+                f"{p['rps']:,.0f}",
+                f"{p['p50_ms']:.2f}",
+            ]
+            for key, p in protocols.items()
+        ),
+        "lrrrrr",
+    )  # fmt: skip
+    profiles = {k: p["profile"] for k, p in protocols.items()}
+    measured = {k: v for k, v in profiles.items() if "us_per_request" in v}
+    lines += ["", "Where the server's CPU went, µs per request (`perf record -p` over one more "
+              "window per protocol, samples by shared object; perf's own cost is left out by "
+              "applying the shares to that window's CPU per request):", ""]  # fmt: skip
+    if not measured:
+        reasons = {v.get("not_measured", "") for v in profiles.values()}
+        return [*lines, f"Not measured: {'; '.join(sorted(reasons))}."]
+    libraries: list[str] = []
+    for profile in measured.values():
+        libraries += [name for name in profile["us_per_request"] if name not in libraries]
+    lines += _table(
+        ["library", *(names[k] for k in measured)],
+        (
+            [name, *(f"{p['us_per_request'].get(name, 0.0):.0f} "
+                     f"({p['shares'].get(name, 0.0):.0%})" for p in measured.values())]
+            for name in libraries
+        ),
+        "l" + "r" * len(measured),
+    )  # fmt: skip
+    mobilenet = frontend.get("mobilenet")
+    if mobilenet:
+        limit = mobilenet["limit"]
+        lines += [
+            "",
+            "MobileNetV2 (alpha 0.35, 96 px) with batching (`make bench-peers`' measure, "
+            "graphserve alone): the most req/s with p99 within "
+            f"{mobilenet['budget_ms']:g} ms, against the SavedModel's in-process limit at the "
+            f"batch size the server formed ({limit['rows_per_s']:,.0f} rows/s).",
+            "",
+        ]
+        lines += _table(
+            ["route", "most req/s (clients)", "rows per batch, 16 clients", "× limit",
+             "server CPU µs/req, 16 clients"],
+            (
+                [
+                    names[key],
+                    f"{r['max_rps']:,.0f} ({r['max_rps_clients']})" if r["max_rps"] else _DASH,
+                    f"{r['mean_batch_16']:.1f}" if r["mean_batch_16"] else _DASH,
+                    _x(r["fraction_of_limit"]),
+                    f"{r['cpu_us_per_request_16']:,.0f}" if r["cpu_us_per_request_16"] else _DASH,
+                ]
+                for key, r in mobilenet["routes"].items()
+            ),
+            "lrrrr",
+        )  # fmt: skip
+    return lines
 
 
 def _in_process(suite: dict[str, Any]) -> list[str]:

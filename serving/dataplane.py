@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,6 +42,7 @@ from graphserve.serving.deadline import (
 )
 from graphserve.serving.metrics import Measure, ServingMetrics
 from graphserve.serving.registry import ModelRegistry, Servable, VersionRef
+from graphserve.serving.runner import Runner
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
 
 __all__ = ["DataPlane"]
@@ -80,6 +81,109 @@ class Prepared:
 _LEASES: ContextVar[list[Servable] | None] = ContextVar("graphserve_leases", default=None)
 
 
+def _refused(
+    exc: InvalidInput, checked: dict[str, np.ndarray], signature: ServedSignature
+) -> InvalidInput:
+    """The graph refused the inputs: say what they were declared."""
+    hint = shape_hint(checked, signature.inputs)
+    return InvalidInput(f"{exc.message} ({hint})" if hint else exc.message)
+
+
+class _Measured:
+    """DataPlane.measure's scope: a class rather than nested generators, as every request
+    enters one (each generator-based context manager costs about a microsecond and a half)."""
+
+    __slots__ = ("_leases", "_plane", "_timed", "_token", "measure")
+
+    def __init__(self, plane: DataPlane, model: str, protocol: str) -> None:
+        self._plane = plane
+        metrics = plane.metrics
+        self._timed = metrics.measure(model, protocol) if metrics is not None else None
+        self.measure = self._timed.measure if self._timed is not None else Measure(model, protocol)
+        self._leases: list[Servable] = []
+        self._token: Token[list[Servable] | None] | None = None
+
+    def __enter__(self) -> Measure:
+        self._plane._enter()
+        self._token = _LEASES.set(self._leases)
+        try:
+            if self._timed is not None:
+                self._timed.__enter__()
+            try:
+                advance(QUEUE, "before the server could start on it")
+            except BaseException as exc:
+                if self._timed is not None:
+                    self._timed.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+        except BaseException:
+            self._end()
+            raise
+        return self.measure
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        try:
+            if self._timed is not None:
+                self._timed.__exit__(kind, exc, tb)
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        assert self._token is not None
+        _LEASES.reset(self._token)
+        self._plane._leave(self._leases)
+
+
+class _Request:
+    """DataPlane.request's scope: the deadline, the measurement and the servable, in one
+    object."""
+
+    __slots__ = ("_deadline", "_measured", "_name", "_prepared", "_version")
+
+    def __init__(
+        self,
+        plane: DataPlane,
+        protocol: str,
+        name: str,
+        version: VersionRef,
+        time_remaining: float | None,
+        prepared: Prepared | None,
+    ) -> None:
+        # The deadline outlives the measurement: a request that ends for its client's deadline
+        # is counted as such, not as cancelled.
+        self._deadline = deadline_scope(time_remaining)
+        self._measured = _Measured(plane, name, protocol)
+        self._name = name
+        self._version = version
+        self._prepared = prepared
+
+    def __enter__(self) -> Measure:
+        self._deadline.__enter__()
+        try:
+            measure = self._measured.__enter__()
+            try:
+                plane = self._measured._plane
+                plane.take_prepared(measure, self._prepared)
+                check_deadline("before the server could start on it")
+                measure.servable = plane.servable(self._name, self._version, measure)
+            except BaseException as exc:
+                self._measured.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+        except BaseException:
+            self._deadline.__exit__()
+            raise
+        return measure
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        try:
+            self._measured.__exit__(kind, exc, tb)
+        finally:
+            self._deadline.__exit__()
+
+
 class DataPlane:
     def __init__(
         self,
@@ -101,34 +205,28 @@ class DataPlane:
         self._in_flight = 0
         self._idle = threading.Condition()
 
-    @contextmanager
-    def measure(self, model: str, protocol: str) -> Iterator[Measure]:
-        """Track one request: refused with UNAVAILABLE once draining, counted in flight until it
-        ends, and counted and timed in the metrics. A request whose client has left already
-        (graphserve.serving.deadline's Cancellation) ends here, counted, before any work. The
-        front end fills in the servable and signature as it resolves them; a servable resolved
-        inside is leased until the end, so the manager closes an unloaded version only after
-        its last request."""
+    def measure(self, model: str, protocol: str) -> _Measured:
+        """Track one request (`with plane.measure(model, protocol) as measure:`): refused with
+        UNAVAILABLE once draining, counted in flight until it ends, and counted and timed in the
+        metrics. A request whose client has left already (graphserve.serving.deadline's
+        Cancellation) ends here, counted, before any work. The front end fills in the servable
+        and signature as it resolves them; a servable resolved inside is leased until the end,
+        so the manager closes an unloaded version only after its last request."""
+        return _Measured(self, model, protocol)
+
+    def _enter(self) -> None:
         with self._idle:
             if self._draining:
                 raise Unavailable("the server is shutting down; retry on another replica")
             self._in_flight += 1
-        leases: list[Servable] = []
-        token = _LEASES.set(leases)
-        try:
-            timed = self.metrics.measure(model, protocol) if self.metrics else None
-            with timed or nullcontext(Measure(model, protocol)) as measure:
-                advance(QUEUE, "before the server could start on it")
-                yield measure
-        finally:
-            _LEASES.reset(token)
-            for servable in leases:
-                self.registry.release(servable)
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
 
-    @contextmanager
+    def _leave(self, leases: list[Servable]) -> None:
+        for servable in leases:
+            self.registry.release(servable)
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
     def request(
         self,
         protocol: str,
@@ -136,19 +234,14 @@ class DataPlane:
         version: VersionRef,
         time_remaining: float | None = None,
         prepared: Prepared | None = None,
-    ) -> Iterator[Measure]:
-        """The one entry of every model request, whichever front end it came through: refused
-        when draining, measured, under the client's deadline (no work for a client that stopped
-        waiting in a queue), the servable resolved and leased (`measure.servable`). The front
-        end resolves the signature (`use_signature`), decodes, and calls predict, classify,
-        regress or multi_inference, which validate, run and count."""
-        # The deadline outlives the measurement: a request that ends for its client's deadline
-        # is counted as such, not as cancelled.
-        with deadline_scope(time_remaining), self.measure(name, protocol) as measure:
-            self.take_prepared(measure, prepared)
-            check_deadline("before the server could start on it")
-            measure.servable = self.servable(name, version, measure)
-            yield measure
+    ) -> _Request:
+        """The one entry of every model request, whichever front end it came through (`with
+        plane.request(...) as measure:`): refused when draining, measured, under the client's
+        deadline (no work for a client that stopped waiting in a queue), the servable resolved
+        and leased (`measure.servable`). The front end resolves the signature
+        (`use_signature`), decodes, and calls predict, classify, regress or multi_inference,
+        which validate, run and count."""
+        return _Request(self, protocol, name, version, time_remaining, prepared)
 
     def use_signature(self, measure: Measure, name: str) -> ServedSignature:
         """The signature a request names (or serving_default), recorded in its measurement."""
@@ -246,10 +339,14 @@ class DataPlane:
         signature: ServedSignature,
         inputs: dict[str, np.ndarray],
         output_filter: Sequence[str] = (),
+        *,
+        inline: bool = False,
     ) -> dict[str, np.ndarray]:
-        """Validate, run and filter. Raises InvalidInput for inputs or filters that do not fit."""
+        """Validate, run and filter. Raises InvalidInput for inputs or filters that do not fit.
+        `inline`: the caller is the only thread on the request's path (an event loop), and the
+        model runs on it with no hand-off (Runner.run_inline)."""
         checked = self._predict_inputs(signature, inputs, output_filter)
-        return _filtered(self._run(servable, signature, checked), output_filter)
+        return _filtered(self._run(servable, signature, checked, inline), output_filter)
 
     async def predict_async(
         self,
@@ -281,10 +378,25 @@ class DataPlane:
         return validate_inputs(inputs, signature.inputs)
 
     def _run(
-        self, servable: Servable, signature: ServedSignature, checked: dict[str, np.ndarray]
+        self,
+        servable: Servable,
+        signature: ServedSignature,
+        checked: dict[str, np.ndarray],
+        inline: bool = False,
     ) -> dict[str, np.ndarray]:
-        with self._running(servable, signature, checked):
-            return servable.runner.run(signature.name, checked)
+        """One model run (what `_running` does around a coroutine's, written out: every
+        request makes one)."""
+        runner = servable.runner
+        started = self._starting(runner)
+        try:
+            if inline:
+                outputs = runner.run_inline(signature.name, checked)
+            else:
+                outputs = runner.run(signature.name, checked)
+        except InvalidInput as exc:
+            raise _refused(exc, checked, signature) from exc
+        self._ran(servable, signature, started)
+        return outputs
 
     @contextmanager
     def _running(
@@ -292,17 +404,26 @@ class DataPlane:
     ) -> Iterator[None]:
         """Around one model run: the deadline and the client checked first (a runner that runs
         on its caller starts the model now; batching starts it when it takes the batch), the
-        inputs' declared shapes added to the graph's refusal, the run timed in the metrics."""
-        check_deadline("before the model ran")
-        advance(RUNNING if servable.runner.on_caller else QUEUE, "before the model ran")
-        started = time.perf_counter()
+        inputs' declared shapes added to the graph's refusal, the run timed in the metrics and
+        in the servable's `run_time`."""
+        started = self._starting(servable.runner)
         try:
             yield
-        except InvalidInput as exc:  # the graph refused the inputs: say what it was declared
-            hint = shape_hint(checked, signature.inputs)
-            raise InvalidInput(f"{exc.message} ({hint})" if hint else exc.message) from exc
+        except InvalidInput as exc:
+            raise _refused(exc, checked, signature) from exc
+        self._ran(servable, signature, started)
+
+    @staticmethod
+    def _starting(runner: Runner) -> float:
+        check_deadline("before the model ran")
+        advance(RUNNING if runner.on_caller else QUEUE, "before the model ran")
+        return time.perf_counter()
+
+    def _ran(self, servable: Servable, signature: ServedSignature, started: float) -> None:
+        took = time.perf_counter() - started
+        servable.run_time.observe(took)
         if self.metrics is not None:
-            self.metrics.observe_runtime(servable, signature.name, time.perf_counter() - started)
+            self.metrics.observe_runtime(servable, signature.name, took)
 
     def classify(
         self, servable: Servable, signature: ServedSignature, examples: list[bytes]

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 
 from graphserve.core.errors import Cancelled, DeadlineExceeded, InvalidInput, ServingError
@@ -121,15 +120,22 @@ def parse_timeout(text: str) -> float:
     return int(match[1]) * _UNITS[match[2]]
 
 
-@contextmanager
-def deadline_scope(seconds_left: float | None) -> Iterator[None]:
-    """Within the block, the request must answer within `seconds_left` (None: no deadline)."""
-    at = None if seconds_left is None else time.monotonic() + seconds_left
-    token = _deadline.set(at)
-    try:
-        yield
-    finally:
-        _deadline.reset(token)
+class deadline_scope:  # a function to its callers: `with deadline_scope(seconds):`
+    """Within the block, the request must answer within `seconds_left` (None: no deadline). A
+    class rather than a generator, as every request enters one."""
+
+    __slots__ = ("_at", "_token")
+
+    def __init__(self, seconds_left: float | None) -> None:
+        self._at = None if seconds_left is None else time.monotonic() + seconds_left
+        self._token: Token[float | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _deadline.set(self._at)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _deadline.reset(self._token)
 
 
 def current_deadline() -> float | None:

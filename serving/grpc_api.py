@@ -35,6 +35,7 @@ from graphserve.core.defaults import COLD_LOAD_HEADER, DEFAULT_MAX_BODY_BYTES
 from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
 from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, Prepared, model_spec
 from graphserve.serving.deadline import Cancellation
+from graphserve.serving.metrics import Measure
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
 from graphserve.serving.tfexample import examples_from_input
@@ -159,6 +160,15 @@ def _cancellation(context: Any) -> Cancellation:
     return Cancellation()
 
 
+def _cold_load_said(measure: Measure, context: Any) -> Servable:
+    """The request's servable; an answer that waited for it to load on demand says how long in
+    its trailing metadata."""
+    if measure.cold_load is not None:
+        context.set_trailing_metadata(((COLD_LOAD_HEADER, f"{measure.cold_load:.6f}"),))
+    assert measure.servable is not None
+    return measure.servable
+
+
 def _version(spec: Any) -> VersionRef:
     """ModelSpec's version choice: a number, a label, or neither (the newest)."""
     if spec.HasField("version"):
@@ -184,10 +194,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             _cancellation(context),
             self.plane.request("grpc", spec.name, version, time_remaining, prepared) as m,
         ):
-            if m.cold_load is not None:
-                context.set_trailing_metadata(((COLD_LOAD_HEADER, f"{m.cold_load:.6f}"),))
-            assert m.servable is not None
-            yield m.servable, m
+            yield _cold_load_said(m, context), m
 
     @contextmanager
     def _resolve(
@@ -199,9 +206,17 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_mapped
     def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
-        with self._resolve(request.model_spec, context) as (servable, signature):
-            outputs = self.plane.predict(
-                servable, signature, self._inputs(request), list(request.output_filter)
+        # `_resolve`, written out: every request comes through here.
+        spec = request.model_spec
+        plane = self.plane
+        with (
+            _cancellation(context),
+            plane.request("grpc", spec.name, _version(spec), context.time_remaining()) as measure,
+        ):
+            servable = _cold_load_said(measure, context)
+            signature = plane.use_signature(measure, spec.signature_name)
+            outputs = plane.predict(
+                servable, signature, self._inputs(request), request.output_filter
             )
             return _predict_response(servable, signature, outputs)
 

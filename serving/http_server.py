@@ -105,6 +105,7 @@ class Request:
     headers: Mapping[str, str]
     body: bytes
     prepared: Any = None  # what the handler's `prepare` did for it on the event loop
+    here: bool = False  # served on the event loop, not handed to a thread (`Here`)
 
 
 @dataclass
@@ -119,6 +120,10 @@ Handler = Callable[[Request], Response]
 # Awaited on the event loop before a request goes to a worker thread (what is awaited there holds
 # no thread); returns the request, its `prepared` filled in.
 Prepare = Callable[[Request], Awaitable[Request]]
+# Whether a request (method, target, body size) is served on the event loop it arrived on rather
+# than handed to a thread: for one that takes well under a millisecond, the hand-off (a thread
+# woken, the answer handed back) costs more than the request.
+Here = Callable[[str, str, int], bool]
 
 
 def error_body(message: str) -> bytes:
@@ -526,7 +531,8 @@ class _Protocol(HttpToolsProtocol):
 
 
 class _App:
-    """The ASGI application: the request, body read whole, goes to the handler on the pool.
+    """The ASGI application: the request, body read whole, goes to the handler on the pool, or
+    runs on the loop where `here` says so (then nothing is awaited before its answer).
 
     A client that closes its connection before its answer stops its request where it is: the
     handler runs in the request's `Cancellation` (graphserve.serving.deadline), which asks
@@ -536,9 +542,12 @@ class _App:
     from its queue when its batch comes up. Asked where it matters, never awaited: no task or
     callback per request."""
 
-    def __init__(self, handler: Handler, prepare: Prepare | None = None) -> None:
+    def __init__(
+        self, handler: Handler, prepare: Prepare | None = None, here: Here | None = None
+    ) -> None:
         self.handler = handler
         self.prepare = prepare
+        self.here = here
         self.pool: _Pool | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -557,14 +566,19 @@ class _App:
             target += "?" + scope["query_string"].decode("latin-1")
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        request = Request(scope["method"], target, headers, body)
+        method = scope["method"]
+        here = self.here is not None and self.here(method, target, len(body))
+        request = Request(method, target, headers, body, here=here)
         cycle = receive.__self__  # uvicorn's RequestResponseCycle
         cancellation = Cancellation(lambda: cycle.disconnected)
         assert self.pool is not None
         try:
-            if self.prepare is not None:
-                request = await self.prepare(request)
-            response = await self.pool.run(self._handle, request, cancellation)
+            if here:
+                response = self._handle(request, cancellation)
+            else:
+                if self.prepare is not None:
+                    request = await self.prepare(request)
+                response = await self.pool.run(self._handle, request, cancellation)
         except Exception as exc:  # the handler answers its own errors; this is a bug in it
             log.exception("REST handler failed on %s %s", request.method, request.path)
             response = Response(
@@ -573,7 +587,7 @@ class _App:
         await _answer(send, response)
 
     def _handle(self, request: Request, cancellation: Cancellation) -> Response:
-        """The handler, on a pool thread, in the request's Cancellation."""
+        """The handler, on a pool thread (or the loop: `here`), in the request's Cancellation."""
         with cancellation:
             return self.handler(request)
 
@@ -594,7 +608,8 @@ async def _answer(send: Any, response: Response) -> None:
 class HttpServer:
     """`handler` served over HTTP/1.1 on host:port (0: a free port), from `start()` until
     `stop()`. The handler runs on one of up to `workers` threads (`started` of them at once, the
-    rest as load needs them); everything else on one event loop."""
+    rest as load needs them), or on the event loop for a request `here` picks; everything else
+    on the event loop."""
 
     def __init__(
         self,
@@ -607,6 +622,7 @@ class HttpServer:
         started: int = DEFAULT_GRPC_WORKERS,
         name: str = "rest",
         prepare: Prepare | None = None,
+        here: Here | None = None,
         ssl: SSLContext | None = None,
     ) -> None:
         if workers < 1:
@@ -616,7 +632,7 @@ class HttpServer:
         self.started = started
         self.name = name
         self.ssl = ssl  # HTTPS: the handshake on the loop, before the first request byte
-        self._app = _App(handler, prepare)
+        self._app = _App(handler, prepare, here)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -677,8 +693,8 @@ class HttpServer:
 
     def prime(self, work: Callable[[], object], timeout: float = 30.0) -> None:
         """Run `work` once on every pool thread (each waits for the others, so every thread gets
-        one), and on each thread started later before its first request: e.g. to set up
-        per-thread state."""
+        one), on each thread started later before its first request, and on the event loop's
+        when it serves requests (`here`): e.g. to set up per-thread state."""
         pool = self._app.pool
         if pool is None:
             raise RuntimeError("prime() needs a started server")
@@ -692,6 +708,8 @@ class HttpServer:
 
         async def all_threads() -> None:
             await asyncio.gather(*(pool.run(each) for _ in pool.threads))
+            if self._app.here is not None:
+                work()  # and the loop's, which serves the requests `here` picks
 
         assert self._loop is not None
         asyncio.run_coroutine_threadsafe(all_threads(), self._loop).result(timeout)

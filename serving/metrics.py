@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +57,7 @@ __all__ = [
     "Measure",
     "MonitoringConfigError",
     "ServingMetrics",
+    "Timed",
     "load_monitoring_config",
 ]
 
@@ -101,6 +101,37 @@ class Measure:
     servable: Servable | None = None
     signature: str = ""
     cold_load: float | None = None  # s the request waited for its version to load on demand
+
+
+class Timed:
+    """ServingMetrics.measure's scope: a class rather than a generator, as every request enters
+    one."""
+
+    __slots__ = ("_metrics", "_started", "measure")
+
+    def __init__(self, metrics: ServingMetrics, measure: Measure) -> None:
+        self._metrics = metrics
+        self.measure = measure
+        self._started = 0.0
+
+    def __enter__(self) -> Measure:
+        self._started = time.perf_counter()
+        return self.measure
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, _tb: object
+    ) -> None:
+        if exc is None:
+            status = "OK"
+        elif isinstance(exc, ServingError):
+            status = exc.grpc_status
+        elif isinstance(exc, asyncio.CancelledError):  # asyncio's front end cancels a call
+            status = _left_status()
+        elif isinstance(exc, Exception):
+            status = "INTERNAL"
+        else:  # KeyboardInterrupt, SystemExit: not the request's doing
+            status = "OK"
+        self._metrics.finish(self.measure, status, self._started)
 
 
 class ServingMetrics:
@@ -157,35 +188,26 @@ class ServingMetrics:
                 registry=self.prometheus,
             )
 
-    @contextmanager
-    def measure(self, model: str, protocol: str) -> Iterator[Measure]:
-        measure = Measure(model, protocol)
-        started = time.perf_counter()
-        status = "OK"
-        try:
-            yield measure
-        except ServingError as exc:
-            status = exc.grpc_status
-            raise
-        except asyncio.CancelledError:  # the asyncio front end cancels a call's coroutine
-            status = _left_status()
-            raise
-        except Exception:
-            status = "INTERNAL"
-            raise
-        finally:
-            cancellation = current_cancellation()
-            if status == "OK" and cancellation is not None and cancellation.cancelled:
-                status = _left_status()  # answered, but its client had left: the answer is dropped
-            labels = self._labels(measure)
-            self.requests.labels(*labels, status).inc()
-            if status == "CANCELLED":
-                stage = cancellation.stage if cancellation is not None else RUNNING
-                self.cancelled.labels(measure.protocol, stage).inc()
-            if measure.cold_load is not None and self.cold is not None:
-                self.cold.labels(labels[0]).inc()
-            if status == "OK":
-                self.latency.labels(*labels).observe(time.perf_counter() - started)
+    def measure(self, model: str, protocol: str) -> Timed:
+        """One request's scope (`with metrics.measure(model, protocol) as measure:`): counted
+        by how it ended, timed when it answered."""
+        return Timed(self, Measure(model, protocol))
+
+    def finish(self, measure: Measure, status: str, started: float) -> None:
+        """Count a request that ended with `status` (a gRPC code name; an answer whose client
+        had left counts as that), timed from `started` (time.perf_counter()) if it answered."""
+        cancellation = current_cancellation()
+        if status == "OK" and cancellation is not None and cancellation.cancelled:
+            status = _left_status()  # answered, but its client had left: the answer is dropped
+        labels = self._labels(measure)
+        self.requests.labels(*labels, status).inc()
+        if status == "CANCELLED":
+            stage = cancellation.stage if cancellation is not None else RUNNING
+            self.cancelled.labels(measure.protocol, stage).inc()
+        if measure.cold_load is not None and self.cold is not None:
+            self.cold.labels(labels[0]).inc()
+        if status == "OK":
+            self.latency.labels(*labels).observe(time.perf_counter() - started)
 
     def observe_runtime(self, servable: Servable, signature: str, seconds: float) -> None:
         self.runtime.labels(

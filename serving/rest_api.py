@@ -160,8 +160,15 @@ class RestOptions:
     strict_json_numbers: bool = False
 
 
+# A predict served on the REST event loop (`_Handler.here`): a body this small at most (a JSON
+# parse well under a millisecond), and a model that ran lately in under this (seconds).
+HERE_MAX_BODY_BYTES = 64 * 1024
+HERE_MAX_RUN_S = 0.001
+
+
 class _Handler:
-    """One request, on a pool thread: route, decode, run through the data plane, encode."""
+    """One request, on a pool thread or the event loop (`here`): route, decode, run through the
+    data plane, encode."""
 
     def __init__(self, plane: DataPlane, options: RestOptions) -> None:
         self.plane = plane
@@ -180,7 +187,7 @@ class _Handler:
                 parse_timeout(timeout) if timeout else self.options.default_timeout
             ):
                 status, payload = self._dispatch(
-                    request.method, request.path, body, headers, request.prepared
+                    request.method, request.path, body, headers, request.prepared, request.here
                 )
         except ServingError as exc:
             status, payload = exc.http_status, error_body(exc.message)
@@ -189,6 +196,28 @@ class _Handler:
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             payload = error_body(f"{type(exc).__name__}: {exc}")
         return Response(status, payload, headers=headers)
+
+    def here(self, method: str, target: str, size: int) -> bool:
+        """Whether a request is served on the event loop it arrived on, with no thread at all:
+        a predict with a small body on a resident model that runs on its caller (batching does
+        not) and ran lately in under HERE_MAX_RUN_S. Its Session then runs the graph on the
+        loop's thread too (Runner.run_inline). A request that fails to route goes to a thread,
+        which answers its error; so does every other request (metadata, status, metrics,
+        classify, regress, a model loaded on demand or slower)."""
+        if method != "POST" or size > HERE_MAX_BODY_BYTES:
+            return False
+        try:
+            name, version, verb, _ = self._route(method, target)
+            servable = self.plane.registry.get(name, version)
+        except ServingError:
+            return False
+        mean = servable.run_time.mean
+        return (
+            verb == "predict"
+            and servable.runner.on_caller
+            and mean is not None
+            and mean < HERE_MAX_RUN_S
+        )
 
     def _body(self, request: Request) -> bytes:
         """The body, decompressed (its size as sent was checked by the transport)."""
@@ -237,6 +266,7 @@ class _Handler:
         body: bytes,
         headers: list[tuple[str, str]],
         prepared: Prepared | None = None,
+        here: bool = False,
     ) -> tuple[int, bytes]:
         plane = self.plane
         name, version, verb, metadata = self._route(method, target)
@@ -245,7 +275,7 @@ class _Handler:
         if method == "GET":
             return HTTPStatus.OK, json.dumps(_proto_json(plane.status(name, version))).encode()
         if verb == "predict":
-            return HTTPStatus.OK, self._predict(name, version, body, headers, prepared)
+            return HTTPStatus.OK, self._predict(name, version, body, headers, prepared, here)
         return HTTPStatus.OK, self._examples(name, version, body, str(verb), headers, prepared)
 
     def _metadata_json(
@@ -274,6 +304,7 @@ class _Handler:
         body: bytes,
         headers: list[tuple[str, str]],
         prepared: Prepared | None,
+        here: bool,
     ) -> bytes:
         plane, depth, parse = self.plane, self.options.max_json_depth, parse_predict_body
         with _resolve(plane, name, version, body, parse, depth, headers, prepared) as resolved:
@@ -281,7 +312,7 @@ class _Handler:
             inputs, fmt = decode_json_request(
                 request, signature.inputs, strict_numbers=self.options.strict_json_numbers
             )
-            outputs = plane.predict(servable, signature, inputs)
+            outputs = plane.predict(servable, signature, inputs, inline=here)
             return encode_json_response(outputs, row_format=fmt == "row")
 
     def _examples(
@@ -342,6 +373,7 @@ class RestServer:
             limits,
             workers=self.options.workers,
             prepare=handler.prepare,
+            here=handler.here,
             ssl=ssl,
         )
         self.port = self._http.port

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from graphserve.serving.runner import Runner
 
-__all__ = ["Lease", "Servable", "VersionRef"]
+__all__ = ["Lease", "RunTime", "Servable", "VersionRef"]
 
 # A request names a version by number, by label (a string), or not at all (the newest).
 VersionRef = int | str | None
@@ -42,6 +42,23 @@ class Lease:
             return self._idle.wait_for(lambda: self.count == 0, timeout)
 
 
+class RunTime:
+    """How long a servable's model runs lately (seconds, a moving average of its runs; None
+    before its first): what a front end goes by to run a request where it arrived, on its event
+    loop, rather than hand it to a thread (graphserve.serving.rest_api)."""
+
+    __slots__ = ("mean",)
+
+    WEIGHT = 0.1  # of the newest run
+
+    def __init__(self) -> None:
+        self.mean: float | None = None
+
+    def observe(self, seconds: float) -> None:
+        mean = self.mean
+        self.mean = seconds if mean is None else mean + self.WEIGHT * (seconds - mean)
+
+
 @dataclass(frozen=True)
 class Servable:
     """One loaded version of one model."""
@@ -51,3 +68,4 @@ class Servable:
     runner: Runner
     lease: Lease = field(default_factory=Lease, compare=False, repr=False)
     loaded_at: int = field(default=0, compare=False, repr=False)  # serving.heap's epoch
+    run_time: RunTime = field(default_factory=RunTime, compare=False, repr=False)

@@ -41,6 +41,7 @@ from bench.peers.servers import (
     MAX_BATCH_SIZE,
     Served,
     Target,
+    cpu_window,
     start_graphserve,
     start_peer,
     tree,
@@ -330,11 +331,10 @@ def _ladder(
 def _window(spec: PeersSpec, target: Target, served: Served, clients: int) -> dict[str, Any]:
     """A warm-up, then one measured window of `clients` closed-loop clients."""
     closed_loop(target.make_call, clients=clients, seconds=spec.warmup_s)
-    batches = _batch_counts(served)
-    cpu_before = tree_cpu_s(served.pid)
-    load = closed_loop(target.make_call, clients=clients, seconds=spec.window_s)
-    cpu = tree_cpu_s(served.pid) - cpu_before
+    batches = _batch_counts(served)  # the batches formed in the window alone
+    window = cpu_window(target.make_call, served.pid, clients=clients, seconds=spec.window_s)
     formed = _formed(batches, _batch_counts(served))
+    load = window.load
     return {
         "clients": clients,
         "requests": load.requests,
@@ -343,8 +343,8 @@ def _window(spec: PeersSpec, target: Target, served: Served, clients: int) -> di
         "rps": load.throughput,
         "p50_ms": load.latency.p50_ms if load.requests else None,
         "p99_ms": load.latency.p99_ms if load.requests else None,
-        "cpu_us_per_request": cpu / load.requests * 1e6 if load.requests else None,
-        "server_cores": cpu / load.seconds if load.seconds else None,
+        "cpu_us_per_request": window.cpu_us_per_request,
+        "server_cores": window.cores,
         "mean_batch": formed,
     }
 

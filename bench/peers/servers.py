@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from bench.clients import BenchRequestError, grpc_caller, rest_caller
+from bench.clients import BenchRequestError, Load, closed_loop, grpc_caller, rest_caller
 from bench.peers import v2grpc
 from bench.peers.base import Peer, Route
 from bench.peers.bodies import tfserving_decode, tfserving_encode
@@ -30,9 +30,11 @@ from graphserve.core.httpclient import HttpConnection
 from graphserve.core.processes import ServerProcess, free_port
 
 __all__ = [
+    "CpuWindow",
     "Served",
     "Target",
     "alive",
+    "cpu_window",
     "peer_targets",
     "start_graphserve",
     "start_peer",
@@ -117,6 +119,42 @@ def tree_cpu_s(pid: int) -> float:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / _TICK
+
+
+@dataclass(frozen=True)
+class CpuWindow:
+    """One measured window of closed-loop load on a server process, and what the server's
+    process tree spent over it."""
+
+    load: Load
+    cpu_s: float  # the server tree's user + system CPU over the window
+
+    @property
+    def cpu_us_per_request(self) -> float | None:
+        return self.cpu_s / self.load.requests * 1e6 if self.load.requests else None
+
+    @property
+    def cores(self) -> float | None:
+        return self.cpu_s / self.load.seconds if self.load.seconds else None
+
+
+def cpu_window(
+    make_call: Callable[[], Callable[[], object]],
+    pid: int,
+    *,
+    clients: int,
+    seconds: float,
+    warmup_s: float = 0.0,
+) -> CpuWindow:
+    """The server's CPU per request, the one way every benchmark measures it (`make bench`'s
+    front-end figures, `make bench-peers`, `make bench-tls`): `clients` closed-loop clients in
+    this process (not the server's: their CPU is not counted) warm up for `warmup_s`, then load
+    it for `seconds` while its process tree's CPU clock (/proc) is read around the window."""
+    if warmup_s > 0:
+        closed_loop(make_call, clients=clients, seconds=warmup_s)
+    before = tree_cpu_s(pid)
+    load = closed_loop(make_call, clients=clients, seconds=seconds)
+    return CpuWindow(load, tree_cpu_s(pid) - before)
 
 
 def tree_memory_mb(pid: int) -> dict[str, float]:

@@ -1,0 +1,377 @@
+"""The front end's cost: what the graph server spends per request beyond its model.
+
+For the mlp at batch 1, no batching, `graphserve serve graph` in a child process (the server of
+`make bench-peers`, metrics on), in one run:
+
+    model in process  the SavedModel's Session callable called back to back from one thread in
+                      this process, no server: CPU per call through TensorFlow's inter-op pool
+                      (`run`, how the gRPC front end runs it) and on the calling thread
+                      (`run_inline`, how REST runs it on its event loop)
+    server            16 closed-loop clients in this process (so their CPU is not the
+                      server's), per protocol, in windows that alternate between the protocols:
+                      the server process tree's CPU (/proc) per request answered, the one way
+                      every benchmark measures it (bench.peers.servers.cpu_window)
+    front end         the server's CPU per request minus the model's CPU per call in process,
+                      the model called as that protocol's front end calls it
+    idle              the server's CPU with no request at all, in cores: nothing spins
+    profile           `perf record` of the server over one more window per protocol: its CPU
+                      by shared object (kernel, Python, gRPC's core, TensorFlow, protobuf,
+                      numpy, the C and C++ libraries), as µs per request; skipped without perf
+
+Measured against the model in the same run, the figure does not move with the machine's phase
+the way a CPU time taken alone does: the MLP's in-process limit here was 25,000 rows/s in one
+run and 86,000 in another (bench/results/peers.json's history), and every CPU figure of the slow
+run was twice as large.
+
+MobileNetV2 (alpha 0.35, 96 px) with batching is `make bench-peers`' measure run on graphserve
+alone (bench.peers.run): the most req/s within its p99 budget over gRPC and REST, as a fraction
+of the SavedModel's in-process limit at the batch size the server formed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FrontendSpec", "profile_by_library", "run_frontend"]
+
+Say = Callable[[str], None]
+PROTOCOLS = ("grpc", "rest")
+# The libraries a profile's samples are grouped by (the shared object's name starts with one).
+LIBRARIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kernel", ("[kernel",)),
+    ("Python", ("libpython",)),
+    ("gRPC core", ("cygrpc",)),
+    ("TensorFlow", ("libtensorflow", "_pywrap_tf", "lib_pywrap_tensorflow", "_pywrap_tensorflow")),
+    ("protobuf", ("_message",)),
+    ("numpy", ("_multiarray",)),
+    ("C and C++ libraries", ("libc.", "libstdc++", "ld-linux", "libm.", "[vdso]")),
+)
+OTHER = "other"
+
+
+@dataclass
+class FrontendSpec:
+    """How long each part measures; `quick()` is the seconds-long variant the tests run."""
+
+    work_dir: Path
+    clients: int = 16
+    rounds: int = 3  # windows per protocol, alternating
+    window_s: float = 4.0
+    warmup_s: float = 1.0
+    in_process_calls: int = 3000
+    profile: bool = True
+    mobilenet: bool = True
+    mobilenet_quick: bool = False  # bench.peers' quick ladder (tests)
+    # The server from another checkout of graphserve (its root; `python -m graphserve` run from
+    # there), e.g. the code before a change, to publish its figures beside today's.
+    server_code: Path | None = None
+    # How that server's REST front end calls the model: run_inline (on its event loop, today)
+    # or run (on a worker thread, before issue 42). gRPC calls `run`.
+    rest_model_call: str = "run_inline"
+
+    @classmethod
+    def quick(cls, work_dir: Path) -> FrontendSpec:
+        return cls(
+            work_dir, clients=4, rounds=1, window_s=0.5, warmup_s=0.2, in_process_calls=200,
+            profile=False, mobilenet_quick=True,
+        )  # fmt: skip
+
+
+def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, Any]:
+    """The mlp's figures (and MobileNet's with `spec.mobilenet`), as results.json's
+    `frontend`."""
+    from bench.goals import FRONTEND_GOALS, evaluate
+    from bench.peers.run import _inputs
+    from bench.peers.servers import start_graphserve
+    from graphserve.exporter.api import ExportSpec, export_model
+    from graphserve.loadtest.comparison.run import environment
+
+    started = time.perf_counter()
+    base = spec.work_dir / "frontend"
+    say("front end: exporting examples:mlp")
+    export_model(ExportSpec("examples:mlp", "mlp", base_path=base / "models", overwrite=True))
+    model_base = base / "models" / "mlp"
+    version_dir = max(model_base.iterdir(), key=lambda p: int(p.name))
+    inputs = _inputs(version_dir)
+    say("front end: the model's CPU per call in process")
+    model = model_cpu_per_call(version_dir, inputs, spec.in_process_calls)
+    (base / "logs").mkdir(parents=True, exist_ok=True)
+    with _running_from(spec.server_code):
+        served = start_graphserve(
+            model_base.resolve(), "mlp", inputs, False, base.resolve() / "logs"
+        )
+    try:
+        targets = {t.route.protocol: t for t in served.targets}
+        for target in targets.values():  # warm: the first requests pick the REST path
+            closed_loop_warm(target.make_call, spec)
+        before = _tree_cpu(served.pid)
+        time.sleep(1.0)
+        idle = _tree_cpu(served.pid) - before
+        windows: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
+        for round_ in range(spec.rounds):
+            order = PROTOCOLS if round_ % 2 == 0 else PROTOCOLS[::-1]
+            for protocol in order:
+                say(f"front end: {protocol}, {spec.clients} clients, round {round_ + 1}")
+                windows[protocol].append(_window(targets[protocol].make_call, served.pid, spec))
+        say("front end: perf_analyzer, 1 client, gRPC")
+        reference = _perf_analyzer(served.info["grpc_address"], inputs, spec)
+        profiles: dict[str, Any] = {}
+        if spec.profile:
+            for protocol in PROTOCOLS:
+                say(f"front end: perf record, {protocol}")
+                profiles[protocol] = _profile(targets[protocol].make_call, served.pid, spec)
+    finally:
+        served.stop()
+    out: dict[str, Any] = {
+        "environment": environment().to_json(),
+        "model": "mlp",
+        "clients": spec.clients,
+        "window_s": spec.window_s,
+        "rounds": spec.rounds,
+        "idle_cores": idle,
+        "server_code": _commit(spec.server_code),
+        "model_cpu_us": model,
+        "perf_analyzer": reference,
+        "protocols": {},
+    }
+    for protocol in PROTOCOLS:
+        per_request = [w["cpu_us_per_request"] for w in windows[protocol]]
+        server = median(per_request)
+        call = spec.rest_model_call if protocol == "rest" else "run"
+        own = model["inline" if call == "run_inline" else "pool"]
+        out["protocols"][protocol] = {
+            "windows": windows[protocol],
+            "server_cpu_us": server,
+            "model_cpu_us": own,
+            "model_call": call,
+            "front_end_cpu_us": server - own,
+            "rps": median(w["rps"] for w in windows[protocol]),
+            "p50_ms": median(w["p50_ms"] for w in windows[protocol]),
+            "profile": profiles.get(protocol) or {"not_measured": _why_no_profile(spec)},
+        }
+    if spec.mobilenet:
+        with _running_from(spec.server_code):
+            out["mobilenet"] = mobilenet_batching(
+                spec.work_dir.resolve(), say, quick=spec.mobilenet_quick
+            )
+    out["seconds"] = time.perf_counter() - started
+    out["goals"] = [g.to_json() for g in evaluate(out, FRONTEND_GOALS)]
+    return out
+
+
+def _perf_analyzer(
+    address: object, inputs: Mapping[str, np.ndarray], spec: FrontendSpec
+) -> dict[str, Any]:
+    """Triton's perf_analyzer at 1 client over gRPC (TF Serving's API), the field's
+    reference for the p50 a client sees."""
+    from bench.generator import perf_analyzer_point
+    from bench.tools import ToolMissing, perf_analyzer
+
+    try:
+        tool = perf_analyzer()
+    except ToolMissing as exc:
+        return {"not_measured": str(exc)}
+    shapes = [f"{k}:{','.join(map(str, v.shape))}" for k, v in inputs.items()]
+    window_ms = int(spec.window_s * 1000)
+    point = perf_analyzer_point(tool, str(address), "mlp", shapes, 1, window_ms=window_ms)
+    return {
+        "version": tool.version,
+        "window_ms": window_ms,
+        "p50_ms": point.p50_ms,
+        "p99_ms": point.p99_ms,
+        "requests_per_s": point.requests_per_s,
+        "note": point.note,
+    }
+
+
+@contextlib.contextmanager
+def _running_from(root: Path | None) -> Iterator[None]:
+    """Servers started inside run `python -m graphserve` from `root` (None: this checkout)."""
+    if root is None:
+        yield
+        return
+    here = Path.cwd()
+    os.chdir(root)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
+def _commit(root: Path | None) -> str:
+    """The commit a server's code is at (`git describe`), "+" when it has changes."""
+    where = root or Path(__file__).resolve().parent.parent
+    described = subprocess.run(
+        ["git", "-C", str(where), "describe", "--always", "--dirty=+"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return described.stdout.strip() or "unknown"
+
+
+def closed_loop_warm(make_call: Callable[[], Callable[[], object]], spec: FrontendSpec) -> None:
+    from bench.clients import closed_loop
+
+    closed_loop(make_call, clients=spec.clients, seconds=spec.warmup_s)
+
+
+def _tree_cpu(pid: int) -> float:
+    from bench.peers.servers import tree_cpu_s
+
+    return tree_cpu_s(pid)
+
+
+def _window(
+    make_call: Callable[[], Callable[[], object]], pid: int, spec: FrontendSpec
+) -> dict[str, Any]:
+    from bench.peers.servers import cpu_window
+
+    window = cpu_window(
+        make_call, pid, clients=spec.clients, seconds=spec.window_s, warmup_s=spec.warmup_s
+    )
+    load = window.load
+    if load.errors or not load.requests:
+        raise RuntimeError(f"{load.errors} of the front end's requests failed")
+    return {
+        "requests": load.requests,
+        "seconds": load.seconds,
+        "rps": load.throughput,
+        "p50_ms": load.latency.p50_ms,
+        "cpu_us_per_request": window.cpu_us_per_request,
+        "cores": window.cores,
+    }
+
+
+def model_cpu_per_call(
+    version_dir: Path, inputs: Mapping[str, np.ndarray], calls: int, rounds: int = 3
+) -> dict[str, float]:
+    """The served Session's CPU per call in this process, from one thread, through the pool
+    (`run`) and on the caller (`run_inline`), in alternating rounds: the median round each.
+    The process's CPU clock counts TensorFlow's threads too."""
+    from graphserve.serving.session_runner import SessionRunner
+
+    runner = SessionRunner(version_dir)
+    try:
+        feed = dict(inputs)
+        ways = {"pool": runner.run, "inline": runner.run_inline}
+        samples: dict[str, list[float]] = {way: [] for way in ways}
+        for call in ways.values():
+            for _ in range(max(calls // 10, 20)):
+                call("serving_default", feed)
+        for _ in range(rounds):
+            for way, call in ways.items():
+                began = time.process_time()
+                for _ in range(calls):
+                    call("serving_default", feed)
+                samples[way].append((time.process_time() - began) / calls * 1e6)
+        return {way: median(values) for way, values in samples.items()}
+    finally:
+        runner.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# where the CPU went: perf
+
+
+def _why_no_profile(spec: FrontendSpec) -> str:
+    if not spec.profile:
+        return "not asked for"
+    return "perf is not installed (Debian: apt-get install linux-perf)"
+
+
+def _profile(
+    make_call: Callable[[], Callable[[], object]], pid: int, spec: FrontendSpec
+) -> dict[str, Any] | None:
+    """`perf record` of `pid` over one window: its CPU by library, as µs per request. perf's
+    own cost inflates the window's CPU, so the shares are applied to the CPU per request of
+    the same window."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "perf.data"
+        recorder = subprocess.Popen(
+            [perf, "record", "-F", "999", "-p", str(pid), "-o", str(data), "--",
+             "sleep", str(spec.window_s + spec.warmup_s + 1.0)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        time.sleep(0.5)  # perf attached
+        window = _window(make_call, pid, spec)
+        recorder.wait(timeout=60)
+        report = subprocess.run(
+            [perf, "report", "-i", str(data), "--no-children", "--sort", "dso", "--stdio"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    shares = profile_by_library(report.stdout)
+    if not shares:
+        return {"not_measured": f"perf report gave no samples: {report.stderr.strip()[:300]}"}
+    per_request = window["cpu_us_per_request"]
+    return {
+        "cpu_us_per_request": per_request,
+        "shares": shares,
+        "us_per_request": {name: share * per_request for name, share in shares.items()},
+    }
+
+
+_DSO_LINE = re.compile(r"^\s*([\d.]+)%\s+(\S.*?)\s*$")
+
+
+def profile_by_library(report: str) -> dict[str, float]:
+    """`perf report --sort dso --stdio` text grouped by LIBRARIES: each group's share of the
+    samples (0-1), largest first."""
+    groups: dict[str, float] = {}
+    for line in report.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _DSO_LINE.match(line)
+        if not match:
+            continue
+        percent, dso = float(match[1]), match[2]
+        name = next(
+            (group for group, prefixes in LIBRARIES if dso.startswith(prefixes)),
+            OTHER,
+        )
+        groups[name] = groups.get(name, 0.0) + percent / 100
+    return dict(sorted(groups.items(), key=lambda kv: -kv[1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# MobileNet with batching: the peers' measure, on graphserve alone
+
+
+def mobilenet_batching(work_dir: Path, say: Say, *, quick: bool = False) -> dict[str, Any]:
+    """`make bench-peers`' MobileNet figures for graphserve only: per route, the most req/s
+    within the p99 budget as a fraction of the in-process limit at the batch size formed."""
+    from bench.peers.run import PeersSpec, run_peers
+
+    where = work_dir / "frontend" / "peers"
+    if quick:
+        spec = PeersSpec.quick(where, ("mobilenet",), ())
+    else:
+        spec = PeersSpec(where, models=("mobilenet",), peers=(), perf_analyzer=False)
+    results = run_peers(spec, say)
+    model = results["models"]["mobilenet"]
+    routes = {}
+    for target in model["targets"].values():
+        if target["config"] != "batching on":
+            continue
+        routes[target["protocol"]] = {
+            "max_rps": target["max_rps"],
+            "max_rps_clients": target["max_rps_clients"],
+            "mean_batch_16": target["mean_batch_16"],
+            "fraction_of_limit": target["max_fraction_of_limit"],
+            "cpu_us_per_request_16": target["cpu_us_per_request_16"],
+        }
+    return {"budget_ms": model["budget_ms"], "limit": model["limit"], "routes": routes}

@@ -30,7 +30,7 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.codec import array_from_proto, array_to_proto, encode_predict_response
 from graphserve.core.defaults import COLD_LOAD_HEADER, DEFAULT_MAX_BODY_BYTES
 from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
 from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, Prepared, model_spec
@@ -81,7 +81,7 @@ class UndecodableRequests(grpc.ServerInterceptor):
     """Bytes that do not parse as the method's request message get INVALID_ARGUMENT naming the
     message type. grpc's default is INTERNAL ("Exception deserializing request!") and a
     traceback in the log for every such request, which would make a client's bug look like a
-    server fault."""
+    server fault. An answer a method serialized itself (bytes) goes out as it is."""
 
     def __init__(self) -> None:
         self._wrapped: dict[str, Any] = {}  # by method: handlers are fixed once registered
@@ -99,6 +99,7 @@ class UndecodableRequests(grpc.ServerInterceptor):
             handler = handler._replace(
                 request_deserializer=_lenient(handler.request_deserializer),
                 unary_unary=_answering_undecodable(handler.unary_unary, details.method),
+                response_serializer=_passing_bytes(handler.response_serializer),
             )
         self._wrapped[details.method] = handler
         return handler
@@ -122,6 +123,18 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
             return _Undecodable(exc)
 
     return deserialize
+
+
+def _passing_bytes(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
+    """The method's response serializer, letting an answer already serialized (bytes: Predict's
+    `_predict_response`) through as it is."""
+    if serialize is None:
+        return None
+
+    def serialized(response: Any) -> bytes:
+        return response if isinstance(response, bytes) else serialize(response)
+
+    return serialized
 
 
 def _answering_undecodable(behaviour: Callable[..., Any], method: str) -> Callable[..., Any]:
@@ -310,7 +323,14 @@ class AsyncPredictionServicer(PredictionServicer):
 
 def _predict_response(
     servable: Servable, signature: ServedSignature, outputs: dict[str, Any]
-) -> predict_pb2.PredictResponse:
+) -> predict_pb2.PredictResponse | bytes:
+    """The answer: serialized by hand where every output is float32 or float64 (the typed
+    field is then the array's bytes, and no message is built: `UndecodableRequests` lets the
+    bytes through the response serializer), else a PredictResponse."""
+    typed = {name: (array, signature.outputs[name].dtype) for name, array in outputs.items()}
+    encoded = encode_predict_response(servable.name, servable.version, signature.name, typed)
+    if encoded is not None:
+        return encoded
     response = predict_pb2.PredictResponse()
     response.model_spec.CopyFrom(model_spec(servable, signature.name))
     for name, array in outputs.items():

@@ -4,12 +4,14 @@ import json
 import numpy as np
 import pytest
 from tensorflow.core.framework import tensor_pb2, types_pb2
+from tensorflow_serving.apis import predict_pb2
 
 from graphserve.core.codec import (
     array_from_proto,
     array_to_proto,
     decode_json_request,
     encode_json_response,
+    encode_predict_response,
     parse_json_body,
     shape_proto,
     validate_inputs,
@@ -177,3 +179,55 @@ def test_responses_in_tf_serving_shapes() -> None:
     assert json.loads(encode_json_response(text, row_format=False)) == {
         "outputs": {"label": ["cat"], "raw_bytes": [{"b64": "AQ=="}]}
     }
+
+
+def _message_answer(
+    model: str, version: int, signature: str, outputs: dict[str, tuple[np.ndarray, str]]
+) -> predict_pb2.PredictResponse:
+    """The PredictResponse as the server built it before answers were written out: a ModelSpec
+    and each output through array_to_proto's typed fields."""
+    response = predict_pb2.PredictResponse()
+    response.model_spec.name = model
+    response.model_spec.version.value = version
+    response.model_spec.signature_name = signature
+    for name, (array, dtype) in outputs.items():
+        response.outputs[name].CopyFrom(array_to_proto(array, dtype, typed_fields=True))
+    return response
+
+
+_RNG = np.random.default_rng(3)
+
+
+@pytest.mark.parametrize(
+    ("model", "version", "signature", "outputs"),
+    [
+        ("mlp", 1, "serving_default", {"probs": (_RNG.random((1, 10), np.float32), "float32")}),
+        # a scalar, an empty tensor, version 0 (an empty Int64Value), no signature name
+        ("m", 0, "", {"a": (np.float32(3.5), "float32"), "b": (np.zeros((0, 3)), "float64")}),
+        # no model name, float64, a float64 array declared float32, non-contiguous
+        ("", 300, "s", {"x": (_RNG.random((2, 3, 4)), "float64"),
+                        "y": (np.arange(12.0).reshape(3, 4)[:, ::2], "float32")}),
+        # lengths past one varint byte: a long name, a large version, 1000 values
+        ("big", 2**40, "sig", {"o" * 200: (_RNG.random(1000).astype(np.float32), "float32")}),
+        # values protobuf writes specially: NaN, infinities, negative zero, subnormals
+        ("v", 7, "x", {"s": (np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45], np.float32),
+                             "float32")}),
+    ],
+)  # fmt: skip
+def test_a_written_out_predict_response_parses_to_the_message_the_server_built(
+    model: str, version: int, signature: str, outputs: dict[str, tuple[np.ndarray, str]]
+) -> None:
+    encoded = encode_predict_response(model, version, signature, outputs)
+    assert encoded is not None
+    got = predict_pb2.PredictResponse.FromString(encoded)
+    want = _message_answer(model, version, signature, outputs)
+    assert got.SerializeToString(deterministic=True) == want.SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool", "string", "float16", "uint8"])
+def test_an_answer_with_an_output_of_another_dtype_is_left_to_the_message(dtype: str) -> None:
+    outputs = {
+        "f": (np.zeros(2, np.float32), "float32"),
+        "o": (np.zeros(2, "U1" if dtype == "string" else dtype), dtype),
+    }
+    assert encode_predict_response("m", 1, "", outputs) is None

@@ -40,6 +40,7 @@ __all__ = [
     "as_bytes",
     "decode_json_request",
     "encode_json_response",
+    "encode_predict_response",
     "json_depth",
     "numpy_dtype_name",
     "parse_json_body",
@@ -104,6 +105,61 @@ def array_to_proto(
             np.asarray(array, DTYPES[name]).reshape(-1).tolist()
         )
     return proto
+
+
+# ---------------------------------------------------------------------------------------------
+# PredictResponse, written out
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    """A length-delimited field: its tag byte (field number << 3 | 2), length, payload."""
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+# The typed fields whose packed encoding is the array's own little-endian bytes: TensorProto's
+# float_val (5) and double_val (6), as tag bytes (field << 3 | 2).
+_RAW_TYPED = {"float32": (0x2A, "<f4"), "float64": (0x32, "<f8")}
+
+
+def encode_predict_response(
+    model: str,
+    version: int,
+    signature_name: str,
+    outputs: Mapping[str, tuple[np.ndarray, str]],
+) -> bytes | None:
+    """The serialized PredictResponse that `array_to_proto(..., typed_fields=True)` per output
+    and a ModelSpec would make, written without building a message: the model's name, version
+    and signature, and each output (array, declared dtype) in its typed field. None when an
+    output is not float32 or float64, the dtypes whose typed field is the array's own bytes
+    (the caller then builds the message). What protobuf parses from it equals that message
+    (tests/test_codec.py)."""
+    entries = []
+    for name, (array, dtype) in outputs.items():
+        raw = _RAW_TYPED.get(dtype)
+        if raw is None:
+            return None
+        tag, layout = raw
+        values = np.asarray(array, dtype=layout)  # tobytes() is C order, any strides
+        dims = b"".join(_field(0x12, b"\x08" + _varint(d) if d else b"") for d in values.shape)
+        tensor = b"\x08" + _varint(DTYPE_TO_ENUM[dtype]) + _field(0x12, dims)
+        if values.size:
+            tensor += _field(tag, values.tobytes())
+        entries.append(_field(0x0A, _field(0x0A, name.encode()) + _field(0x12, tensor)))
+    spec = (_field(0x0A, model.encode()) if model else b"") + _field(
+        0x12, b"\x08" + _varint(version) if version else b""
+    )
+    if signature_name:
+        spec += _field(0x1A, signature_name.encode())
+    return b"".join(entries) + _field(0x12, spec)
 
 
 MAX_RANK = 64  # numpy's limit on dimensions (TensorFlow's is 254; no served model comes close)

@@ -526,24 +526,24 @@ def frontend(
     ] = Path("bench/results"),
     name: Annotated[
         str | None,
-        typer.Option("--name", help="Write frontend-NAME.json/.md instead (e.g. before)."),
+        typer.Option("--name", help="Write frontend-NAME.json/.md instead (e.g. 42)."),
     ] = None,
-    server_code: Annotated[
+    baseline: Annotated[
         Path | None,
         typer.Option(
-            "--server-code",
-            help="Serve with the graphserve of another checkout (its root), e.g. a git "
-            "worktree of the commit before a change.",
+            "--baseline",
+            help="Measure the graphserve of another checkout (its root) too, in the same run, "
+            "e.g. a git worktree of the commit before a change.",
         ),
     ] = None,
-    rest_model_call: Annotated[
+    baseline_rest_model_call: Annotated[
         str,
         typer.Option(
-            "--rest-model-call",
-            help="How that server's REST front end runs the model: run_inline (today) or run "
-            "(on a worker thread, before issue 42).",
+            "--baseline-rest-model-call",
+            help="How the baseline's REST front end runs the model: run (on a worker thread, "
+            "before issue 42) or run_inline.",
         ),
-    ] = "run_inline",
+    ] = "run",
     quick: Annotated[
         bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
     ] = False,
@@ -554,20 +554,24 @@ def frontend(
     """The server's own cost (part of `make bench`): the graph server's CPU per request at 16
     clients and the same minus the model's own CPU per call in process, per protocol, with a
     perf profile of where it went; perf_analyzer's p50 at 1 client; MobileNetV2 with batching
-    against its in-process limit. Goals G16-G19 with pass/miss. About 5 minutes; writes
+    against its in-process limit; with --baseline, the same for another checkout's server in
+    the same run. Goals G16-G19 with pass/miss. About 5 minutes (9 with a baseline); writes
     OUT/frontend.json and frontend.md."""
     quiet_tensorflow()
     from bench.frontend import FrontendSpec, run_frontend
     from bench.render import goal_lines, render_frontend
 
-    if rest_model_call not in ("run", "run_inline"):
-        stderr.print(f"[red]error:[/] --rest-model-call {rest_model_call!r}: run or run_inline")
+    if baseline_rest_model_call not in ("run", "run_inline"):
+        stderr.print(
+            f"[red]error:[/] --baseline-rest-model-call {baseline_rest_model_call!r}: "
+            "expected run or run_inline"
+        )
         raise typer.Exit(2)
     with tempfile.TemporaryDirectory(prefix="graphserve-frontend-") as tmp:
         where = Path(tmp)
         spec = FrontendSpec.quick(where) if quick else FrontendSpec(where)
-        spec.server_code = server_code.resolve() if server_code else None
-        spec.rest_model_call = rest_model_call
+        spec.baseline = baseline.resolve() if baseline else None
+        spec.baseline_rest_model_call = baseline_rest_model_call
         try:
             results = run_frontend(spec, say=progress)
         except (RuntimeError, OSError, ValueError) as exc:

@@ -14,9 +14,15 @@ For the mlp at batch 1, no batching, `graphserve serve graph` in a child process
     front end         the server's CPU per request minus the model's CPU per call in process,
                       the model called as that protocol's front end calls it
     idle              the server's CPU with no request at all, in cores: nothing spins
-    profile           `perf record` of the server over one more window per protocol: its CPU
-                      by shared object (kernel, Python, gRPC's core, TensorFlow, protobuf,
-                      numpy, the C and C++ libraries), as µs per request; skipped without perf
+    grpcio's floor    a bare `grpc.server` in a process of its own, as many threads as the graph
+                      server's, answering every Predict with the graph server's own answer bytes
+                      (no parsing, no Python of ours): what grpcio's threaded server costs a
+                      request here before any serving code runs, the floor of the gRPC figure
+    profile           `perf record` of the server over one more window per protocol: the share
+                      of its CPU samples by shared object (kernel, Python, gRPC's core,
+                      TensorFlow, protobuf, numpy, the C and C++ libraries), shown as µs of the
+                      CPU per request measured without perf (Debian's linux-perf, installed as
+                      root on first use)
 
 Measured against the model in the same run, the figure does not move with the machine's phase
 the way a CPU time taken alone does: the MLP's in-process limit here was 25,000 rows/s in one
@@ -33,12 +39,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -75,12 +80,15 @@ class FrontendSpec:
     profile: bool = True
     mobilenet: bool = True
     mobilenet_quick: bool = False  # bench.peers' quick ladder (tests)
-    # The server from another checkout of graphserve (its root; `python -m graphserve` run from
-    # there), e.g. the code before a change, to publish its figures beside today's.
+    # The server's code: None, this checkout; else another checkout of graphserve (its root;
+    # `python -m graphserve` is run from there).
     server_code: Path | None = None
-    # How that server's REST front end calls the model: run_inline (on its event loop, today)
-    # or run (on a worker thread, before issue 42). gRPC calls `run`.
+    # How the server's REST front end calls the model: run_inline (on its event loop, today) or
+    # run (on a worker thread, before issue 42). gRPC calls `run`.
     rest_model_call: str = "run_inline"
+    # A second server, e.g. the code before a change, measured in the same run (`baseline`).
+    baseline: Path | None = None
+    baseline_rest_model_call: str = "run"
 
     @classmethod
     def quick(cls, work_dir: Path) -> FrontendSpec:
@@ -91,16 +99,17 @@ class FrontendSpec:
 
 
 def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, Any]:
-    """The mlp's figures (and MobileNet's with `spec.mobilenet`), as results.json's
-    `frontend`."""
+    """The mlp's figures (and MobileNet's with `spec.mobilenet`) for this checkout's server,
+    and with `spec.baseline` the same for that checkout's, measured in the same run: their
+    windows alternate, one server paused (SIGSTOP) while the other is measured."""
     from bench.goals import FRONTEND_GOALS, evaluate
     from bench.peers.run import _inputs
-    from bench.peers.servers import start_graphserve
     from graphserve.exporter.api import ExportSpec, export_model
     from graphserve.loadtest.comparison.run import environment
+    from graphserve.loadtest.generator.payloads import grpc_request_bytes
 
     started = time.perf_counter()
-    base = spec.work_dir / "frontend"
+    base = (spec.work_dir / "frontend").resolve()
     say("front end: exporting examples:mlp")
     export_model(ExportSpec("examples:mlp", "mlp", base_path=base / "models", overwrite=True))
     model_base = base / "models" / "mlp"
@@ -109,71 +118,179 @@ def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, An
     say("front end: the model's CPU per call in process")
     model = model_cpu_per_call(version_dir, inputs, spec.in_process_calls)
     (base / "logs").mkdir(parents=True, exist_ok=True)
-    with _running_from(spec.server_code):
-        served = start_graphserve(
-            model_base.resolve(), "mlp", inputs, False, base.resolve() / "logs"
-        )
+    codes = {"now": (spec.server_code, spec.rest_model_call)}
+    if spec.baseline is not None:
+        codes["baseline"] = (spec.baseline, spec.baseline_rest_model_call)
+    servers = {name: _Server.start(name, code, call, model_base, inputs, base)
+               for name, (code, call) in codes.items()}  # fmt: skip
+    live = [server.served for server in servers.values()]
     try:
-        targets = {t.route.protocol: t for t in served.targets}
-        for target in targets.values():  # warm: the first requests pick the REST path
-            closed_loop_warm(target.make_call, spec)
-        before = _tree_cpu(served.pid)
-        time.sleep(1.0)
-        idle = _tree_cpu(served.pid) - before
-        windows: dict[str, list[dict[str, Any]]] = {p: [] for p in PROTOCOLS}
-        for round_ in range(spec.rounds):
-            order = PROTOCOLS if round_ % 2 == 0 else PROTOCOLS[::-1]
-            for protocol in order:
-                say(f"front end: {protocol}, {spec.clients} clients, round {round_ + 1}")
-                windows[protocol].append(_window(targets[protocol].make_call, served.pid, spec))
-        say("front end: perf_analyzer, 1 client, gRPC")
-        reference = _perf_analyzer(served.info["grpc_address"], inputs, spec)
-        profiles: dict[str, Any] = {}
-        if spec.profile:
+        arms: dict[str, tuple[Callable[[], Callable[[], object]], Any]] = {}
+        for server in servers.values():
+            with _alone(server.served, live):
+                server.warm(spec)
             for protocol in PROTOCOLS:
-                say(f"front end: perf record, {protocol}")
-                profiles[protocol] = _profile(targets[protocol].make_call, served.pid, spec)
+                arms[f"{server.name}/{protocol}"] = (server.targets[protocol].make_call, server)
+        windows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
+        windows["grpcio"] = []
+        with _alone(servers["now"].served, live):
+            answer = servers["now"].targets["grpc"].make_call()()  # type: ignore[operator]
+        request = grpc_request_bytes(inputs, "mlp")
+        with _bare_grpc(answer, request, base) as (bare_pid, bare_call):
+            order = [*arms, "grpcio"]
+            for round_ in range(spec.rounds):
+                for arm in order if round_ % 2 == 0 else order[::-1]:
+                    say(f"front end: {arm}, {spec.clients} clients, round {round_ + 1}")
+                    if arm == "grpcio":
+                        with _alone(None, live):
+                            windows[arm].append(_window(bare_call, bare_pid, spec))
+                        continue
+                    make_call, server = arms[arm]
+                    with _alone(server.served, live):
+                        windows[arm].append(_window(make_call, server.served.pid, spec))
+        for server in servers.values():
+            with _alone(server.served, live):
+                server.reference = _perf_analyzer(server.address, inputs, spec, say)
+                if spec.profile:
+                    for protocol in PROTOCOLS:
+                        say(f"front end: perf record, {server.name}/{protocol}")
+                        server.profiles[protocol] = _profile(
+                            server.targets[protocol].make_call, server.served.pid, spec
+                        )
     finally:
-        served.stop()
+        for server in servers.values():
+            _resume(server.served)
+            server.served.stop()
     out: dict[str, Any] = {
         "environment": environment().to_json(),
         "model": "mlp",
         "clients": spec.clients,
         "window_s": spec.window_s,
         "rounds": spec.rounds,
-        "idle_cores": idle,
-        "server_code": _commit(spec.server_code),
         "model_cpu_us": model,
-        "perf_analyzer": reference,
-        "protocols": {},
+        "grpcio_floor": {
+            "windows": windows["grpcio"],
+            "server_cpu_us": median(w["cpu_us_per_request"] for w in windows["grpcio"]),
+            "rps": median(w["rps"] for w in windows["grpcio"]),
+        },
+        **servers["now"].figures(windows, model),
     }
-    for protocol in PROTOCOLS:
-        per_request = [w["cpu_us_per_request"] for w in windows[protocol]]
-        server = median(per_request)
-        call = spec.rest_model_call if protocol == "rest" else "run"
-        own = model["inline" if call == "run_inline" else "pool"]
-        out["protocols"][protocol] = {
-            "windows": windows[protocol],
-            "server_cpu_us": server,
-            "model_cpu_us": own,
-            "model_call": call,
-            "front_end_cpu_us": server - own,
-            "rps": median(w["rps"] for w in windows[protocol]),
-            "p50_ms": median(w["p50_ms"] for w in windows[protocol]),
-            "profile": profiles.get(protocol) or {"not_measured": _why_no_profile(spec)},
-        }
+    if "baseline" in servers:
+        out["baseline"] = servers["baseline"].figures(windows, model)
     if spec.mobilenet:
-        with _running_from(spec.server_code):
-            out["mobilenet"] = mobilenet_batching(
-                spec.work_dir.resolve(), say, quick=spec.mobilenet_quick
-            )
+        for name, (code, _) in codes.items():
+            with _running_from(code):
+                mobilenet = mobilenet_batching(base / name, say, quick=spec.mobilenet_quick)
+            (out if name == "now" else out["baseline"])["mobilenet"] = mobilenet
     out["seconds"] = time.perf_counter() - started
     out["goals"] = [g.to_json() for g in evaluate(out, FRONTEND_GOALS)]
     return out
 
 
+@dataclass
+class _Server:
+    """One graph server of the run: this checkout's ("now") or the baseline's."""
+
+    name: str
+    code: Path | None
+    rest_model_call: str
+    served: Any  # bench.peers.servers.Served
+    idle_cores: float = 0.0
+    reference: dict[str, Any] = field(default_factory=dict)
+    profiles: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        code: Path | None,
+        rest_model_call: str,
+        model_base: Path,
+        inputs: Mapping[str, np.ndarray],
+        base: Path,
+    ) -> _Server:
+        from bench.peers.run import _pause
+        from bench.peers.servers import start_graphserve
+
+        logs = base / "logs" / name
+        logs.mkdir(parents=True, exist_ok=True)
+        with _running_from(code):
+            served = start_graphserve(model_base, "mlp", dict(inputs), False, logs)
+        _pause(served)  # the next starts alone; each runs only while measured
+        return cls(name, code, rest_model_call, served)
+
+    @property
+    def targets(self) -> dict[str, Any]:
+        return {t.route.protocol: t for t in self.served.targets}
+
+    @property
+    def address(self) -> str:
+        return str(self.served.info["grpc_address"])
+
+    def warm(self, spec: FrontendSpec) -> None:
+        """A warm-up per protocol (the first REST requests pick its path), then a second with
+        no request: its idle CPU."""
+        from bench.clients import closed_loop
+        from bench.peers.servers import tree_cpu_s
+
+        for target in self.targets.values():
+            closed_loop(target.make_call, clients=spec.clients, seconds=spec.warmup_s)
+        before = tree_cpu_s(self.served.pid)
+        time.sleep(1.0)
+        self.idle_cores = tree_cpu_s(self.served.pid) - before
+
+    def figures(
+        self, windows: Mapping[str, list[dict[str, Any]]], model: Mapping[str, float]
+    ) -> dict[str, Any]:
+        protocols = {}
+        for protocol in PROTOCOLS:
+            mine = windows[f"{self.name}/{protocol}"]
+            server = median(w["cpu_us_per_request"] for w in mine)
+            call = self.rest_model_call if protocol == "rest" else "run"
+            own = model["inline" if call == "run_inline" else "pool"]
+            protocols[protocol] = {
+                "windows": mine,
+                "server_cpu_us": server,
+                "model_cpu_us": own,
+                "model_call": call,
+                "front_end_cpu_us": server - own,
+                "rps": median(w["rps"] for w in mine),
+                "p50_ms": median(w["p50_ms"] for w in mine),
+                "profile": self.profiles.get(protocol) or {"not_measured": "not asked for"},
+            }
+        return {
+            "server_code": _commit(self.code),
+            "idle_cores": self.idle_cores,
+            "perf_analyzer": self.reference,
+            "protocols": protocols,
+        }
+
+
+@contextlib.contextmanager
+def _alone(served: Any, live: Sequence[Any]) -> Iterator[None]:
+    """Only `served` (None: none of `live`) runs until the block ends: the others paused."""
+    from bench.peers.run import _pause, _resume
+
+    for other in live:
+        if other is not served:
+            _pause(other)
+    if served is not None:
+        _resume(served)
+    try:
+        yield
+    finally:
+        if served is not None:
+            _pause(served)
+
+
+def _resume(served: Any) -> None:
+    from bench.peers.run import _resume as resume
+
+    resume(served)
+
+
 def _perf_analyzer(
-    address: object, inputs: Mapping[str, np.ndarray], spec: FrontendSpec
+    address: str, inputs: Mapping[str, np.ndarray], spec: FrontendSpec, say: Say
 ) -> dict[str, Any]:
     """Triton's perf_analyzer at 1 client over gRPC (TF Serving's API), the field's
     reference for the p50 a client sees."""
@@ -184,9 +301,10 @@ def _perf_analyzer(
         tool = perf_analyzer()
     except ToolMissing as exc:
         return {"not_measured": str(exc)}
+    say(f"front end: perf_analyzer, 1 client, gRPC, {address}")
     shapes = [f"{k}:{','.join(map(str, v.shape))}" for k, v in inputs.items()]
     window_ms = int(spec.window_s * 1000)
-    point = perf_analyzer_point(tool, str(address), "mlp", shapes, 1, window_ms=window_ms)
+    point = perf_analyzer_point(tool, address, "mlp", shapes, 1, window_ms=window_ms)
     return {
         "version": tool.version,
         "window_ms": window_ms,
@@ -195,6 +313,49 @@ def _perf_analyzer(
         "requests_per_s": point.requests_per_s,
         "note": point.note,
     }
+
+
+# A bare grpcio server: every Predict answered with the bytes in argv[1]'s file, by as many
+# threads as argv[2]; it prints its port.
+_BARE_GRPC = """
+import sys
+from concurrent import futures
+import grpc
+answer = open(sys.argv[1], "rb").read()
+server = grpc.server(futures.ThreadPoolExecutor(int(sys.argv[2])))
+method = grpc.unary_unary_rpc_method_handler(lambda request, context: answer)
+server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+    "tensorflow.serving.PredictionService", {"Predict": method}),))
+print(server.add_insecure_port("127.0.0.1:0"), flush=True)
+server.start()
+server.wait_for_termination()
+"""
+
+
+@contextlib.contextmanager
+def _bare_grpc(
+    answer: bytes, request: bytes, where: Path
+) -> Iterator[tuple[int, Callable[[], Callable[[], object]]]]:
+    """grpcio's floor: a bare server answering `answer`; its pid, and callers sending
+    `request`."""
+    import sys
+
+    from bench.clients import grpc_caller
+    from graphserve.core.defaults import DEFAULT_GRPC_WORKERS
+
+    path = where / "answer.bin"
+    path.write_bytes(answer)
+    process = subprocess.Popen(
+        [sys.executable, "-c", _BARE_GRPC, str(path), str(DEFAULT_GRPC_WORKERS)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        yield process.pid, lambda: grpc_caller(f"127.0.0.1:{port}", request)
+    finally:
+        process.kill()
+        process.wait()
 
 
 @contextlib.contextmanager
@@ -219,18 +380,6 @@ def _commit(root: Path | None) -> str:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     return described.stdout.strip() or "unknown"
-
-
-def closed_loop_warm(make_call: Callable[[], Callable[[], object]], spec: FrontendSpec) -> None:
-    from bench.clients import closed_loop
-
-    closed_loop(make_call, clients=spec.clients, seconds=spec.warmup_s)
-
-
-def _tree_cpu(pid: int) -> float:
-    from bench.peers.servers import tree_cpu_s
-
-    return tree_cpu_s(pid)
 
 
 def _window(
@@ -285,21 +434,17 @@ def model_cpu_per_call(
 # where the CPU went: perf
 
 
-def _why_no_profile(spec: FrontendSpec) -> str:
-    if not spec.profile:
-        return "not asked for"
-    return "perf is not installed (Debian: apt-get install linux-perf)"
-
-
 def _profile(
     make_call: Callable[[], Callable[[], object]], pid: int, spec: FrontendSpec
-) -> dict[str, Any] | None:
-    """`perf record` of `pid` over one window: its CPU by library, as µs per request. perf's
-    own cost inflates the window's CPU, so the shares are applied to the CPU per request of
-    the same window."""
-    perf = shutil.which("perf")
-    if perf is None:
-        return None
+) -> dict[str, Any]:
+    """`perf record` of `pid` over one window: the share of its CPU samples by library."""
+    from bench.tools import ToolMissing
+    from bench.tools import perf as install_perf
+
+    try:
+        perf = str(install_perf())
+    except ToolMissing as exc:
+        return {"not_measured": str(exc)}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "perf.data"
         recorder = subprocess.Popen(
@@ -317,12 +462,9 @@ def _profile(
     shares = profile_by_library(report.stdout)
     if not shares:
         return {"not_measured": f"perf report gave no samples: {report.stderr.strip()[:300]}"}
-    per_request = window["cpu_us_per_request"]
-    return {
-        "cpu_us_per_request": per_request,
-        "shares": shares,
-        "us_per_request": {name: share * per_request for name, share in shares.items()},
-    }
+    # perf's own cost inflates this window's CPU: the page applies the shares to the CPU per
+    # request measured without perf.
+    return {"cpu_us_per_request_under_perf": window["cpu_us_per_request"], "shares": shares}
 
 
 _DSO_LINE = re.compile(r"^\s*([\d.]+)%\s+(\S.*?)\s*$")

@@ -128,8 +128,8 @@ def _frontend_goals(results: Results) -> list[dict[str, Any]]:
     return [g.to_json() for g in evaluate(results, FRONTEND_GOALS)]
 
 
-# The server as it was before issue 42, measured by today's benchmark: a checkout of that
-# commit, e.g. `git worktree add /tmp/graphserve-before eb7fdb9`.
+# The server as it was before issue 42, measured by today's benchmark beside today's server in
+# one run: a checkout of that commit, e.g. `git worktree add /tmp/graphserve-before eb7fdb9`.
 BEFORE_42 = "/tmp/graphserve-before"
 
 
@@ -156,8 +156,8 @@ PUBLISHED: tuple[Published, ...] = (
     Published("results", (), _suite_md, _suite_goals),
     Published("frontend", ("frontend",), _frontend_md, _frontend_goals),
     Published(
-        "frontend-before",
-        ("frontend", "--name", "before", "--server-code", BEFORE_42, "--rest-model-call", "run"),
+        "frontend-42",
+        ("frontend", "--name", "42", "--baseline", BEFORE_42),
         _frontend_md,
         _frontend_goals,
         f"a checkout of eb7fdb9 at {BEFORE_42} (git worktree add {BEFORE_42} eb7fdb9)",
@@ -222,7 +222,7 @@ def run_figures(
     for item in PUBLISHED:
         if item.name in skip:
             continue
-        if item.name == "frontend-before" and not Path(BEFORE_42).is_dir():
+        if item.name == "frontend-42" and not Path(BEFORE_42).is_dir():
             say(f"{item.name}: skipped, it needs {item.needs}")
             continue
         command = [sys.executable, "-m", "bench", *item.command, "--out", str(RESULTS)]

@@ -106,94 +106,140 @@ def render_markdown(results: dict[str, Any]) -> str:
 def render_frontend(results: dict[str, Any]) -> str:
     """bench/results/frontend.md: the goals, then the figures."""
     title = "graphserve's front end: the server's own cost per request"
-    code = results.get("server_code")
-    lines = _head(title + (f" (server at {code})" if code else ""), results)
+    lines = _head(title, results)
     return "\n".join(lines + frontend_lines(results)) + "\n"
 
 
+_PROTOCOL_NAMES = {"grpc": "gRPC", "rest": "REST"}
+
+
 def frontend_lines(frontend: dict[str, Any]) -> list[str]:
-    """The front end's cost (bench/frontend.py): per protocol, the server's CPU per request,
-    the model's in process, the difference; where it went; MobileNet against its limit."""
-    protocols = frontend["protocols"]
-    names = {"grpc": "gRPC", "rest": "REST"}
+    """The front end's cost (bench/frontend.py): per server and protocol, the server's CPU per
+    request, the model's in process, the difference; where it went; MobileNet against its
+    limit. A baseline's rows follow this checkout's, from the same run."""
+    servers = {f"now, {frontend['server_code']}": frontend}
+    if frontend.get("baseline"):
+        servers[f"baseline, {frontend['baseline']['server_code']}"] = frontend["baseline"]
+    idle = "; ".join(f"{name} {s['idle_cores']:.3f} cores" for name, s in servers.items())
     lines = [
         "",
         "## The front end's cost (bench/frontend.py)",
         "",
         f"`graphserve serve graph` on the {frontend['model']} (b1, no batching) in a process of "
         f"its own, {frontend['clients']} closed-loop clients in the benchmark's process, "
-        f"{frontend['rounds']} windows of {frontend['window_s']:g} s per protocol in alternating "
-        "order (the medians). Server CPU: its process tree's user + system time over a window "
-        "(/proc) per request answered. The model: the same Session called back to back from one "
-        "thread in the benchmark's process, as that protocol's front end calls it. Front end = "
-        "server - model. With no request at all the server used "
-        f"{frontend['idle_cores']:.3f} cores.",
+        f"{frontend['rounds']} windows of {frontend['window_s']:g} s per server and protocol in "
+        "alternating order, every other server paused (the medians). Server CPU: its process "
+        "tree's user + system time over a window (/proc) per request answered. The model: the "
+        "same Session called back to back from one thread in the benchmark's process, as that "
+        "protocol's front end calls it. Front end = server - model. With no request at all: "
+        f"{idle}.",
         "",
     ]
-    lines += _table(
-        ["protocol", "server CPU µs/req (windows)", "model µs/call in process",
-         "front end µs/req", "req/s", "p50 (ms)"],
-        (
-            [
-                names[key],
+    rows = []
+    for name, server in servers.items():
+        for key, p in server["protocols"].items():
+            rows.append([
+                name, _PROTOCOL_NAMES[key],
                 f"{p['server_cpu_us']:.0f} ("
                 + "/".join(f"{w['cpu_us_per_request']:.0f}" for w in p["windows"]) + ")",
                 f"{p['model_cpu_us']:.0f} ({p['model_call']})",
                 f"**{p['front_end_cpu_us']:.0f}**",
                 f"{p['rps']:,.0f}",
                 f"{p['p50_ms']:.2f}",
-            ]
-            for key, p in protocols.items()
-        ),
-        "lrrrrr",
+            ])  # fmt: skip
+    lines += _table(
+        ["server", "protocol", "server CPU µs/req (windows)", "model µs/call in process",
+         "front end µs/req", "req/s", "p50 (ms)"],
+        rows,
+        "llrrrrr",
     )  # fmt: skip
-    profiles = {k: p["profile"] for k, p in protocols.items()}
-    measured = {k: v for k, v in profiles.items() if "us_per_request" in v}
-    lines += ["", "Where the server's CPU went, µs per request (`perf record -p` over one more "
-              "window per protocol, samples by shared object; perf's own cost is left out by "
-              "applying the shares to that window's CPU per request):", ""]  # fmt: skip
-    if not measured:
-        reasons = {v.get("not_measured", "") for v in profiles.values()}
+    floor = frontend["grpcio_floor"]
+    lines += [
+        "",
+        "grpcio's own floor: a bare `grpc.server` with as many threads, answering every Predict "
+        "with the graph server's answer bytes (no parsing, no serving code), used "
+        f"{floor['server_cpu_us']:.0f} µs of CPU per request ("
+        + "/".join(f"{w['cpu_us_per_request']:.0f}" for w in floor["windows"])
+        + f"), {floor['rps']:,.0f} req/s, in the same rounds.",
+        "",
+        "perf_analyzer (gRPC, 1 client): "
+        + "; ".join(_perf_analyzer_text(name, s["perf_analyzer"]) for name, s in servers.items())
+        + ".",
+    ]
+    lines += _profile_lines(servers)
+    lines += _mobilenet_lines(servers)
+    return lines
+
+
+def _perf_analyzer_text(name: str, point: dict[str, Any]) -> str:
+    if "not_measured" in point:
+        return f"{name} not measured ({point['not_measured']})"
+    return f"{name} p50 {point['p50_ms']:.3f} ms, p99 {point['p99_ms']:.3f} ms"
+
+
+def _profile_lines(servers: dict[str, dict[str, Any]]) -> list[str]:
+    """Where the CPU went: each profile's shares applied to the CPU measured without perf."""
+    columns = [
+        (f"{_PROTOCOL_NAMES[key]} ({name.split(',')[0]})" if len(servers) > 1
+         else _PROTOCOL_NAMES[key], p["profile"]["shares"], p["server_cpu_us"])
+        for name, server in servers.items()
+        for key, p in server["protocols"].items()
+        if "shares" in p["profile"]
+    ]  # fmt: skip
+    lines = ["", "Where the server's CPU went, µs per request: the share of its samples by "
+             "shared object (`perf record -p` over one more window per server and protocol) of "
+             "the CPU per request measured without perf above:", ""]  # fmt: skip
+    if not columns:
+        reasons = {
+            p["profile"].get("not_measured", "")
+            for server in servers.values()
+            for p in server["protocols"].values()
+        }
         return [*lines, f"Not measured: {'; '.join(sorted(reasons))}."]
     libraries: list[str] = []
-    for profile in measured.values():
-        libraries += [name for name in profile["us_per_request"] if name not in libraries]
-    lines += _table(
-        ["library", *(names[k] for k in measured)],
+    for _, shares, _ in columns:
+        libraries += [name for name in shares if name not in libraries]
+    return lines + _table(
+        ["library", *(title for title, _, _ in columns)],
         (
-            [name, *(f"{p['us_per_request'].get(name, 0.0):.0f} "
-                     f"({p['shares'].get(name, 0.0):.0%})" for p in measured.values())]
-            for name in libraries
+            [library, *(f"{shares.get(library, 0.0) * cpu:.0f} ({shares.get(library, 0.0):.0%})"
+                        for _, shares, cpu in columns)]
+            for library in libraries
         ),
-        "l" + "r" * len(measured),
+        "l" + "r" * len(columns),
     )  # fmt: skip
-    mobilenet = frontend.get("mobilenet")
-    if mobilenet:
-        limit = mobilenet["limit"]
-        lines += [
-            "",
-            "MobileNetV2 (alpha 0.35, 96 px) with batching (`make bench-peers`' measure, "
-            "graphserve alone): the most req/s with p99 within "
-            f"{mobilenet['budget_ms']:g} ms, against the SavedModel's in-process limit at the "
-            f"batch size the server formed ({limit['rows_per_s']:,.0f} rows/s).",
-            "",
-        ]
-        lines += _table(
-            ["route", "most req/s (clients)", "rows per batch, 16 clients", "× limit",
-             "server CPU µs/req, 16 clients"],
-            (
-                [
-                    names[key],
-                    f"{r['max_rps']:,.0f} ({r['max_rps_clients']})" if r["max_rps"] else _DASH,
-                    f"{r['mean_batch_16']:.1f}" if r["mean_batch_16"] else _DASH,
-                    _x(r["fraction_of_limit"]),
-                    f"{r['cpu_us_per_request_16']:,.0f}" if r["cpu_us_per_request_16"] else _DASH,
-                ]
-                for key, r in mobilenet["routes"].items()
-            ),
-            "lrrrr",
-        )  # fmt: skip
-    return lines
+
+
+def _mobilenet_lines(servers: dict[str, dict[str, Any]]) -> list[str]:
+    measured = {name: s["mobilenet"] for name, s in servers.items() if s.get("mobilenet")}
+    if not measured:
+        return []
+    first = next(iter(measured.values()))
+    lines = [
+        "",
+        "MobileNetV2 (alpha 0.35, 96 px) with batching (`make bench-peers`' measure, each "
+        "server alone): the most req/s with p99 within "
+        f"{first['budget_ms']:g} ms, against the SavedModel's in-process limit at the batch "
+        "size the server formed, measured in the same run as that server's figures.",
+        "",
+    ]
+    rows = []
+    for name, mobilenet in measured.items():
+        for key, r in mobilenet["routes"].items():
+            rows.append([
+                name, _PROTOCOL_NAMES[key],
+                f"{r['max_rps']:,.0f} ({r['max_rps_clients']})" if r["max_rps"] else _DASH,
+                f"{r['mean_batch_16']:.1f}" if r["mean_batch_16"] else _DASH,
+                f"{mobilenet['limit']['rows_per_s']:,.0f}",
+                _x(r["fraction_of_limit"]),
+                f"{r['cpu_us_per_request_16']:,.0f}" if r["cpu_us_per_request_16"] else _DASH,
+            ])  # fmt: skip
+    return lines + _table(
+        ["server", "route", "most req/s (clients)", "rows per batch, 16 clients",
+         "limit rows/s", "× limit", "server CPU µs/req, 16 clients"],
+        rows,
+        "llrrrrr",
+    )  # fmt: skip
 
 
 def _in_process(suite: dict[str, Any]) -> list[str]:

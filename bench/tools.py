@@ -22,7 +22,15 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["TRITONCLIENT", "Tool", "ToolMissing", "debian_library", "perf_analyzer", "wrk"]
+__all__ = [
+    "TRITONCLIENT",
+    "Tool",
+    "ToolMissing",
+    "debian_library",
+    "perf",
+    "perf_analyzer",
+    "wrk",
+]
 
 # Not the `perf-analyzer` package (2.58 to 2.60), which carries the binary too and needs neither
 # libb64 nor libcudart: its wheels are manylinux_2_38 and the binary needs GLIBC_2.38 and
@@ -112,6 +120,17 @@ def perf_analyzer(root: Path | None = None) -> Tool:
     if not cudart:
         raise ToolMissing(f"no libcudart.so.12 under {root} (the {_CUDA_RUNTIME} wheel)")
     return Tool("perf_analyzer", TRITONCLIENT, program, {"LD_LIBRARY_PATH": str(cudart[0])})
+
+
+def perf() -> Path:
+    """Linux's perf (Debian's linux-perf), installed as root on first use: the profiler of
+    `python -m bench frontend`. Raises ToolMissing when it cannot be."""
+    if shutil.which("perf") is None:
+        _apt("linux-perf", "the front end's profile is perf's")
+    program = shutil.which("perf")
+    if program is None:
+        raise ToolMissing("perf is not on PATH after installing linux-perf")
+    return Path(program)
 
 
 def wrk() -> Tool:

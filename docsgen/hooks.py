@@ -42,6 +42,8 @@ BENCH_PAGES = {
     "families.md": "families.md",
     "many.md": "many.md",
     "tls.md": "tls.md",
+    "frontend.md": "frontend.md",
+    "frontend-42.md": "frontend-42.md",
 }
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -187,3 +188,55 @@ def test_a_perf_report_is_grouped_by_library() -> None:
         assert shares[expected] > 0.02, shares
     assert sum(shares.values()) == pytest.approx(1.0, abs=0.01)
     assert list(shares.values()) == sorted(shares.values(), reverse=True)
+
+
+@pytest.fixture(scope="module")
+def frontend(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """A quick `python -m bench frontend` run: real servers, real load, seconds long."""
+    from bench.frontend import FrontendSpec, run_frontend
+
+    return run_frontend(FrontendSpec.quick(tmp_path_factory.mktemp("bench-frontend")))
+
+
+def test_the_front_end_is_the_server_minus_the_model_as_each_protocol_calls_it(
+    frontend: dict[str, Any],
+) -> None:
+    model = frontend["model_cpu_us"]
+    assert model["pool"] > 0 and model["inline"] > 0
+    for protocol, call in (("grpc", "run"), ("rest", "run_inline")):
+        figures = frontend["protocols"][protocol]
+        assert figures["model_call"] == call
+        assert figures["model_cpu_us"] == model["inline" if call == "run_inline" else "pool"]
+        assert figures["front_end_cpu_us"] == pytest.approx(
+            figures["server_cpu_us"] - figures["model_cpu_us"]
+        )
+        for window in figures["windows"]:
+            assert window["requests"] > 0 and window["cpu_us_per_request"] > 0
+    assert frontend["grpcio_floor"]["server_cpu_us"] > 0
+    assert "baseline" not in frontend
+
+
+def test_every_front_end_goal_is_measured(frontend: dict[str, Any]) -> None:
+    from bench.goals import FRONTEND_GOALS
+
+    goals = {g["key"]: g for g in frontend["goals"]}
+    assert list(goals) == [g.key for g in FRONTEND_GOALS]
+    for goal in goals.values():
+        assert goal["value"] is not None and goal["value"] > 0, goal
+        assert "not measured" not in goal["detail"]
+    assert goals["G16a"]["value"] == frontend["protocols"]["grpc"]["front_end_cpu_us"]
+    assert goals["G17b"]["value"] == frontend["protocols"]["rest"]["server_cpu_us"]
+    assert goals["G18"]["value"] == frontend["perf_analyzer"]["p50_ms"]
+    routes = frontend["mobilenet"]["routes"]
+    assert set(routes) == {"grpc", "rest"}
+    assert goals["G19a"]["value"] == routes["grpc"]["fraction_of_limit"]
+
+
+def test_the_front_end_page_renders_every_part(frontend: dict[str, Any]) -> None:
+    from bench.render import render_frontend
+
+    page = render_frontend(frontend)
+    for part in ("## Goals", "## The front end's cost", "grpcio's own floor",
+                 "perf_analyzer (gRPC, 1 client)", "Where the server's CPU went",
+                 "MobileNetV2"):  # fmt: skip
+        assert part in page

@@ -44,7 +44,7 @@ def test_the_harness_measures_graphserve_and_the_limit(
     if batched["mean_batch_16"] is not None:  # 16 clients reached within the budget
         assert 1.0 <= batched["mean_batch_16"] <= 16.0
     assert m["limit"]["rows_per_s"] > 0
-    assert {p["method"] for p in m["limit_points"]} == {"function", "session"}
+    assert {p["method"] for p in m["limit_points"]} == {"function", "session", "session-1"}
     for server in m["servers"].values():
         assert server["startup_s"] > 0 and server["memory_after_warmup"]["rss_mb"] > 50
         assert Path(server["log"]).is_absolute() and Path(server["log"]).exists()

@@ -2,18 +2,25 @@
 same cores, at the batch sizes servers form. The most rows per second any server could answer
 here; every served figure is also given as a fraction of it.
 
-Two ways to call it, the better of them is the limit: the signature function as TensorFlow 2
-loads it (`tf.saved_model.load(...).signatures[...]`, what a Python peer's handler calls), and
-the signature's graph in a Session through a callable made once (`Session.make_callable`, the
-C++ Session::Run TF Serving and graphserve's graph server use: no Python per op, no structure
-flattening). At each batch size each runs back to back from one thread and from one thread per
-core (TensorFlow releases the GIL while it runs, so two callers overlap one call's Python with
-the other's kernels).
+Three ways to call it, the best of them is the limit: the signature function as TensorFlow 2
+loads it (`tf.saved_model.load(...).signatures[...]`, what a Python peer's handler calls); the
+signature's graph in a Session through a callable made once (`Session.make_callable`, the C++
+Session::Run TF Serving and graphserve's graph server use: no Python per op, no structure
+flattening); and that Session with thread pools of one thread ("session-1"), so that calls on
+several threads share the cores out instead of each handing its ops across all of them. At each
+batch size each runs back to back from one thread and from one thread per core (TensorFlow
+releases the GIL while it runs, so two callers overlap one call's Python with the other's
+kernels).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +36,7 @@ __all__ = ["LimitPoint", "in_process_limit", "limit_at"]
 
 @dataclass(frozen=True)
 class LimitPoint(JsonResult):
-    method: str  # "function" or "session"
+    method: str  # "function", "session" or "session-1" (one-thread pools)
     batch_size: int
     threads: int
     calls_per_s: float
@@ -64,15 +71,63 @@ def in_process_limit(
             for threads in sorted({1, os.cpu_count() or 1}):
                 rate = _calls_per_s(call, threads, seconds)
                 points.append(LimitPoint(method, batch, threads, rate, rate * batch))
-    return points
+    return points + _one_thread_pools(model_dir, inputs, batch_sizes, seconds, warmup)
 
 
-def _session_callable(model_dir: Path, names: list[str]) -> Callable[..., object]:
-    """`serving_default` as a Session callable taking the inputs in `names`' order."""
+def _one_thread_pools(
+    model_dir: Path,
+    inputs: dict[str, np.ndarray],
+    batch_sizes: Sequence[int],
+    seconds: float,
+    warmup: int,
+) -> list[LimitPoint]:
+    """The "session-1" points, measured in a process of their own: TensorFlow sizes its pools
+    once per process, at its first op."""
+    with tempfile.TemporaryDirectory() as tmp:
+        feed = Path(tmp) / "inputs.npz"
+        np.savez(feed, **inputs)  # type: ignore[arg-type]
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.peers.limit", str(model_dir), str(feed),
+             ",".join(map(str, batch_sizes)), str(seconds), str(warmup)],
+            capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"the one-thread-pool limit failed: {done.stderr[-800:]}")
+    return [LimitPoint(**point) for point in json.loads(done.stdout.splitlines()[-1])]
+
+
+def _main(model_dir: str, feed: str, sizes: str, seconds: str, warmup: str) -> None:
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    with np.load(feed) as loaded:
+        inputs = {name: loaded[name] for name in loaded.files}
+    session = _session_callable(Path(model_dir), list(inputs), pool_threads=1)
+    points = []
+    for batch in map(int, sizes.split(",")):
+        rows = [np.repeat(a, batch, axis=0) for a in inputs.values()]
+        call = functools.partial(session, *rows)
+        for _ in range(int(warmup)):
+            call()
+        for threads in sorted({1, os.cpu_count() or 1}):
+            rate = _calls_per_s(call, threads, float(seconds))
+            points.append(LimitPoint("session-1", batch, threads, rate, rate * batch).to_json())
+    print(json.dumps(points))
+
+
+def _session_callable(
+    model_dir: Path, names: list[str], pool_threads: int = 0
+) -> Callable[..., object]:
+    """`serving_default` as a Session callable taking the inputs in `names`' order; the
+    Session's intra-op and inter-op pools of `pool_threads` (0: TensorFlow's choice)."""
     import tensorflow as tf
 
     graph = tf.Graph()
-    session = tf.compat.v1.Session(graph=graph)
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=pool_threads, inter_op_parallelism_threads=pool_threads
+    )
+    session = tf.compat.v1.Session(graph=graph, config=config)
     level = tf.get_logger().level
     tf.get_logger().setLevel("ERROR")  # the TF1 loader's deprecation warning
     try:
@@ -126,3 +181,7 @@ def limit_at(points: Sequence[LimitPoint], batch_size: float) -> float:
         return best[upper]
     weight = (np.log(batch_size) - np.log(lower)) / (np.log(upper) - np.log(lower))
     return float(best[lower] + weight * (best[upper] - best[lower]))
+
+
+if __name__ == "__main__":  # the one-thread-pool points (`_one_thread_pools`)
+    _main(*sys.argv[1:6])

@@ -94,7 +94,25 @@ def build_server(config: ServeConfig) -> ModelServer:
         raise ValueError("a residency budget needs on_demand: evicted models load on demand")
     if config.on_demand and config.eager:
         raise ValueError("on_demand serves SavedModels (models), not Python sources")
-    _thread_pools(*_pool_sizes(config))
+    intra, inter = _pool_sizes(config)
+    chosen = (intra, inter) != (config.intra_op_threads, config.inter_op_threads)
+    try:
+        _thread_pools(intra, inter)
+    except RuntimeError:
+        if not chosen:
+            raise  # asked for: say they cannot be
+        # chosen for batching, in a program whose TensorFlow runs already: its pools stand
+        log.info("TensorFlow's thread pools were set up already in this process: kept")
+    else:
+        if chosen:
+            log.info(
+                "batching on %d cores: TensorFlow's thread pools sized to %d thread(s) each, "
+                "the cores shared out between the batch threads "
+                "(--tensorflow-intra-op-parallelism and --tensorflow-inter-op-parallelism size "
+                "them)",
+                len(os.sched_getaffinity(0)),
+                intra,
+            )
     options = LoadOptions(
         allow_ops=config.allow_ops,
         batching=config.batching,
@@ -166,13 +184,6 @@ def _pool_sizes(config: ServeConfig) -> tuple[int, int]:
         return intra, inter
     cores = len(os.sched_getaffinity(0))  # as TF Serving's and BatchingParameters' default
     share = max(1, cores // config.batching.num_batch_threads)
-    log.info(
-        "batching with %d batch threads on %d cores: TensorFlow's thread pools sized to %d each "
-        "(--tensorflow-intra-op-parallelism and --tensorflow-inter-op-parallelism set them)",
-        config.batching.num_batch_threads,
-        cores,
-        share,
-    )
     return share, share
 
 

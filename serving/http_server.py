@@ -60,13 +60,16 @@ from graphserve.core.defaults import (
 from graphserve.serving.deadline import Cancellation
 
 __all__ = [
+    "AWAIT",
     "DEFAULT_BODY_TIMEOUT_S",
     "DEFAULT_HEADER_TIMEOUT_S",
     "DEFAULT_IDLE_TIMEOUT_S",
     "DEFAULT_MAX_CONNECTIONS",
     "LINGER_BYTES",
     "LINGER_S",
+    "LOOP",
     "MAX_HEAD_BYTES",
+    "THREAD",
     "HttpServer",
     "Request",
     "Response",
@@ -105,7 +108,7 @@ class Request:
     headers: Mapping[str, str]
     body: bytes
     prepared: Any = None  # what the handler's `prepare` did for it on the event loop
-    here: bool = False  # served on the event loop, not handed to a thread (`Here`)
+    here: str = "thread"  # where it is served: THREAD, LOOP or AWAIT (`Here`)
 
 
 @dataclass
@@ -120,10 +123,13 @@ Handler = Callable[[Request], Response]
 # Awaited on the event loop before a request goes to a worker thread (what is awaited there holds
 # no thread); returns the request, its `prepared` filled in.
 Prepare = Callable[[Request], Awaitable[Request]]
-# Whether a request (method, target, body size) is served on the event loop it arrived on rather
-# than handed to a thread: for one that takes well under a millisecond, the hand-off (a thread
-# woken, the answer handed back) costs more than the request.
-Here = Callable[[str, str, int], bool]
+# Where a request (method, target, body size) is served: THREAD, handed to a worker thread;
+# LOOP, run on the event loop it arrived on (for one that takes well under a millisecond, the
+# hand-off, a thread woken and the answer handed back, costs more than the request); AWAIT, the
+# handler's coroutine on the loop (a request that waits for others, a batch, holds no thread).
+Here = Callable[[str, str, int], str]
+THREAD, LOOP, AWAIT = "thread", "loop", "await"
+AsyncHandler = Callable[[Request], Awaitable[Response]]
 
 
 def error_body(message: str) -> bytes:
@@ -532,7 +538,8 @@ class _Protocol(HttpToolsProtocol):
 
 class _App:
     """The ASGI application: the request, body read whole, goes to the handler on the pool, or
-    runs on the loop where `here` says so (then nothing is awaited before its answer).
+    where `here` says: the handler on the loop (nothing awaited before its answer), or the
+    async handler's coroutine on the loop.
 
     A client that closes its connection before its answer stops its request where it is: the
     handler runs in the request's `Cancellation` (graphserve.serving.deadline), which asks
@@ -543,11 +550,16 @@ class _App:
     callback per request."""
 
     def __init__(
-        self, handler: Handler, prepare: Prepare | None = None, here: Here | None = None
+        self,
+        handler: Handler,
+        prepare: Prepare | None = None,
+        here: Here | None = None,
+        handler_async: AsyncHandler | None = None,
     ) -> None:
         self.handler = handler
         self.prepare = prepare
         self.here = here
+        self.handler_async = handler_async
         self.pool: _Pool | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -567,14 +579,17 @@ class _App:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         method = scope["method"]
-        here = self.here is not None and self.here(method, target, len(body))
+        here = self.here(method, target, len(body)) if self.here is not None else THREAD
         request = Request(method, target, headers, body, here=here)
         cycle = receive.__self__  # uvicorn's RequestResponseCycle
         cancellation = Cancellation(lambda: cycle.disconnected)
         assert self.pool is not None
         try:
-            if here:
+            if here == LOOP:
                 response = self._handle(request, cancellation)
+            elif here == AWAIT and self.handler_async is not None:
+                with cancellation:
+                    response = await self.handler_async(request)
             else:
                 if self.prepare is not None:
                     request = await self.prepare(request)
@@ -608,8 +623,8 @@ async def _answer(send: Any, response: Response) -> None:
 class HttpServer:
     """`handler` served over HTTP/1.1 on host:port (0: a free port), from `start()` until
     `stop()`. The handler runs on one of up to `workers` threads (`started` of them at once, the
-    rest as load needs them), or on the event loop for a request `here` picks; everything else
-    on the event loop."""
+    rest as load needs them), or on the event loop for a request `here` picks (`handler`, or
+    the coroutine of `handler_async`); everything else on the event loop."""
 
     def __init__(
         self,
@@ -623,6 +638,7 @@ class HttpServer:
         name: str = "rest",
         prepare: Prepare | None = None,
         here: Here | None = None,
+        handler_async: AsyncHandler | None = None,
         ssl: SSLContext | None = None,
     ) -> None:
         if workers < 1:
@@ -632,7 +648,7 @@ class HttpServer:
         self.started = started
         self.name = name
         self.ssl = ssl  # HTTPS: the handshake on the loop, before the first request byte
-        self._app = _App(handler, prepare, here)
+        self._app = _App(handler, prepare, here, handler_async)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

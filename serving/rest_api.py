@@ -51,10 +51,13 @@ from graphserve.core.errors import InvalidInput, PayloadTooLarge, ServingError
 from graphserve.serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane, Prepared
 from graphserve.serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
 from graphserve.serving.http_server import (
+    AWAIT,
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
+    LOOP,
+    THREAD,
     HttpServer,
     Request,
     Response,
@@ -160,10 +163,21 @@ class RestOptions:
     strict_json_numbers: bool = False
 
 
-# A predict served on the REST event loop (`_Handler.here`): a body this small at most (a JSON
+# A predict run on the REST event loop (`_Handler.here`): a body this small at most (a JSON
 # parse well under a millisecond), and a model that ran lately in under this (seconds).
 HERE_MAX_BODY_BYTES = 64 * 1024
 HERE_MAX_RUN_S = 0.001
+# A predict that awaits its batch on the loop: a body this large at most (parsed on the loop).
+AWAIT_MAX_BODY_BYTES = 1024 * 1024
+
+
+def _failed(exc: Exception, request: Request) -> tuple[int, bytes]:
+    """The status and body of a request that raised `exc`: a ServingError's own; anything else
+    is a 500, logged (the server must survive anything a request does)."""
+    if isinstance(exc, ServingError):
+        return exc.http_status, error_body(exc.message)
+    log.exception("unexpected error while serving %s %s", request.method, request.path)
+    return HTTPStatus.INTERNAL_SERVER_ERROR, error_body(f"{type(exc).__name__}: {exc}")
 
 
 class _Handler:
@@ -187,37 +201,61 @@ class _Handler:
                 parse_timeout(timeout) if timeout else self.options.default_timeout
             ):
                 status, payload = self._dispatch(
-                    request.method, request.path, body, headers, request.prepared, request.here
-                )
-        except ServingError as exc:
-            status, payload = exc.http_status, error_body(exc.message)
-        except Exception as exc:  # the server must survive anything a request does
-            log.exception("unexpected error while serving %s %s", request.method, request.path)
-            status = HTTPStatus.INTERNAL_SERVER_ERROR
-            payload = error_body(f"{type(exc).__name__}: {exc}")
+                    request.method, request.path, body, headers, request.prepared,
+                    request.here == LOOP,
+                )  # fmt: skip
+        except Exception as exc:
+            status, payload = _failed(exc, request)
         return Response(status, payload, headers=headers)
 
-    def here(self, method: str, target: str, size: int) -> bool:
-        """Whether a request is served on the event loop it arrived on, with no thread at all:
-        a predict with a small body on a resident model that runs on its caller (batching does
-        not) and ran lately in under HERE_MAX_RUN_S. Its Session then runs the graph on the
-        loop's thread too (Runner.run_inline). A request that fails to route goes to a thread,
-        which answers its error; so does every other request (metadata, status, metrics,
-        classify, regress, a model loaded on demand or slower)."""
-        if method != "POST" or size > HERE_MAX_BODY_BYTES:
-            return False
+    def here(self, method: str, target: str, size: int) -> str:
+        """Where a request is served (http_server's THREAD, LOOP or AWAIT). A predict on a
+        resident model: on the loop (LOOP) when its body is small, its model runs on its
+        caller and ran lately in under HERE_MAX_RUN_S, the Session's graph on the loop's thread
+        too (Runner.run_inline); as a coroutine (AWAIT) when batching runs its model and its
+        body is at most AWAIT_MAX_BODY_BYTES, awaiting its batch with no thread held. Every
+        other request on a worker thread (THREAD): metadata, status, metrics, classify,
+        regress, a request that fails to route (the thread answers its error), a model loaded
+        on demand or slower."""
+        if method != "POST" or size > AWAIT_MAX_BODY_BYTES:
+            return THREAD
         try:
             name, version, verb, _ = self._route(method, target)
             servable = self.plane.registry.get(name, version)
         except ServingError:
-            return False
+            return THREAD
+        if verb != "predict":
+            return THREAD
+        if not servable.runner.on_caller:
+            return AWAIT
         mean = servable.run_time.mean
-        return (
-            verb == "predict"
-            and servable.runner.on_caller
-            and mean is not None
-            and mean < HERE_MAX_RUN_S
-        )
+        if size <= HERE_MAX_BODY_BYTES and mean is not None and mean < HERE_MAX_RUN_S:
+            return LOOP
+        return THREAD
+
+    async def answer_async(self, request: Request) -> Response:
+        """A predict (`here` said AWAIT), as a coroutine on the event loop: parsed there, its
+        model awaited (batching: its batch) with no thread held."""
+        headers: list[tuple[str, str]] = []
+        try:
+            body = self._body(request)
+            timeout = request.headers.get(TIMEOUT_HEADER.lower())
+            with deadline_scope(
+                parse_timeout(timeout) if timeout else self.options.default_timeout
+            ):
+                name, version, _, _ = self._route(request.method, request.path)
+                plane, depth, parse = self.plane, self.options.max_json_depth, parse_predict_body
+                with _resolve(plane, name, version, body, parse, depth, headers, None) as parts:
+                    servable, signature, parsed = parts
+                    inputs, fmt = decode_json_request(
+                        parsed, signature.inputs, strict_numbers=self.options.strict_json_numbers
+                    )
+                    outputs = await plane.predict_async(servable, signature, inputs)
+                    payload = encode_json_response(outputs, row_format=fmt == "row")
+                    status: int = HTTPStatus.OK
+        except Exception as exc:
+            status, payload = _failed(exc, request)
+        return Response(status, payload, headers=headers)
 
     def _body(self, request: Request) -> bytes:
         """The body, decompressed (its size as sent was checked by the transport)."""
@@ -374,6 +412,7 @@ class RestServer:
             workers=self.options.workers,
             prepare=handler.prepare,
             here=handler.here,
+            handler_async=handler.answer_async,
             ssl=ssl,
         )
         self.port = self._http.port

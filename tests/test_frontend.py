@@ -240,3 +240,51 @@ def test_the_front_end_page_renders_every_part(frontend: dict[str, Any]) -> None
                  "perf_analyzer (gRPC, 1 client)", "Where the server's CPU went",
                  "MobileNetV2"):  # fmt: skip
         assert part in page
+
+
+def test_a_batched_rest_predict_awaits_its_batch_holding_no_thread(hp2_dir: Path) -> None:
+    """One REST worker thread, four clients at once, batches of four after half a second: the
+    four requests wait for their batch on the event loop, so they make one batch. (On a
+    thread each, the one thread would hold the first while it waited, and the batches would be
+    of one.)"""
+    inner = Where(SessionRunner(hp2_dir))
+    params = BatchingParameters(max_batch_size=4, batch_timeout_micros=500_000,
+                                num_batch_threads=1)  # fmt: skip
+    batcher = BatchingRunner(inner, params)
+    registry = ModelRegistry()
+    registry.add(Servable(MODEL, 1, batcher))
+    server = ModelServer(registry, ServerOptions(grpc_port=0, rest_port=0, rest_workers=1))
+    server.start()
+    try:
+        answers: list[tuple[int, dict[str, object]]] = []
+        threads = [
+            threading.Thread(target=lambda v=v: answers.append(
+                _predict(server.rest_port, _instances([float(v)]))))
+            for v in range(4)
+        ]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+    finally:
+        server.stop(grace=1.0)
+        batcher.close()
+    assert sorted(body["predictions"] for _, body in answers) == [[2.0], [2.5], [3.0], [3.5]]  # type: ignore[type-var]
+    assert len(inner.calls) == 1  # one batch of the four
+
+
+def test_with_batching_the_pools_share_the_cores_out_between_the_batch_threads() -> None:
+    import os
+
+    from graphserve.serving.build import ServeConfig, _pool_sizes
+
+    cores = len(os.sched_getaffinity(0))
+    batching = BatchingParameters(num_batch_threads=2)
+    assert _pool_sizes(ServeConfig(batching=batching)) == (max(1, cores // 2),) * 2
+    assert _pool_sizes(ServeConfig(batching=BatchingParameters(num_batch_threads=cores * 4))) == (
+        1,
+        1,
+    )
+    # given, or no batching: as given (0 is TensorFlow's choice)
+    assert _pool_sizes(ServeConfig(batching=batching, intra_op_threads=3)) == (3, 0)
+    assert _pool_sizes(ServeConfig()) == (0, 0)

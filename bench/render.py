@@ -186,9 +186,10 @@ def _profile_lines(servers: dict[str, dict[str, Any]]) -> list[str]:
         for key, p in server["protocols"].items()
         if "shares" in p["profile"]
     ]  # fmt: skip
-    lines = ["", "Where the server's CPU went, µs per request: the share of its samples by "
-             "shared object (`perf record -p` over one more window per server and protocol) of "
-             "the CPU per request measured without perf above:", ""]  # fmt: skip
+    lines = ["", "### Where the server's CPU went", "",
+             "µs per request: the share of its samples by shared object (`perf record -p` over "
+             "one more window per server and protocol) of the CPU per request measured without "
+             "perf above.", ""]  # fmt: skip
     if not columns:
         reasons = {
             p["profile"].get("not_measured", "")
@@ -216,6 +217,8 @@ def _mobilenet_lines(servers: dict[str, dict[str, Any]]) -> list[str]:
         return []
     first = next(iter(measured.values()))
     lines = [
+        "",
+        "### MobileNetV2 with batching",
         "",
         "MobileNetV2 (alpha 0.35, 96 px) with batching (`make bench-peers`' measure, each "
         "server alone): the most req/s with p99 within "

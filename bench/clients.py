@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import numpy as np
@@ -83,6 +84,19 @@ class Load(JsonResult):
     latency: Timing
     # every timed request, for merging windows; not in the results
     samples_ms: np.ndarray = field(metadata=json_meta(skip=True))
+
+    def summary(self) -> dict[str, Any]:
+        """The window as the benchmarks' results record it: requests, errors, seconds, req/s,
+        p50 and p99 (ms; None with no request answered)."""
+        answered = self.requests > 0
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "seconds": self.seconds,
+            "rps": self.throughput,
+            "p50_ms": self.latency.p50_ms if answered else None,
+            "p99_ms": self.latency.p99_ms if answered else None,
+        }
 
 
 def closed_loop(

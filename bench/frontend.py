@@ -42,7 +42,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -103,7 +103,7 @@ def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, An
     and with `spec.baseline` the same for that checkout's, measured in the same run: their
     windows alternate, one server paused (SIGSTOP) while the other is measured."""
     from bench.goals import FRONTEND_GOALS, evaluate
-    from bench.peers.run import _inputs
+    from bench.peers.run import _alone, _inputs, _resume
     from graphserve.exporter.api import ExportSpec, export_model
     from graphserve.loadtest.comparison.run import environment
     from graphserve.loadtest.generator.payloads import grpc_request_bytes
@@ -266,29 +266,6 @@ class _Server:
         }
 
 
-@contextlib.contextmanager
-def _alone(served: Any, live: Sequence[Any]) -> Iterator[None]:
-    """Only `served` (None: none of `live`) runs until the block ends: the others paused."""
-    from bench.peers.run import _pause, _resume
-
-    for other in live:
-        if other is not served:
-            _pause(other)
-    if served is not None:
-        _resume(served)
-    try:
-        yield
-    finally:
-        if served is not None:
-            _pause(served)
-
-
-def _resume(served: Any) -> None:
-    from bench.peers.run import _resume as resume
-
-    resume(served)
-
-
 def _perf_analyzer(
     address: str, inputs: Mapping[str, np.ndarray], spec: FrontendSpec, say: Say
 ) -> dict[str, Any]:
@@ -394,10 +371,7 @@ def _window(
     if load.errors or not load.requests:
         raise RuntimeError(f"{load.errors} of the front end's requests failed")
     return {
-        "requests": load.requests,
-        "seconds": load.seconds,
-        "rps": load.throughput,
-        "p50_ms": load.latency.p50_ms,
+        **load.summary(),
         "cpu_us_per_request": window.cpu_us_per_request,
         "cores": window.cores,
     }

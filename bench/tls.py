@@ -381,12 +381,7 @@ def _load_json(load: Load, windows: list[_Window]) -> dict[str, Any]:
     served = load.requests or 1
     server_cpu = sum(w.server_cpu_s for w in windows)
     return {
-        "requests": load.requests,
-        "errors": load.errors,
-        "seconds": load.seconds,
-        "rps": load.throughput,
-        "p50_ms": load.latency.p50_ms if load.requests else None,
-        "p99_ms": load.latency.p99_ms if load.requests else None,
+        **load.summary(),
         "server_cpu_us_per_request": server_cpu / served * 1e6,
         "server_cores": server_cpu / load.seconds if load.seconds else None,
         "client_cpu_us_per_request": sum(w.client_cpu_s for w in windows) / served * 1e6,

@@ -288,11 +288,15 @@ def _resume(served: Served) -> None:
 
 
 @contextlib.contextmanager
-def _alone(served: Served, live: Sequence[Served]) -> Iterator[None]:
-    """Only `served` runs: every other server stopped (SIGSTOP) until the block ends."""
+def _alone(served: Served | None, live: Sequence[Served]) -> Iterator[None]:
+    """Only `served` runs (None: none of `live`): every other server stopped (SIGSTOP) until
+    the block ends."""
     for other in live:
         if other is not served:
             _pause(other)
+    if served is None:
+        yield
+        return
     _resume(served)
     try:
         yield
@@ -334,15 +338,9 @@ def _window(spec: PeersSpec, target: Target, served: Served, clients: int) -> di
     batches = _batch_counts(served)  # the batches formed in the window alone
     window = cpu_window(target.make_call, served.pid, clients=clients, seconds=spec.window_s)
     formed = _formed(batches, _batch_counts(served))
-    load = window.load
     return {
         "clients": clients,
-        "requests": load.requests,
-        "errors": load.errors,
-        "seconds": load.seconds,
-        "rps": load.throughput,
-        "p50_ms": load.latency.p50_ms if load.requests else None,
-        "p99_ms": load.latency.p99_ms if load.requests else None,
+        **window.load.summary(),
         "cpu_us_per_request": window.cpu_us_per_request,
         "server_cores": window.cores,
         "mean_batch": formed,

@@ -56,59 +56,59 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
-bench: $(STAMP) ## the benchmark suite and the server's own cost (minutes): goals with pass/miss, bench/results/{results,frontend}.{json,md}
-	$(BIN)/python -m bench --out bench/results
-	$(BIN)/python -m bench frontend --out bench/results
+bench: $(STAMP) ## the benchmark suite and the server's own cost (minutes): goals with pass/miss, tools/bench/results/{results,frontend}.{json,md}
+	$(BIN)/python -m tools.bench --out tools/bench/results
+	$(BIN)/python -m tools.bench frontend --out tools/bench/results
 
-# Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under bench/.work,
+# Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under tools/bench/.work,
 # installed there on first use (about 6 min and 12 GB for all five), kept for the next run.
-bench-peers: $(STAMP) ## graphserve against the servers users pick instead: bench/results/peers.{json,md,png}
-	$(BIN)/python -m bench peers --out bench/results
+bench-peers: $(STAMP) ## graphserve against the servers users pick instead: tools/bench/results/peers.{json,md,png}
+	$(BIN)/python -m tools.bench peers --out tools/bench/results
 
 # The five model families of docs_src/byom (keras_hub and transformers BERTs, EfficientNetB0, a
 # Keras text classifier, a tf.Module with a vocabulary file), tiny and built in code: about 3 min.
-bench-families: $(STAMP) ## export, serve and load the models users bring: bench/results/families.{json,md}
-	$(BIN)/python -m bench families --out bench/results
+bench-families: $(STAMP) ## export, serve and load the models users bring: tools/bench/results/families.{json,md}
+	$(BIN)/python -m tools.bench families --out tools/bench/results
 
 # A thousand copies of the mlp on one server loading on demand (first answer, Zipf traffic with
 # 200 resident, isolation, memory back with four allocators): about 15 min.
-bench-many: $(STAMP) ## many models loaded on demand: bench/results/many.{json,md,png}
-	$(BIN)/python -m bench many --out bench/results
+bench-many: $(STAMP) ## many models loaded on demand: tools/bench/results/many.{json,md,png}
+	$(BIN)/python -m tools.bench many --out tools/bench/results
 
 # Three graph servers of the mlp, plaintext, TLS and mutual TLS (certificates made by trustme),
 # over gRPC and REST: keep-alive and new-connection p50, 16 clients' req/s and server CPU per
 # request, each against plaintext in the same run. About 3 min.
-bench-tls: $(STAMP) ## what TLS costs against plaintext: bench/results/tls.{json,md}
-	$(BIN)/python -m bench tls --out bench/results
+bench-tls: $(STAMP) ## what TLS costs against plaintext: tools/bench/results/tls.{json,md}
+	$(BIN)/python -m tools.bench tls --out tools/bench/results
 
 # Every published figure from the current code: the suite, the generator, the families, the
 # soak (SOAK=1h), the many-models run (15 min), TLS against plaintext (3 min), the peers (their venvs installed on first use),
 # the containers (a Docker engine) and the manual's sample report, one after the other. Hours,
 # not minutes.
 figures: SOAK ?= 1h
-figures: $(STAMP) ## regenerate every published figure: bench/results/* and docs/loadtest/*
-	$(BIN)/python -m bench figures --soak-duration $(SOAK)
+figures: $(STAMP) ## regenerate every published figure: tools/bench/results/* and docs/loadtest/*
+	$(BIN)/python -m tools.bench figures --soak-duration $(SOAK)
 
 # An hour by default; `make soak DURATION=10m` for a short one (a command-line DURATION beats
 # this target's own default, which beats the demo's 20 s).
 soak: DURATION = 1h
-soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, bench/results/soak.{md,json,png}
-	$(BIN)/python -m bench soak --duration $(DURATION) --out bench/results
+soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, tools/bench/results/soak.{md,json,png}
+	$(BIN)/python -m tools.bench soak --duration $(DURATION) --out tools/bench/results
 
-# Raw HTTP/1.x requests at a real `serve graph` (fuzz/http_raw.py: CASES of them, 16 connections
+# Raw HTTP/1.x requests at a real `serve graph` (tools/fuzz/http_raw.py: CASES of them, 16 connections
 # at once, about a minute for 5000), then gRPC and REST clients that give up on their requests at
-# random moments against a batching `serve graph` (fuzz/cancel.py: CANCEL_FOR of load, about 30 s
-# in all), then the REST JSON decoder under atheris (fuzz/rest_json.py) for a few
+# random moments against a batching `serve graph` (tools/fuzz/cancel.py: CANCEL_FOR of load, about 30 s
+# in all), then the REST JSON decoder under atheris (tools/fuzz/rest_json.py) for a few
 # thousand runs where atheris installs (x86_64 Linux); a finding fails the target.
 fuzz: CASES ?= 5000
 fuzz: CANCEL_FOR ?= 20s
-fuzz: $(STAMP) ## fuzz the REST server with raw requests, cancel requests under load: bench/results/{fuzz-http,cancel}.json
-	$(BIN)/python fuzz/http_raw.py --cases $(CASES) --seed 0 --out bench/results/fuzz-http.json
-	$(BIN)/python fuzz/cancel.py --duration $(CANCEL_FOR) --seed 0 --out bench/results/cancel.json
+fuzz: $(STAMP) ## fuzz the REST server with raw requests, cancel requests under load: tools/bench/results/{fuzz-http,cancel}.json
+	$(BIN)/python tools/fuzz/http_raw.py --cases $(CASES) --seed 0 --out tools/bench/results/fuzz-http.json
+	$(BIN)/python tools/fuzz/cancel.py --duration $(CANCEL_FOR) --seed 0 --out tools/bench/results/cancel.json
 	@if $(BIN)/python -c 'import atheris' 2>/dev/null; then \
-		$(BIN)/python fuzz/rest_json.py -atheris_runs=5000 -seed=1 -max_len=2048 \
+		$(BIN)/python tools/fuzz/rest_json.py -atheris_runs=5000 -seed=1 -max_len=2048 \
 			-artifact_prefix=$${TMPDIR:-/tmp}/graphserve-atheris-; \
-	else echo "atheris is not installed (x86_64 Linux only): fuzz/rest_json.py skipped"; fi
+	else echo "atheris is not installed (x86_64 Linux only): tools/fuzz/rest_json.py skipped"; fi
 
 test: $(STAMP) chromium ## run the test suite
 	@docker/engine

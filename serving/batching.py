@@ -41,7 +41,7 @@ request on an asyncio loop (the asyncio gRPC front end, `run_async`) awaits it i
 no thread, so the front end needs no thread per waiting request. A batch thread is woken only
 when there is something for it to do, a batch opened (to time it) or one full; the Python
 thread switches and GIL hand-offs of waking it on every request cost more than batching the
-MLP saved (bench/README.md has the profile).
+MLP saved (tools/bench/README.md has the profile).
 
 The parameters are read and checked in graphserve.core.batchingparams.
 """
@@ -120,7 +120,7 @@ class _Piece:
     until a batch thread calls `finish()`. The hand-off is one lock, taken at creation and
     released when the answer is in: the cheapest wake-up CPython has (a
     `concurrent.futures.Future` builds a Condition, an RLock and a waiter lock per request;
-    bench/README.md has what each cost). A coroutine also leaves its loop and a future
+    tools/bench/README.md has what each cost). A coroutine also leaves its loop and a future
     (`_waiter`), which the batch thread resolves once the batch is answered (`_wake`).
     """
 
@@ -193,7 +193,7 @@ def _wake(waiters: list[_Waiter | None]) -> None:
     """Resume the coroutines awaiting a batch's answers: one call into each loop, not one per
     request. Each call writes to the loop's pipe, and the batch thread gives up the GIL to
     write and waits to get it back from the loop: per request, that wait was most of a
-    batch's time on the MLP (bench/README.md)."""
+    batch's time on the MLP (tools/bench/README.md)."""
     by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
     for waiter in waiters:
         if waiter is not None:

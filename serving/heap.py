@@ -18,7 +18,7 @@ by what each version held (0.3 MB a swap for the MLP, measured over 50 swaps und
 Freed is not returned: glibc's malloc keeps what a closed Session freed for reuse, so a server
 that loaded 200 MLPs and unloaded them all stayed 287 MB above where it started. `trim` asks it
 to give back what is free (`malloc_trim`); with it the same server came back to within 17 MB
-(`python -m bench many` measures it, against jemalloc and tcmalloc, on every run).
+(`python -m tools.bench many` measures it, against jemalloc and tcmalloc, on every run).
 """
 
 from __future__ import annotations

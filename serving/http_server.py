@@ -5,7 +5,7 @@ thread of its own, in front of a blocking handler run on a pool of threads.
     accept · parse (httptools) · read the body    handler(Request) -> Response: the data plane,
     timeouts · connection cap · write the answer  which blocks (the model, batching queues)
 
-Chosen by measurement (bench/httpcompare.py prints the table). Every candidate that
+Chosen by measurement (tools/bench/httpcompare.py prints the table). Every candidate that
 can share this process's models hands a request from an event loop to a thread and back, which
 costs 0.1-0.15 ms on a keep-alive request next to ThreadingHTTPServer's thread per connection
 (granian's embedded mode, aiohttp, tornado, waitress, cheroot: the same or more). Of those,
@@ -299,7 +299,7 @@ class _Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with an idle timeout from the first moment, header and body
     timeouts, a connection cap, one write per response, lingering, and JSON errors.
 
-    Found by fuzz/http_raw.py, where uvicorn falls short on raw requests: a request refused
+    Found by tools/fuzz/http_raw.py, where uvicorn falls short on raw requests: a request refused
     behind pipelined ones is answered after their answers, in order (uvicorn wrote the error
     first and dropped theirs), and nothing after it is read or answered, nor after an answer
     that closes; bytes that begin no request (CR LF) leave the idle timeout armed; a head is

@@ -99,7 +99,7 @@ def load_runner(path: Path, allow_ops: Collection[str] = ()) -> Runner:
     the Session cannot load, with a warning. If both fail, the error of the loader of the model's
     own format is raised (TF2's for a TF2 SavedModel, the Session's for a TF1 one).
 
-    Chosen by measurement (`python -m bench runners`; docs/guides/serve.md, "How the graph
+    Chosen by measurement (`python -m tools.bench runners`; docs/guides/serve.md, "How the graph
     server runs a SavedModel"): on every model both load, TF1 exports and TF2 ones alike, the
     Session gave the same outputs and answered each call 1.3 to 9 times faster (one C++
     Session::Run against an eager function call); and only the Session loads TF1 reference

@@ -10,7 +10,7 @@ That is what serves the SavedModels TF2's loader cannot: TF1 reference variables
 outputs of assign ops) and placeholders written by TF 1.0 (whose empty `shape` attribute meant
 "unknown"). Like Session::Run, it feeds any shape and lets the graph decide (half_plus_two's x,
 declared [-1, 1], takes a vector of shape [3]). And it answers faster than the signature
-functions, TF2 models included (`python -m bench runners`).
+functions, TF2 models included (`python -m tools.bench runners`).
 
 `serving.runners.load_runner` serves every SavedModel with this runner, GraphRunner being the
 fallback for one it cannot load.

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.goals import GOALS, evaluate
-from bench.render import goal_lines
-from bench.run import BenchSpec, run_bench, write_results
-from bench.served import BATCHING_PARAMETERS
 from graphserve.serving.server import prime_threads
+from tools.bench.cli import app
+from tools.bench.goals import GOALS, evaluate
+from tools.bench.render import goal_lines
+from tools.bench.run import BenchSpec, run_bench, write_results
+from tools.bench.served import BATCHING_PARAMETERS
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The generator agreement's pieces that need no server: reading the reference generators' output
-and the medians and ratios over rounds (bench/generator.py). The runs themselves are in
+and the medians and ratios over rounds (tools/bench/generator.py). The runs themselves are in
 tests/test_bench.py, against real servers with the real perf_analyzer and wrk.
 
 The outputs read here are what the programs printed, captured from real runs against a graph
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.generator import (
+from tools.bench.generator import (
     _PERF_ANALYZER_UNSTABLE,
     Agreement,
     Point,
@@ -21,7 +21,7 @@ from bench.generator import (
     perf_analyzer_point,
     wrk_point,
 )
-from bench.tools import Tool
+from tools.bench.tools import Tool
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,5 +1,5 @@
-"""`python -m bench http`: the REST transport against the HTTP servers it was chosen from, a real
-quick run (the mlp exported, each server started in a child process, real sockets). Its numbers
+"""`python -m tools.bench http`: the REST transport against the HTTP servers it was chosen from, a
+real quick run (the mlp exported, each server started in a child process, real sockets). Its numbers
 are not data; the test checks that both goals are computed from the measurements they name and
 that the markdown says what the JSON holds."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.goals import HTTP_GOALS
-from bench.run import HttpSpec, run_http, write_results
+from tools.bench.goals import HTTP_GOALS
+from tools.bench.run import HttpSpec, run_http, write_results
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""`python -m bench many` at a tiny scale: every part against real servers (12 copies of the
+"""`python -m tools.bench many` at a tiny scale: every part against real servers (12 copies of the
 mlp, 4 resident, seconds of traffic), the JSON it writes read back, every goal evaluated (not
 that it passes: a toy run's numbers are not data); and the page rendered from a results dict."""
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.many import MANY_GOALS, ManyPlan, many_goals, render_many, run_many, write_many
+from tools.bench.cli import app
+from tools.bench.many import MANY_GOALS, ManyPlan, many_goals, render_many, run_many, write_many
 
 GOAL_KEYS = [g.key for g in MANY_GOALS]
 
@@ -50,7 +50,7 @@ def test_a_tiny_run_measures_every_part_and_evaluates_every_goal(tmp_path: Path)
 
     zipf = written["zipf"]
     traffic, baseline = zipf["traffic"], zipf["baseline"]
-    assert traffic["generator"].startswith("bench/many.py's stand-in")
+    assert traffic["generator"].startswith("tools/bench/many.py's stand-in")
     assert traffic["scheduled"] == 120 and traffic["requests"] + traffic["unsent"] == 120
     assert traffic["cold"]["samples"] > 0  # 12 models, 4 resident: loads happened
     assert traffic["cold_wait"]["samples"] == traffic["cold"]["samples"]

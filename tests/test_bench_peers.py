@@ -1,6 +1,6 @@
-"""`python -m bench peers`: the harness on graphserve's own servers (every run), and each peer's
-adapter against a real install of the peer (marked `peers`: each installs TensorFlow and the peer
-into a virtual environment of its own, ~2.3 GB and 1-2 minutes each; GRAPHSERVE_PEERS=1 or
+"""`python -m tools.bench peers`: the harness on graphserve's own servers (every run), and each
+peer's adapter against a real install of the peer (marked `peers`: each installs TensorFlow and the
+peer into a virtual environment of its own, ~2.3 GB and 1-2 minutes each; GRAPHSERVE_PEERS=1 or
 `make test-peers` runs them, CI does not)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.peers import PEER_NAMES, load_peer
-from bench.peers.run import PeersSpec, _inputs, _reference, run_peers
-from bench.peers.servers import alive, peer_targets, start_peer, tree, tree_cpu_s
+from tools.bench.peers import PEER_NAMES, load_peer
+from tools.bench.peers.run import PeersSpec, _inputs, _reference, run_peers
+from tools.bench.peers.servers import alive, peer_targets, start_peer, tree, tree_cpu_s
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_the_harness_measures_graphserve_and_the_limit(
     goals = {g["key"]: g for g in results["goals"]}
     assert goals["P3a"]["value"] is not None  # graphserve alone: the limit goal is measured
     assert "no graphserve or no peer route" in goals["P1a"]["detail"]  # no peer: a miss, said
-    from bench.peers.report import write_peers
+    from tools.bench.peers.report import write_peers
 
     paths = write_peers(results, tmp_path / "out")
     assert json.loads(paths[0].read_text())["models"]["mlp"]["limit"]["rows_per_s"] > 0
@@ -62,7 +62,7 @@ def test_the_harness_measures_graphserve_and_the_limit(
 def test_bench_peers_refuses_unknown_names() -> None:
     from typer.testing import CliRunner
 
-    from bench.cli import app
+    from tools.bench.cli import app
 
     result = CliRunner().invoke(app, ["peers", "--peers", "kserve,torchserve", "--models", "x"])
     assert result.exit_code == 2
@@ -91,10 +91,12 @@ def test_each_peer_answers_with_the_models_values(
     """The peer, installed as `make bench-peers` installs it, serves the exported mlp: every
     route answers two different requests with the model's own values for each, batching off
     and (where the peer has it) on, and stopping it leaves no process behind."""
-    from bench.peers.venvs import peer_env
+    from tools.bench.peers.venvs import peer_env
 
     peer = load_peer(name)
-    env = peer_env(peer, Path(os.environ.get("GRAPHSERVE_PEERS_WORK", ROOT / "bench" / ".work")))
+    env = peer_env(
+        peer, Path(os.environ.get("GRAPHSERVE_PEERS_WORK", ROOT / "tools" / "bench" / ".work"))
+    )
     assert env.python.exists() and env.version != "unknown"
     version_dir, feeds = mlp_model
     expected = {k: _reference(version_dir, v) for k, v in feeds.items()}

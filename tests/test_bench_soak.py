@@ -1,4 +1,4 @@
-"""`python -m bench soak` for 18 s: the real graph server, steady load, a swap every 5 s; the
+"""`python -m tools.bench soak` for 18 s: the real graph server, steady load, a swap every 5 s; the
 figures it writes are read back and checked (`make soak` runs the same for an hour)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.soak import GOAL_RSS_GROWTH_MB_PER_H
+from tools.bench.cli import app
+from tools.bench.soak import GOAL_RSS_GROWTH_MB_PER_H
 
 pytestmark = pytest.mark.slow
 

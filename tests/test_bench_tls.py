@@ -1,4 +1,4 @@
-"""`python -m bench tls` at a tiny scale: three real servers (plaintext, TLS, mutual TLS) on
+"""`python -m tools.bench tls` at a tiny scale: three real servers (plaintext, TLS, mutual TLS) on
 loopback, every arm, protocol and figure measured, the JSON written and read back, the page
 rendered from it. A toy run's numbers are not data: no speed is asserted, only that each figure
 is there, positive, and the ratio of what it names."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bench.cli import app
-from bench.tls import (
+from tools.bench.cli import app
+from tools.bench.tls import (
     ARMS,
     FIGURES,
     PROTOCOLS,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tensorflow_serving.apis import predict_pb2
 
-from bench import wire
-from bench.wire import CodecMismatchError, CodecTiming, codec_suite
+from tools.bench import wire
+from tools.bench.wire import CodecMismatchError, CodecTiming, codec_suite
 
 SMALL = (1, 8, 8, 3)
 

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 import typer
 
-from docsgen.cli import cli_reference, epilog_exit_codes, walk
-from docsgen.markdown import inline, slug
 from graphserve.cli import app
 from graphserve.core.errors import EXIT_CODES, EXIT_MISSED, exit_epilog
 from tests.test_report_browser import _MEASURE
+from tools.docsgen.cli import cli_reference, epilog_exit_codes, walk
+from tools.docsgen.markdown import inline, slug
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "docs" / "report.schema.json"
@@ -161,7 +161,11 @@ def test_cli_reference_has_every_command(reference: str) -> None:
     headings = [line for line in reference.splitlines() if line.startswith("## ")]
     for path, _names in _commands():
         assert f"## {path} {{#{slug(path)}}}" in headings
-    for path in ("python -m bench", "python -m bench soak", "python -m bench peers"):
+    for path in (
+        "python -m tools.bench",
+        "python -m tools.bench soak",
+        "python -m tools.bench peers",
+    ):
         assert f"## {path} {{#{slug(path)}}}" in headings
 
 
@@ -187,9 +191,13 @@ def test_cli_reference_exit_codes(reference: str) -> None:
         section = _section(reference, path)
         return section[section.index("**Exit codes**") :]
 
-    for path in ("graphserve loadtest compare", "graphserve tune batching", "python -m bench"):
+    for path in (
+        "graphserve loadtest compare",
+        "graphserve tune batching",
+        "python -m tools.bench",
+    ):
         assert "| `3` |" in codes(path), path
-    for path in ("graphserve export", "graphserve serve graph", "python -m bench generator"):
+    for path in ("graphserve export", "graphserve serve graph", "python -m tools.bench generator"):
         assert "| `2` |" in codes(path) and "| `3` |" not in codes(path), path
 
 

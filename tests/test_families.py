@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.families import (
+from tools.bench.families import (
     FAMILIES,
     Exported,
     FamilyServers,

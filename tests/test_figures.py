@@ -1,10 +1,11 @@
 """Numbers in the manual's prose come from the committed result files, not typed twice (issue 39).
 
-Every `{{ figure ... }}` and `{{ include ... }}` of the manual and of bench/README.md resolves
-against the committed files (docsgen/figures.py), one that does not fails the strict build naming
-the page, and the pages about the benchmarks type no figure of their own: a number with a unit of
-the results (ms, µs, ×, req/s, rows/s, MB/h) in their prose is a placeholder's, a code block's (a
-command's printed output), a bound (`≤ 100 MB/h`), or one of the few settings ALLOWED names.
+Every `{{ figure ... }}` and `{{ include ... }}` of the manual and of tools/bench/README.md resolves
+against the committed files (tools/docsgen/figures.py), one that does not fails the strict build
+naming the page, and the pages about the benchmarks type no figure of their own: a number with a
+unit of the results (ms, µs, ×, req/s, rows/s, MB/h) in their prose is a placeholder's, a code
+block's (a command's printed output), a bound (`≤ 100 MB/h`), or one of the few settings ALLOWED
+names.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from docsgen.figures import PLACEHOLDER, render
+from tools.docsgen.figures import PLACEHOLDER, render
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -30,7 +31,7 @@ GENERATED = ("docs/loadtest/", "docs/reference/")  # written by commands, not by
 # the pages about results: the benchmarks, the method, and the guides that quote a run
 BENCHMARK_PAGES = (
     "README.md",
-    "bench/README.md",
+    "tools/bench/README.md",
     "docs/index.md",
     "docs/benchmarks/index.md",
     "docs/benchmarks/peers.md",
@@ -47,7 +48,7 @@ BENCHMARK_PAGES = (
 
 # literals a benchmark page may type, and why: settings, not measurements
 ALLOWED: dict[str, dict[str, str]] = {
-    "bench/README.md": {
+    "tools/bench/README.md": {
         "40 ms": "Linux's minimum delayed-ACK time, which the REST fix removed from every request",
         **dict.fromkeys(
             ("1 ms", "3 ms", "4 ms", "6 ms", "8 ms", "10 ms", "20 ms"),
@@ -71,7 +72,10 @@ _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 def _hand_written() -> list[str]:
     pages = [p.relative_to(ROOT).as_posix() for p in sorted(DOCS.rglob("*.md"))]
-    return [p for p in pages if not p.startswith(GENERATED)] + ["bench/README.md", "README.md"]
+    return [p for p in pages if not p.startswith(GENERATED)] + [
+        "tools/bench/README.md",
+        "README.md",
+    ]
 
 
 def _prose(text: str) -> str:
@@ -139,12 +143,12 @@ def test_every_allowed_literal_is_still_there() -> None:
         assert stale == [], f"{page}: {stale} no longer typed; drop them from ALLOWED"
 
 
-_BENCH_COMMAND = re.compile(r"make bench(?![\w-])|python -m bench(?![\w.-]| (?!-)\w)")
+_BENCH_COMMAND = re.compile(r"make bench(?![\w-])|python -m tools.bench(?![\w.-]| (?!-)\w)")
 _DURATION = re.compile(r"(?<![\w.])\d[\d,.]*\s?(?:s|sec|seconds|min|minutes)\b|\d\s?[\u2013-]\s?\d")
 
 
 def test_make_bench_duration_is_stated_once_from_results_json() -> None:
-    seconds = re.compile(r"(?<!\\)\{\{\s+figure\s+bench/results/results\.json\s+seconds\b")
+    seconds = re.compile(r"(?<!\\)\{\{\s+figure\s+tools/bench/results/results\.json\s+seconds\b")
     stated = [p for p in _hand_written() if seconds.search((ROOT / p).read_text())]
     assert stated == ["docs/benchmarks/index.md"]
     for page in _hand_written():
@@ -244,33 +248,35 @@ def test_an_include_is_a_section_without_its_heading(files: Path) -> None:
 
 
 def test_the_hook_warns_naming_the_page(files: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from docsgen import hooks
+    from tools.docsgen import hooks
 
     page: Any = SimpleNamespace(
         file=SimpleNamespace(abs_src_path=str(ROOT / "docs" / "x.md"), src_uri="x.md")
     )
-    text = "G1 is {{ figure bench/results/results.json goals.G99.value }}."
+    text = "G1 is {{ figure tools/bench/results/results.json goals.G99.value }}."
     with caplog.at_level("WARNING"):
         out = hooks.on_page_markdown(text, page, config=None, files=None)  # type: ignore[arg-type]
     assert "**[figure missing:" in out
-    assert [r.name for r in caplog.records] == ["mkdocs.plugins.docsgen.hooks"]
+    assert [r.name for r in caplog.records] == ["mkdocs.plugins.tools.docsgen.hooks"]
     message = caplog.records[0].getMessage()
-    assert message.startswith("docs/x.md: {{ figure bench/results/results.json goals.G99.value }}")
-    assert "no item 'G99' in bench/results/results.json: goals" in message
+    assert message.startswith(
+        "docs/x.md: {{ figure tools/bench/results/results.json goals.G99.value }}"
+    )
+    assert "no item 'G99' in tools/bench/results/results.json: goals" in message
 
 
 def test_the_strict_build_fails_on_a_missing_figure(tmp_path: Path) -> None:
     """A site built with the hook, strictly: the placeholder that does not resolve stops it."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text(
-        "# Home\n\nRan in {{ figure bench/results/results.json seconds ,.0f }} s, G13 "
-        "{{ figure bench/results/results.json goals.G13x.value }}.\n"
+        "# Home\n\nRan in {{ figure tools/bench/results/results.json seconds ,.0f }} s, G13 "
+        "{{ figure tools/bench/results/results.json goals.G13x.value }}.\n"
     )
     (tmp_path / "hooks.py").write_text(
         textwrap.dedent(f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            from docsgen.hooks import on_page_markdown
+            from tools.docsgen.hooks import on_page_markdown
         """)
     )
     (tmp_path / "mkdocs.yml").write_text("site_name: t\nhooks: [hooks.py]\nnav: [index.md]\n")
@@ -285,6 +291,6 @@ def test_the_strict_build_fails_on_a_missing_figure(tmp_path: Path) -> None:
     )
     assert built.returncode != 0
     assert (
-        "docs/index.md: {{ figure bench/results/results.json goals.G13x.value }}: "
-        "no item 'G13x' in bench/results/results.json: goals (G1, G2" in built.stderr
+        "docs/index.md: {{ figure tools/bench/results/results.json goals.G13x.value }}: "
+        "no item 'G13x' in tools/bench/results/results.json: goals (G1, G2" in built.stderr
     )

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.frontend import LIBRARIES, OTHER, profile_by_library
 from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.httpclient import HttpConnection
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
@@ -28,6 +27,7 @@ from graphserve.serving.rest_api import HERE_MAX_BODY_BYTES, HERE_MAX_RUN_S
 from graphserve.serving.runner import Runner
 from graphserve.serving.servable import RunTime
 from graphserve.serving.session_runner import SessionRunner
+from tools.bench.frontend import LIBRARIES, OTHER, profile_by_library
 
 MODEL = "hp2"
 FIXTURES = Path(__file__).parent / "fixtures" / "perf"
@@ -192,8 +192,8 @@ def test_a_perf_report_is_grouped_by_library() -> None:
 
 @pytest.fixture(scope="module")
 def frontend(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """A quick `python -m bench frontend` run: real servers, real load, seconds long."""
-    from bench.frontend import FrontendSpec, run_frontend
+    """A quick `python -m tools.bench frontend` run: real servers, real load, seconds long."""
+    from tools.bench.frontend import FrontendSpec, run_frontend
 
     return run_frontend(FrontendSpec.quick(tmp_path_factory.mktemp("bench-frontend")))
 
@@ -217,7 +217,7 @@ def test_the_front_end_is_the_server_minus_the_model_as_each_protocol_calls_it(
 
 
 def test_every_front_end_goal_is_measured(frontend: dict[str, Any]) -> None:
-    from bench.goals import FRONTEND_GOALS
+    from tools.bench.goals import FRONTEND_GOALS
 
     goals = {g["key"]: g for g in frontend["goals"]}
     assert list(goals) == [g.key for g in FRONTEND_GOALS]
@@ -233,7 +233,7 @@ def test_every_front_end_goal_is_measured(frontend: dict[str, Any]) -> None:
 
 
 def test_the_front_end_page_renders_every_part(frontend: dict[str, Any]) -> None:
-    from bench.render import render_frontend
+    from tools.bench.render import render_frontend
 
     page = render_frontend(frontend)
     for part in ("## Goals", "## The front end's cost", "grpcio's own floor",

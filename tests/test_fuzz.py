@@ -2,7 +2,7 @@
 
 What is fuzzed
     a. REST JSON decoding (core.codec: parse_json_body, decode_json_request, validate_inputs)
-       against the exported mlp's serving_default and the signatures in fuzz/rest_json.py
+       against the exported mlp's serving_default and the signatures in tools/fuzz/rest_json.py
        (examples:multi_io's inputs, one input of every dtype). Bodies lean towards plausible
        predict bodies: `instances` / `inputs` in either layout, nested lists of random shape
        (right, off by one, ragged, an extra or a missing dimension), numbers at and past each
@@ -23,7 +23,8 @@ What is fuzzed
        filters. After that the server must still answer a good request correctly. Besides,
        REST framing a client gets wrong (Content-Length not a number, negative or past the
        limit; chunked bodies) and a gzip bomb, over raw sockets.
-    d. fuzz/rest_json.py under atheris (libFuzzer), for a bounded number of runs, when atheris is
+    d. tools/fuzz/rest_json.py under atheris (libFuzzer), for a bounded number of runs, when
+    atheris is
        installed.
 
 Documented outcomes
@@ -76,7 +77,7 @@ from graphserve.model.examples import mlp
 from graphserve.serving.signature import ServedSignature
 
 ROOT = Path(__file__).resolve().parent.parent
-HARNESS = ROOT / "fuzz" / "rest_json.py"
+HARNESS = ROOT / "tools" / "fuzz" / "rest_json.py"
 
 
 def _load_harness() -> ModuleType:
@@ -791,7 +792,7 @@ def _atheris_missing() -> str | None:
 
 @pytest.mark.skipif(_atheris_missing() is not None, reason=str(_atheris_missing()))
 def test_atheris_harness_finds_nothing(tmp_path: Path) -> None:
-    """fuzz/rest_json.py for ATHERIS_RUNS inputs, from a seed corpus of valid and near-valid
+    """tools/fuzz/rest_json.py for ATHERIS_RUNS inputs, from a seed corpus of valid and near-valid
     bodies and a dictionary of JSON and TF Serving tokens."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()

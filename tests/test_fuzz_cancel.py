@@ -1,12 +1,12 @@
 """Clients that give up on their requests at random moments, against a real batching
-`graphserve serve graph` (fuzz/cancel.py), for a few seconds.
+`graphserve serve graph` (tools/fuzz/cancel.py), for a few seconds.
 
 The script as `make fuzz` runs it, as a command, on the threaded gRPC front end (`make fuzz`
 runs the default, asyncio): it must pass its own checks (exit 0), and its JSON summary must hold
 the invariants the manual's figures rely on. Which figures a short run reaches is not checked,
 only that they add up.
 
-`make fuzz` runs it for longer (bench/results/cancel.json).
+`make fuzz` runs it for longer (tools/bench/results/cancel.json).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "fuzz" / "cancel.py"
+SCRIPT = ROOT / "tools" / "fuzz" / "cancel.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
-"""Raw HTTP/1.x requests over real sockets to a real `graphserve serve graph` (fuzz/http_raw.py).
+"""Raw HTTP/1.x requests over real sockets to a real `graphserve serve graph`
+(tools/fuzz/http_raw.py).
 
-One run per module: every hand-named shape of every family (fuzz/http_raw.py's NAMED) and
+One run per module: every hand-named shape of every family (tools/fuzz/http_raw.py's NAMED) and
 GENERATED cases drawn by hypothesis from a fixed seed, 16 connections at once, against a child
 process serving the exported mlp with short timeouts (idle, header and body 0.5 s). Every case
 must hold the harness's invariants: documented statuses with JSON errors, never a 500, no more
@@ -8,7 +9,7 @@ answers than requests and none for a smuggled one, the connection closed in time
 predict after it, and no thread or descriptor left over at the end. Then each named case must
 get its own answer: the statuses, error messages and endings in ANSWERS.
 
-`make fuzz` runs thousands of cases the same way (bench/results/fuzz-http.json).
+`make fuzz` runs thousands of cases the same way (tools/bench/results/fuzz-http.json).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ SEED = 20261127
 
 
 def _load_harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fuzz_http_raw", ROOT / "fuzz" / "http_raw.py")
+    spec = importlib.util.spec_from_file_location(
+        "fuzz_http_raw", ROOT / "tools" / "fuzz" / "http_raw.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up

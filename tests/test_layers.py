@@ -1,6 +1,6 @@
 """The layers as docs/architecture.md draws them, beyond what import-linter checks in `make lint`:
 the core imports no TensorFlow API, nothing imports the packages by their folder names, and the
-wheel installs one name, `graphserve`, without bench/ and fuzz/."""
+wheel installs one name, `graphserve`, without tools/ (benchmarks, fuzzers, docs generators)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("exporter", "serving", "loadtest", "deploy", "conformance", "bench", "fuzz")
+FOLDERS = ("exporter", "serving", "loadtest", "deploy", "conformance")
 # What the core may take from TensorFlow's packages: generated protocol buffers, nothing else.
 PROTO_PACKAGES = ("tensorflow.core.", "tensorflow_serving.")
 
@@ -94,7 +94,7 @@ def test_the_wheel_installs_only_graphserve(tmp_path: Path) -> None:
     ):
         assert f"graphserve/loadtest/{locustfile}" in names  # run by path, by locust
     assert "graphserve/loadtest/py.typed" in names
-    assert not [n for n in names if n.startswith(("bench/", "fuzz/", "graphserve/bench"))]
+    assert not [n for n in names if n.startswith(("tools/", "graphserve/tools"))]
 
 
 def test_no_module_imports_itself_back() -> None:
@@ -129,8 +129,8 @@ def test_no_name_in_a_package_hides_one_of_its_subpackages() -> None:
 
 
 def test_flask_is_the_benchmarks_dependency_not_the_packages() -> None:
-    """The plain Flask server is the benchmark's baseline (bench/flask_peer.py): flask comes with
-    the bench extra, and nothing in the installed package imports it."""
+    """The plain Flask server is the benchmark's baseline (tools/bench/flask_peer.py): flask comes
+    with the bench extra, and nothing in the installed package imports it."""
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -2,7 +2,7 @@
 JSON, each result carries today's goals with the values today's `evaluate` computes from the same
 measurements, and the sample report reads back under today's schema. A result written by older
 code (a goal added since, a renamed field, a column the renderer no longer writes) fails here;
-`python -m bench figures` (bench/published.py) writes them all again."""
+`python -m tools.bench figures` (tools/bench/published.py) writes them all again."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from bench.published import PUBLISHED, SAMPLE_REPORT, Published
+from tools.bench.published import PUBLISHED, SAMPLE_REPORT, Published
 
 
 def _committed(item: Published) -> dict[str, Any]:
-    assert item.json_path.is_file(), f"{item.json_path} is missing: run python -m bench figures"
+    assert item.json_path.is_file(), (
+        f"{item.json_path} is missing: run python -m tools.bench figures"
+    )
     data: dict[str, Any] = json.loads(item.json_path.read_text())
     return data
 
@@ -25,7 +27,7 @@ def test_each_page_is_its_json_rendered_by_todays_code(item: Published) -> None:
     results = _committed(item)
     assert item.md_path.read_text() == item.render(results), (
         f"{item.md_path.name} is not what today's renderer makes of {item.json_path.name}: "
-        f"regenerate it (python -m bench {' '.join(item.command) or '(the suite)'})"
+        f"regenerate it (python -m tools.bench {' '.join(item.command) or '(the suite)'})"
     )
 
 

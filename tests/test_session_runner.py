@@ -393,7 +393,7 @@ def test_tf2_exports_take_the_session_path_with_the_same_answers(mlp_export: Any
 
 
 def test_the_runner_benchmark_times_both_paths(base: Path) -> None:
-    from bench.runners import compare_runners
+    from tools.bench.runners import compare_runners
 
     (b1,) = compare_runners(base / "half_plus_two" / VERSION, batch_sizes=[1], budget_s=0.2)
     assert set(b1.timings) == {"session", "function"} and b1.ratio() is not None

@@ -103,8 +103,9 @@ EXIT_USAGE = 2  # the command line or an input file cannot work, found before an
 EXIT_MISSED = 3  # the run worked, and a gate or goal it was given was missed (some commands only)
 
 # What each exit code means, for every command, as "headline: detail": the CLI reference
-# (docsgen/cli.py) prints this table. A command that can exit EXIT_MISSED says what it means there
-# in its epilog, which `exit_epilog` writes and `--help` shows: the reference reads it from there.
+# (tools/docsgen/cli.py) prints this table. A command that can exit EXIT_MISSED says what it means
+# there in its epilog, which `exit_epilog` writes and `--help` shows: the reference reads it from
+# there.
 EXIT_CODES: dict[int, str] = {
     0: "success: the command did what it was asked",
     EXIT_FAILED: "the job failed: the message says what to fix (an export refused, a server that "

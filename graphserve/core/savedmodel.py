@@ -114,7 +114,7 @@ def signature_defs(path: Path | str) -> dict[str, meta_graph_pb2.SignatureDef]:
 
 
 # A loaded version's memory beyond its files: a Session, its executor and kernels (about 1 MiB
-# for the example MLP, measured by `python -m bench many`), and the graph held as C++ and
+# for the example MLP, measured by `python -m tools.bench many`), and the graph held as C++ and
 # Python objects (about 20 bytes per byte of saved_model.pb).
 _SESSION_BYTES = 1 << 20
 _GRAPH_FACTOR = 20

@@ -3,7 +3,7 @@
 gevent's gRPC integration (`grpc.experimental.gevent.init_gevent`) runs every call's I/O through
 the gevent hub, and locust's FastHttpSession runs each request through greenlets, event hooks and
 a response wrapper. Measured on this project's machine against the field's reference generators
-on the same server (Triton's perf_analyzer for gRPC, wrk for REST; bench/generator.py), they
+on the same server (Triton's perf_analyzer for gRPC, wrk for REST; tools/bench/generator.py), they
 added 0.2-0.5 ms to each request at one user. So each user here owns one real OS thread and its
 own connections: the thread runs the user's request loop with grpc's plain blocking call, or a
 keep-alive HTTP/1.1 connection on an unpatched socket (`HttpSender`), both of which wait with the

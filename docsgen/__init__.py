@@ -1,3 +1,0 @@
-"""The manual's generated parts (`mkdocs.yml` runs `docsgen/hooks.py`): the CLI reference from
-the typer app, the report schema's page from docs/report.schema.json, and the benchmark results
-under bench/ mounted into the site. Not in the wheel."""

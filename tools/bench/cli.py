@@ -3,7 +3,6 @@ results written. A development tool run from a clone: tools/ is not part of the 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import tempfile
 import time
@@ -104,6 +103,7 @@ def generator(
     from graphserve.exporter.api import ExportSpec, export_model
     from graphserve.loadtest.comparison.run import environment
     from tools.bench.generator import AgreementPlan, agreements, generator_capacity
+    from tools.bench.published import write
     from tools.bench.render import render_generator
     from tools.bench.run import MODELS
     from tools.bench.served import model_servers
@@ -144,12 +144,9 @@ def generator(
         "generator": capacity,
         "agreement": agreed,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "generator.json").write_text(json.dumps(results, indent=2) + "\n")
-    markdown = render_generator(results)
-    (out / "generator.md").write_text(markdown)
-    typer.echo(markdown)
-    typer.echo(f"results: {out / 'generator.json'} and {out / 'generator.md'}")
+    paths = write("generator", results, out)
+    typer.echo(render_generator(results))
+    typer.echo(f"results: {paths[0]} and {paths[1]}")
 
 
 def soak(
@@ -558,8 +555,11 @@ def frontend(
     the same run. Goals G16-G19 with pass/miss. About 5 minutes (9 with a baseline); writes
     OUT/frontend.json and frontend.md."""
     quiet_tensorflow()
+    from dataclasses import replace
+
     from tools.bench.frontend import FrontendSpec, run_frontend
-    from tools.bench.render import goal_lines, render_frontend
+    from tools.bench.published import BY_NAME, write
+    from tools.bench.render import goal_lines
 
     if baseline_rest_model_call not in ("run", "run_inline"):
         stderr.print(
@@ -577,11 +577,10 @@ def frontend(
         except (RuntimeError, OSError, ValueError) as exc:
             stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_FAILED) from None
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"frontend-{name}" if name else "frontend"
-    json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
-    md_path.write_text(render_frontend(results))
+    item = BY_NAME["frontend"]
+    if name:  # a one-off (a before/after): its own name and the command that made it
+        item = replace(item, name=f"frontend-{name}", command=(*item.command, "--name", name))
+    json_path, md_path = write(item, results, out)
     for line in goal_lines(results):
         typer.echo(line)
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")

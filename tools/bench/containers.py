@@ -201,8 +201,7 @@ def run_containers(out: Path, skip_cold: bool, duration: str) -> str:
         results["load"] = host_vs_container(base, work, duration)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "containers.json").write_text(json.dumps(results, indent=2) + "\n")
-    markdown = render(results)
-    (out / "containers.md").write_text(markdown)
-    return markdown
+    from tools.bench.published import write
+
+    write("containers", results, out)
+    return render(results)

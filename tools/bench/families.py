@@ -430,8 +430,7 @@ def render_families(results: dict[str, Any]) -> str:
 
 def write_families(results: dict[str, Any], out: Path) -> tuple[Path, Path]:
     """OUT/families.json and OUT/families.md."""
-    out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out / "families.json", out / "families.md"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
-    md_path.write_text(render_families(results))
+    from tools.bench.published import write
+
+    json_path, md_path = write("families", results, out)
     return json_path, md_path

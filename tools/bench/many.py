@@ -1274,11 +1274,7 @@ def plot(results: dict[str, Any]) -> bytes:
 
 def write_many(results: dict[str, Any], out: Path) -> list[Path]:
     """OUT/many.json, many.md and, when M2 ran, many.png."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "many.json", out / "many.md"]
-    paths[0].write_text(json.dumps(results, indent=2) + "\n")
-    paths[1].write_text(render_many(results))
-    if "zipf" in results and results["zipf"]["samples"]:
-        paths.append(out / "many.png")
-        paths[2].write_bytes(plot(results))
-    return paths
+    from tools.bench.published import write
+
+    plotted = "zipf" in results and results["zipf"]["samples"]
+    return write("many", results, out, {"many.png": plot(results)} if plotted else {})

@@ -1,30 +1,41 @@
 """Every figure the project publishes, the command that writes it, and how to check it is current.
 
-A published result is a JSON file written by one command of `python -m tools.bench` and a markdown
-page rendered from that JSON alone (plus plots). `PUBLISHED` lists them; `python -m tools.bench
-figures` (`make figures`) runs their commands one after the other; `tests/test_published.py` checks
-that each committed page is what the current renderer makes of its committed JSON and that its goals
-are the current goals, re-evaluated from the same measurements, so a figure written by older code
-fails CI instead of being read as today's.
+A published result is a JSON file written by one command (`python -m tools.bench ...`, or a
+fuzzer's) and a markdown page rendered from that JSON alone (plus plots). `PUBLISHED` lists them;
+`python -m tools.bench figures` (`make figures`) runs their commands one after the other;
+`tests/test_published.py` checks that each committed page is what the current renderer makes of its
+committed JSON and that its goals are the current goals, re-evaluated from the same measurements,
+so a figure written by older code fails CI instead of being read as today's.
 
 The sample load-test report (docs/loadtest/) is one too: `python -m tools.bench sample-report` runs
 the `loadtest compare` command the load-test guide shows and copies its report into the manual.
+
+Every result carries its provenance (`write` puts it in the JSON, the page's last lines and each
+PNG's text; the sample report has it in docs/loadtest/provenance.json): the commit, whether the
+tree was clean, the command that regenerates it, the machine and the date, and the paths whose
+code it measures. `tests/test_provenance.py` fails a result measured on a dirty tree, or on a
+commit older than the last change to what it measures.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PUBLISHED", "SAMPLE_REPORT", "Published", "run_figures", "sample_report"]
+__all__ = [
+    "BY_NAME", "PUBLISHED", "SAMPLE", "SAMPLE_REPORT", "Published", "changes", "footer",
+    "png_text", "png_with_text", "provenance", "run_figures", "sample_report", "write",
+]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tools" / "bench" / "results"
@@ -42,18 +53,6 @@ def _suite_goals(results: Results) -> list[dict[str, Any]]:
     from tools.bench.goals import GOALS, evaluate
 
     return [g.to_json() for g in evaluate(results, GOALS)]
-
-
-def _http_md(results: Results) -> str:
-    from tools.bench.render import render_http
-
-    return render_http(results)
-
-
-def _http_goals(results: Results) -> list[dict[str, Any]]:
-    from tools.bench.goals import HTTP_GOALS, evaluate
-
-    return [g.to_json() for g in evaluate(results, HTTP_GOALS)]
 
 
 def _generator_md(results: Results) -> str:
@@ -128,20 +127,27 @@ def _frontend_goals(results: Results) -> list[dict[str, Any]]:
     return [g.to_json() for g in evaluate(results, FRONTEND_GOALS)]
 
 
-# The server as it was before issue 42, measured by today's benchmark beside today's server in
-# one run: a checkout of that commit, e.g. `git worktree add /tmp/graphserve-before eb7fdb9`.
-BEFORE_42 = "/tmp/graphserve-before"
+# What a result measures: the product's code it runs (a change there makes the figure stale) and
+# the benchmark's own modules that drive and time it.
+SERVER = ("serving/", "graphserve/core/", "graphserve/model/")
+EXPORT = ("exporter/",)
+GENERATOR = ("loadtest/generator/",)
+MEASURE = ("tools/bench/clients.py", "tools/bench/served.py", "tools/bench/timing.py",
+           "tools/bench/tools.py", "tools/bench/peers/servers.py")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Published:
-    """One result: tools/bench/results/NAME.json and NAME.md, and the command that writes both."""
+    """One result: tools/bench/results/NAME.json, NAME.md (and NAME.png where it plots), the
+    command that writes them, and the paths of the code it measures."""
 
     name: str
-    command: tuple[str, ...]  # arguments of `python -m tools.bench`
-    render: Callable[[Results], str]  # the page, from the JSON alone
+    command: tuple[str, ...]  # the arguments of `python` that regenerate it, from the root
+    render: Callable[[Results], str] | None  # the page, from the JSON alone (None: no page)
+    measures: tuple[str, ...]  # files and folders whose code the figures depend on
     goals: Callable[[Results], list[dict[str, Any]]] | None = None  # re-evaluated, if any
     needs: str = ""  # what the command needs beyond the project's install
+    plots: tuple[str, ...] = ()  # the PNGs it writes beside its page, when it has data for them
 
     @property
     def json_path(self) -> Path:
@@ -151,26 +157,158 @@ class Published:
     def md_path(self) -> Path:
         return RESULTS / f"{self.name}.md"
 
+    @property
+    def command_line(self) -> str:
+        return " ".join(("python", *self.command))
+
+    def page(self, results: Results) -> str | None:
+        """NAME.md: the renderer's page, then where its figures came from; None without one."""
+        return self.render(results) + footer(results.get("provenance")) if self.render else None
+
+
+def _bench(*args: str) -> tuple[str, ...]:
+    return ("-m", "tools.bench", *args, "--out", "tools/bench/results")
+
 
 PUBLISHED: tuple[Published, ...] = (
-    Published("results", (), _suite_md, _suite_goals),
-    Published("frontend", ("frontend",), _frontend_md, _frontend_goals),
-    Published(
-        "frontend-42",
-        ("frontend", "--name", "42", "--baseline", BEFORE_42),
-        _frontend_md,
-        _frontend_goals,
-        f"a checkout of eb7fdb9 at {BEFORE_42} (git worktree add {BEFORE_42} eb7fdb9)",
-    ),
-    Published("generator", ("generator",), _generator_md),
-    Published("families", ("families",), _families_md),
-    Published("soak", ("soak",), _soak_md, _soak_goals),
-    Published("many", ("many",), _many_md, _many_goals),  # about 15 minutes
-    Published("tls", ("tls",), _tls_md),  # no goals: tools/bench/tls.py's NO_GOALS says why
-    Published("peers", ("peers",), _peers_md, _peers_goals, "five peer venvs (~12 GB)"),
-    Published("containers", ("containers",), _containers_md, None, "a Docker engine, root"),
-    Published("http", ("http",), _http_md, _http_goals, "the HTTP servers it compares"),
-)
+    Published("results", _bench(), _suite_md,
+              (*SERVER, *EXPORT, *GENERATOR, *MEASURE, "tools/bench/run.py",
+               "tools/bench/inprocess.py", "tools/bench/wire.py", "tools/bench/mobilenet.py",
+               "tools/bench/models.py", "tools/bench/generator.py"), _suite_goals),
+    Published("frontend", _bench("frontend"), _frontend_md,
+              (*SERVER, *MEASURE, "tools/bench/frontend.py", "tools/bench/generator.py",
+               "tools/bench/peers/run.py", "tools/bench/peers/limit.py"), _frontend_goals),
+    Published("generator", _bench("generator"), _generator_md,
+              (*SERVER, *GENERATOR, *MEASURE, "tools/bench/generator.py")),
+    Published("families", _bench("families"), _families_md,
+              (*SERVER, *EXPORT, *GENERATOR, "loadtest/comparison/", "tools/bench/families.py",
+               "docs_src/byom/")),
+    Published("soak", _bench("soak", "--duration", "15m"), _soak_md,
+              (*SERVER, *GENERATOR, "loadtest/comparison/", "tools/bench/soak.py"), _soak_goals,
+              plots=("soak.png",)),
+    Published("many", _bench("many"), _many_md,
+              (*SERVER, *GENERATOR, "loadtest/manymodels/", *MEASURE, "tools/bench/many.py"),
+              _many_goals, plots=("many.png",)),  # about 15 minutes
+    Published("tls", _bench("tls"), _tls_md,  # no goals: tools/bench/tls.py's NO_GOALS says why
+              (*SERVER, *MEASURE, "tools/bench/tls.py")),
+    Published("peers", _bench("peers"), _peers_md,
+              (*SERVER, *GENERATOR, *MEASURE, "tools/bench/peers/", "tools/bench/mobilenet.py"),
+              _peers_goals, "five peer venvs (~12 GB)", plots=("peers.png",)),
+    Published("containers", _bench("containers"), _containers_md,
+              (*SERVER, "deploy/", "docker/", "tools/bench/containers.py"), None,
+              "a Docker engine, root"),
+    Published("fuzz-http", ("-m", "tools.fuzz.http_raw", "--cases", "5000", "--seed", "0",
+                            "--out", "tools/bench/results/fuzz-http.json"), None,
+              (*SERVER, "tools/fuzz/http_raw.py")),
+    Published("cancel", ("-m", "tools.fuzz.cancel", "--duration", "20s", "--seed", "0",
+                         "--out", "tools/bench/results/cancel.json"), None,
+              (*SERVER, "tools/fuzz/cancel.py", "tools/fuzz/http_raw.py")),
+)  # fmt: skip
+BY_NAME = {item.name: item for item in PUBLISHED}
+
+
+# -- provenance ---------------------------------------------------------------------------------
+
+# What a run writes, not the code it measures: a change here leaves the tree clean for a result.
+OUTPUTS = ("tools/bench/results/", "docs/loadtest/")
+PNG_KEY = "graphserve-provenance"  # the PNG text chunk that carries it
+
+
+def _git(*args: str) -> str | None:
+    done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+def changes() -> list[str]:
+    """The work tree's changes (untracked files too) outside OUTPUTS, as `git status` names
+    them; ["(not a git checkout)"] when git cannot tell."""
+    status = _git("status", "--porcelain", "--untracked-files=all")
+    if status is None:
+        return ["(not a git checkout)"]
+    paths = [line[3:] for line in status.splitlines() if line.strip()]
+    return [p for p in paths if not p.split(" -> ")[-1].startswith(OUTPUTS)]
+
+
+def provenance(item: Published) -> dict[str, Any]:
+    """Where `item`'s figures come from, now: the commit, whether the tree was clean, the
+    command that regenerates them (and the one that ran), the machine, the date and the paths
+    it measures."""
+    import os
+    import platform
+    from datetime import UTC, datetime
+
+    head = _git("rev-parse", "HEAD")
+    dirty = changes()
+    return {
+        "commit": head.strip() if head else None,
+        "clean": not dirty,
+        "changes": dirty[:20],
+        "command": item.command_line,
+        "ran": " ".join(("python", *sys.orig_argv[1:])),
+        "machine": {"hostname": platform.node(), "platform": platform.platform(),
+                    "cpus": os.cpu_count(), "python": platform.python_version()},
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "measures": list(item.measures),
+    }  # fmt: skip
+
+
+def footer(stamp: Mapping[str, Any] | None) -> str:
+    """The page's last lines: where its figures came from."""
+    if not stamp:
+        return "\n---\n\n*Provenance: not recorded (written before results carried it).*\n"
+    tree = "a clean tree" if stamp["clean"] else "a tree with uncommitted changes"
+    machine = stamp["machine"]
+    return (
+        f"\n---\n\n*Measured at commit `{str(stamp['commit'])[:12]}` ({tree}) on "
+        f"{stamp['date'][:10]}, on {machine['hostname']} ({machine['cpus']} CPUs, "
+        f"{machine['platform']}), by `{stamp['ran']}`; regenerate with `{stamp['command']}`. "
+        f"It measures {', '.join(f'`{p}`' for p in stamp['measures'])}.*\n"
+    )
+
+
+def png_with_text(png: bytes, key: str, text: str) -> bytes:
+    """`png` with a tEXt chunk `key`=`text` before its end (PNG's own metadata, which any
+    reader of PNG text shows)."""
+    if not png.startswith(b"\x89PNG\r\n\x1a\n") or png[-12:-8] != b"\x00\x00\x00\x00":
+        raise ValueError("not a PNG ending in IEND")
+    data = key.encode("latin-1") + b"\x00" + text.encode("latin-1", "backslashreplace")
+    chunk = b"tEXt" + data
+    packed = struct.pack(">I", len(data)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+    return png[:-12] + packed + png[-12:]
+
+
+def png_text(png: bytes) -> dict[str, str]:
+    """The tEXt chunks of `png`."""
+    found, at = {}, 8
+    while at < len(png):
+        (length,), kind = struct.unpack(">I", png[at : at + 4]), png[at + 4 : at + 8]
+        if kind == b"tEXt":
+            key, _, value = png[at + 8 : at + 8 + length].partition(b"\x00")
+            found[key.decode("latin-1")] = value.decode("latin-1")
+        at += 12 + length
+    return found
+
+
+def write(
+    item: Published | str, results: Results, out: Path, plots: Mapping[str, bytes] | None = None
+) -> list[Path]:
+    """OUT/NAME.json with its provenance, NAME.md (its page) and each plot (a PNG carrying the
+    same provenance); the paths written. `results` gains its "provenance"."""
+    item = BY_NAME[item] if isinstance(item, str) else item
+    results["provenance"] = provenance(item)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / f"{item.name}.json"]
+    paths[0].write_text(json.dumps(results, indent=2) + "\n")
+    page = item.page(results)
+    if page is not None:
+        paths.append(out / f"{item.name}.md")
+        paths[-1].write_text(page)
+    stamp = json.dumps(results["provenance"], sort_keys=True)
+    for name, png in (plots or {}).items():
+        paths.append(out / name)
+        paths[-1].write_bytes(png_with_text(png, PNG_KEY, stamp))
+    return paths
+
 
 # docs/loadtest: the load-test guide's command, on the example mlp
 SAMPLE_REPORT = ROOT / "docs" / "loadtest"
@@ -178,6 +316,9 @@ SAMPLE_COMMAND = (
     "loadtest", "compare", "--source", "examples:mlp", "--users", "1,4,16", "--calibrate",
     "--cold-start", "--window", "2s", "--min-windows", "3", "--max-windows", "6",
 )  # fmt: skip
+SAMPLE = Published("sample-report", ("-m", "tools.bench", "sample-report"), None,
+                   (*SERVER, *EXPORT, "loadtest/"))  # fmt: skip
+PROVENANCE = "provenance.json"  # beside the sample report's files
 
 
 def _report_files(report_json: Path) -> list[str]:
@@ -209,32 +350,26 @@ def sample_report(out: Path = SAMPLE_REPORT, work_dir: Path | None = None) -> li
             (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(run / name, out / name)
             copied.append(out / name)
-    return copied
+    # the report's own files keep the product's format; where they came from is written beside
+    (out / PROVENANCE).write_text(json.dumps(provenance(SAMPLE), indent=2) + "\n")
+    return [*copied, out / PROVENANCE]
 
 
 def run_figures(
-    skip: Sequence[str], soak_duration: str, say: Callable[[str], None] = print
+    skip: Sequence[str], soak_duration: str = "15m", say: Callable[[str], None] = print
 ) -> dict[str, float]:
     """Every command of PUBLISHED not in `skip`, then the sample report (unless skipped as
     "sample-report"), one after the other in child processes; the seconds each took. Raises
     CalledProcessError on the first that fails."""
     took: dict[str, float] = {}
-    for item in PUBLISHED:
+    for item in (*PUBLISHED, SAMPLE):
         if item.name in skip:
             continue
-        if item.name == "frontend-42" and not Path(BEFORE_42).is_dir():
-            say(f"{item.name}: skipped, it needs {item.needs}")
-            continue
-        command = [sys.executable, "-m", "tools.bench", *item.command, "--out", str(RESULTS)]
+        command = [sys.executable, *item.command]
         if item.name == "soak":
-            command += ["--duration", soak_duration]
-        say(f"{item.name}: {' '.join(command[1:])}")
+            command[command.index("--duration") + 1] = soak_duration
+        say(f"{item.name}: python {' '.join(command[1:])}")
         started = time.perf_counter()
         subprocess.run(command, check=True, cwd=ROOT)
         took[item.name] = time.perf_counter() - started
-    if "sample-report" not in skip:
-        say("sample-report: docs/loadtest")
-        started = time.perf_counter()
-        sample_report()
-        took["sample-report"] = time.perf_counter() - started
     return took

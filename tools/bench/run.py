@@ -22,7 +22,6 @@ Results go to OUT/results.json and OUT/results.md.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -329,12 +328,8 @@ def _cold_start(run: _Run, model: BenchModel, base: Path) -> None:
 def write_results(
     results: dict[str, Any], out_dir: Path, name: str = "results"
 ) -> tuple[Path, Path]:
-    """Write OUT/NAME.json and OUT/NAME.md (results: the suite; http: `bench http`); returns
-    their paths."""
-    from tools.bench.render import render_http, render_markdown
+    """Write OUT/NAME.json and OUT/NAME.md (the suite's); returns their paths."""
+    from tools.bench.published import write
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
-    md_path.write_text((render_http if name == "http" else render_markdown)(results))
+    json_path, md_path = write(name, results, out_dir)
     return json_path, md_path

@@ -472,12 +472,6 @@ def render_soak(results: dict[str, Any]) -> str:
 
 def write_soak(results: dict[str, Any], out: Path) -> tuple[list[Path], list[str]]:
     """OUT/soak.json, soak.md and soak.png; the paths, and the summary lines."""
-    import json
+    from tools.bench.published import write
 
-    out.mkdir(parents=True, exist_ok=True)
-    lines = summary_lines(results)
-    paths = [out / "soak.json", out / "soak.md", out / "soak.png"]
-    paths[0].write_text(json.dumps(results, indent=2) + "\n")
-    paths[1].write_text(render_soak(results))
-    paths[2].write_bytes(plot(results))
-    return paths, lines
+    return write("soak", results, out, {"soak.png": plot(results)}), summary_lines(results)

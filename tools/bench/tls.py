@@ -29,11 +29,9 @@ Each figure of TLS and mutual TLS is also given as a ratio to plaintext's. No go
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -441,7 +439,6 @@ def run_tls(plan: TlsPlan, say: Say = lambda _m: None) -> dict[str, Any]:
                            for arm, s in servers.items()}  # fmt: skip
     results: dict[str, Any] = {
         "environment": where,
-        "commit": _commit(),
         "openssl": ssl.OPENSSL_VERSION,
         "load_average": {"start": list(load_before), "end": list(os.getloadavg())},
         "plan": plan.to_json(),
@@ -474,19 +471,6 @@ def _requests(server: _Server) -> Requests:
 
     specs = fetch_specs("grpc", server.grpc_address, MODEL, "serving_default")
     return encode_requests(MODEL, build_payload(specs, batch_size=1))
-
-
-def _commit() -> dict[str, Any]:
-    """The commit measured, and whether the work tree differed from it."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True)
-        return done.stdout.strip()
-
-    try:
-        return {"sha": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-    except (OSError, subprocess.CalledProcessError):
-        return {"sha": None, "dirty": None}
 
 
 def figures(results: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -560,15 +544,13 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
 
 def render_tls(results: Mapping[str, Any]) -> str:
     """tls.md, from tls.json alone."""
-    env, commit, start = results["environment"], results["commit"], results["load_average"]
-    sha = f"`{commit['sha'][:12]}`" if commit["sha"] else "unknown"
-    dirty = " with uncommitted changes" if commit["dirty"] else ""
+    env, start = results["environment"], results["load_average"]
     out = [
         "# What TLS costs: plaintext, TLS and mutual TLS",
         "",
         f"{env['timestamp']} on `{env['hostname']}`: {env['cpus']} CPUs, {env['platform']}, "
         f"Python {env['python']}, TensorFlow {env['versions'].get('tensorflow')}, grpcio "
-        f"{env['versions'].get('grpcio')}, {results['openssl']}; commit {sha}{dirty}; load "
+        f"{env['versions'].get('grpcio')}, {results['openssl']}; load "
         f"average {_loads(start['start'])} (1, 5, 15 min) at the start, {_loads(start['end'])} "
         f"at the end; the run took {results['seconds']:.0f} s.",
         "",
@@ -690,8 +672,6 @@ def _command(args: list[str]) -> str:
 
 def write_tls(results: Mapping[str, Any], out: Path) -> list[Path]:
     """OUT/tls.json and OUT/tls.md."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "tls.json", out / "tls.md"]
-    paths[0].write_text(json.dumps(results, indent=2) + "\n")
-    paths[1].write_text(render_tls(results))
-    return paths
+    from tools.bench.published import write
+
+    return write("tls", dict(results), out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import io
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def render_peers(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _plot(results: dict[str, Any], path: Path) -> None:
+def _plot(results: dict[str, Any]) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -170,14 +170,13 @@ def _plot(results: dict[str, Any], path: Path) -> None:
         right.set_xlabel(f"most req/s with p99 ≤ {m['budget_ms']:g} ms, higher is better")
         right.set_title(f"{model}: throughput")
         right.legend(loc="lower right", fontsize=8)
-    FigureCanvasAgg(figure).print_png(str(path))
+    buffer = io.BytesIO()
+    FigureCanvasAgg(figure).print_png(buffer)
+    return buffer.getvalue()
 
 
 def write_peers(results: dict[str, Any], out: Path) -> list[Path]:
     """OUT/peers.json, peers.md and peers.png."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "peers.json", out / "peers.md", out / "peers.png"]
-    paths[0].write_text(json.dumps(results, indent=2) + "\n")
-    paths[1].write_text(render_peers(results))
-    _plot(results, paths[2])
-    return paths
+    from tools.bench.published import write
+
+    return write("peers", results, out, {"peers.png": _plot(results)})

@@ -1,8 +1,11 @@
 """Which models to serve: TF Serving's `--model_config_file` (text-proto ModelServerConfig).
 
-The file is parsed with TF Serving's own proto (`tensorflow_serving.config`), so a file that TF
-Serving accepts is accepted here, and a typo fails the same way, naming the line. The graph
-server serves what it lists (serving.config) and `loadtest many` sends traffic to its models.
+The one reader and the one writer of that file, both through TF Serving's own proto
+(`tensorflow_serving.config`): a file that TF Serving accepts is accepted here, a typo fails the
+same way, naming the line, and what is written is what TF Serving reads. The graph server serves
+what it lists (serving.config), `loadtest many` sends traffic to its models, deploy rewrites its
+base paths for TF Serving's container, and `loadtest copies`, conformance and the benchmarks
+write one for the models they made.
 
     model_config_list {
       config {
@@ -18,6 +21,7 @@ server serves what it lists (serving.config) and `loadtest many` sends traffic t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +30,13 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from graphserve.core.errors import ModelConfigError
 
-__all__ = ["ModelConfig", "ModelConfigError", "VersionPolicy", "load_model_config_file"]
+__all__ = [
+    "ModelConfig",
+    "ModelConfigError",
+    "VersionPolicy",
+    "load_model_config_file",
+    "model_config_text",
+]
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,9 @@ class ModelConfig:
     base_path: Path
     policy: VersionPolicy = VersionPolicy()
     labels: dict[str, int] = field(default_factory=dict)
+    # TF Serving's request logging (its LoggingConfig as text), kept so that a rewritten file
+    # keeps it; the graph server logs no requests.
+    logging: str = ""
 
 
 def load_model_config_file(path: Path) -> list[ModelConfig]:
@@ -100,7 +113,8 @@ def _model(path: Path, config: model_server_config_pb2.ModelConfig) -> ModelConf
     if not base.is_absolute():
         base = path.parent / base  # TF Serving resolves against its cwd; the file's dir is kinder
     policy = _policy(where, config)
-    return ModelConfig(config.name, base, policy, dict(config.version_labels))
+    logging = text_format.MessageToString(config.logging_config, as_one_line=True)
+    return ModelConfig(config.name, base, policy, dict(config.version_labels), logging)
 
 
 def _policy(where: str, config: model_server_config_pb2.ModelConfig) -> VersionPolicy:
@@ -116,3 +130,23 @@ def _policy(where: str, config: model_server_config_pb2.ModelConfig) -> VersionP
         return VersionPolicy("specific", specific=tuple(sorted(policy.specific.versions)))
     latest = policy.latest.num_versions if kind == "latest" else 1
     return VersionPolicy("latest", latest=max(latest, 1))
+
+
+def model_config_text(models: Iterable[ModelConfig]) -> str:
+    """The text-proto ModelServerConfig serving `models` (platform "tensorflow"; the default
+    policy, the newest version, left unwritten), as TF Serving's own proto prints it."""
+    config = model_server_config_pb2.ModelServerConfig()
+    for model in models:
+        entry = config.model_config_list.config.add(
+            name=model.name, base_path=str(model.base_path), model_platform="tensorflow"
+        )
+        policy = entry.model_version_policy
+        if model.policy.kind == "all":
+            policy.all.SetInParent()
+        elif model.policy.kind == "specific":
+            policy.specific.versions.extend(model.policy.specific)
+        elif model.policy.latest != 1:
+            policy.latest.num_versions = model.policy.latest
+        entry.version_labels.update(model.labels)
+        text_format.Parse(model.logging, entry.logging_config)
+    return str(text_format.MessageToString(config))

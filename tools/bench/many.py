@@ -39,6 +39,7 @@ import numpy as np
 
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.httpclient import HttpConnection
+from graphserve.core.modelconfig import ModelConfig, model_config_text
 from graphserve.core.processes import ServerProcess
 from tools.bench.goals import Goal, evaluate
 from tools.bench.timing import timing_of
@@ -363,7 +364,11 @@ def write_copies(
         shutil.rmtree(out, ignore_errors=True)
         for name in _names(count):
             shutil.copytree(version, out / name / "1", copy_function=os.link)
-        (out / "models.config").write_text(_model_config(_names(count), out, pin))
+        models = [
+            ModelConfig(name, out / name, labels={"pinned": 1} if i < pin else {})
+            for i, name in enumerate(_names(count))
+        ]
+        (out / "models.config").write_text(model_config_text(models))
         how = "tools/bench/many.py's stand-in (hard links and a config)"
     return out / "models.config", _names(count), how
 
@@ -371,17 +376,6 @@ def write_copies(
 def _names(count: int) -> list[str]:
     width = max(4, len(str(count - 1)))
     return [f"model-{i:0{width}d}" for i in range(count)]
-
-
-def _model_config(names: Sequence[str], base: Path, pin: int) -> str:
-    entries = []
-    for index, name in enumerate(names):
-        label = '\n    version_labels { key: "pinned" value: 1 }' if index < pin else ""
-        entries.append(
-            f'  config {{\n    name: "{name}"\n    base_path: "{base / name}"\n'
-            f'    model_platform: "tensorflow"{label}\n  }}'
-        )
-    return "model_config_list {\n" + "\n".join(entries) + "\n}\n"
 
 
 def _zipf_weights(count: int, s: float) -> np.ndarray:

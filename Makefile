@@ -103,10 +103,10 @@ soak: $(STAMP) ## graph server under load, a version swap a minute: RSS growth, 
 fuzz: CASES ?= 5000
 fuzz: CANCEL_FOR ?= 20s
 fuzz: $(STAMP) ## fuzz the REST server with raw requests, cancel requests under load: tools/bench/results/{fuzz-http,cancel}.json
-	$(BIN)/python tools/fuzz/http_raw.py --cases $(CASES) --seed 0 --out tools/bench/results/fuzz-http.json
-	$(BIN)/python tools/fuzz/cancel.py --duration $(CANCEL_FOR) --seed 0 --out tools/bench/results/cancel.json
+	$(BIN)/python -m tools.fuzz.http_raw --cases $(CASES) --seed 0 --out tools/bench/results/fuzz-http.json
+	$(BIN)/python -m tools.fuzz.cancel --duration $(CANCEL_FOR) --seed 0 --out tools/bench/results/cancel.json
 	@if $(BIN)/python -c 'import atheris' 2>/dev/null; then \
-		$(BIN)/python tools/fuzz/rest_json.py -atheris_runs=5000 -seed=1 -max_len=2048 \
+		$(BIN)/python -m tools.fuzz.rest_json -atheris_runs=5000 -seed=1 -max_len=2048 \
 			-artifact_prefix=$${TMPDIR:-/tmp}/graphserve-atheris-; \
 	else echo "atheris is not installed (x86_64 Linux only): tools/fuzz/rest_json.py skipped"; fi
 

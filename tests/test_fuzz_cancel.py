@@ -22,7 +22,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "tools" / "fuzz" / "cancel.py"
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +29,11 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("fuzz-cancel") / "cancel.json"
     args = ["--duration", "3s", "--seed", "7", "--grpc-front-end", "threads", "--out", str(out)]
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "tools.fuzz.cancel", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-5000:]
     return dict(json.loads(out.read_text()))

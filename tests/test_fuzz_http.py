@@ -14,12 +14,9 @@ get its own answer: the statuses, error messages and endings in ANSWERS.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -32,18 +29,7 @@ GENERATED = 300
 SEED = 20261127
 
 
-def _load_harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "fuzz_http_raw", ROOT / "tools" / "fuzz" / "http_raw.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+from tools.fuzz import http_raw as harness  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 request not given up is answered right, every one given up is counted where it was, what waited
 is not run, and nothing is left behind.
 
-    python tools/fuzz/cancel.py --duration 20s [--seed S] [--out FILE.json] [--grpc-front-end auto]
+    python -m tools.fuzz.cancel --duration 20s [--seed S] [--out FILE.json] [--grpc-front-end auto]
 
 The server is a child process on free ports of 127.0.0.1 serving the example mlp (exported here
 into a temporary directory), with metrics on and batching (BATCHING: up to MAX_BATCH rows, a batch
@@ -62,16 +62,13 @@ from typing import Any
 
 import numpy as np
 
-# The run's provenance, recorded as tools/fuzz/http_raw.py records it (this folder is on sys.path
-# when a script of it runs).
-from http_raw import ChildServer, _commit, _environment
-
 from graphserve.core import client
 from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.httpclient import HttpConnection
 from graphserve.core.processes import ServerProcess
 from graphserve.serving.deadline import POOL, QUEUE, RUNNING
+from tools.fuzz.http_raw import ChildServer, _environment, write_summary
 
 __all__ = [
     "BATCHING",
@@ -461,7 +458,6 @@ class Run:
         violations = self.violations()
         return {
             "environment": _environment(),
-            "commit": _commit(),
             "seed": self.seed,
             "server": {
                 "grpc_front_end": self.front_end,
@@ -624,8 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_tail = server.process.log_tail(40)
     summary = run.summary()
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+        write_summary("cancel", summary, args.out)
     _report(summary, log_tail)
     return 0 if summary["passed"] else 1
 

@@ -1,7 +1,7 @@
 """Raw HTTP/1.x requests over a real socket to a real `graphserve serve graph` serving the example
 mlp on 127.0.0.1, as Triton's L0_http_fuzz does with boofuzz.
 
-    python tools/fuzz/http_raw.py --cases N [--seed S] [--out FILE.json] [--connections C]
+    python -m tools.fuzz.http_raw --cases N [--seed S] [--out FILE.json] [--connections C]
 
 What is sent: every case in NAMED (a hand-named shape of each family, so that every family is
 always covered), then N minus those drawn by hypothesis (`generated_cases`), on C connections at
@@ -64,7 +64,6 @@ import os
 import re
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -72,7 +71,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -95,6 +94,7 @@ __all__ = [
     "NAMED",
     "TIMEOUTS",
     "Case",
+    "ChildServer",
     "FuzzServer",
     "Outcome",
     "Run",
@@ -104,6 +104,7 @@ __all__ = [
     "main",
     "run_case",
     "run_cases",
+    "write_summary",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1009,7 +1010,6 @@ class Run:
         }
         return {
             "environment": _environment(),
-            "commit": _commit(),
             "seed": self.seed,
             "connections": self.connections,
             "server": {"timeouts_s": TIMEOUTS, "linger_s": LINGER_S, "head_cap": MAX_HEAD_BYTES},
@@ -1050,19 +1050,12 @@ def _environment() -> dict[str, Any]:
     return environment().to_json()
 
 
-def _commit() -> str | None:
-    """The graphserve commit, with `+dirty` when the work tree has changes."""
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    if head.returncode != 0:
-        return None
-    dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+def write_summary(name: str, summary: dict[str, Any], out: Path) -> None:
+    """`summary` at `out` with its provenance, as every published result (tools.bench.published),
+    under the name `out` gives it."""
+    from tools.bench.published import BY_NAME, write
+
+    write(replace(BY_NAME[name], name=out.stem), summary, out.parent)
 
 
 def run_cases(
@@ -1154,8 +1147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.seed = args.seed
     summary = run.summary()
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+        write_summary("fuzz-http", summary, args.out)
     _report(run, summary, log_tail)
     return 0 if run.passed else 1
 

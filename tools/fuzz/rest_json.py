@@ -1,6 +1,6 @@
 """atheris harness: REST predict bodies through the codec, where only InvalidInput may come out.
 
-    python tools/fuzz/rest_json.py -atheris_runs=100000 [-artifact_prefix=DIR/] [CORPUS_DIR ...]
+    python -m tools.fuzz.rest_json -atheris_runs=100000 [-artifact_prefix=DIR/] [CORPUS_DIR ...]
 
 Each input is a request body, decoded the way the REST server decodes it (`parse_json_body`,
 `decode_json_request`, `validate_inputs` from graphserve.core.codec) against every signature in

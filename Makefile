@@ -85,7 +85,7 @@ bench-tls: $(STAMP) ## what TLS costs against plaintext: tools/bench/results/tls
 # soak (SOAK=1h), the many-models run (15 min), TLS against plaintext (3 min), the peers (their venvs installed on first use),
 # the containers (a Docker engine) and the manual's sample report, one after the other. Hours,
 # not minutes.
-figures: SOAK ?= 1h
+figures: SOAK ?= 15m
 figures: $(STAMP) ## regenerate every published figure: tools/bench/results/* and docs/loadtest/*
 	$(BIN)/python -m tools.bench figures --soak-duration $(SOAK)
 

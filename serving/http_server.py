@@ -5,7 +5,7 @@ thread of its own, in front of a blocking handler run on a pool of threads.
     accept · parse (httptools) · read the body    handler(Request) -> Response: the data plane,
     timeouts · connection cap · write the answer  which blocks (the model, batching queues)
 
-Chosen by measurement (tools/bench/httpcompare.py prints the table). Every candidate that
+Chosen by measurement (docs/benchmarks/history/http.md has the table, dated). Every candidate that
 can share this process's models hands a request from an event loop to a thread and back, which
 costs 0.1-0.15 ms on a keep-alive request next to ThreadingHTTPServer's thread per connection
 (granian's embedded mode, aiohttp, tornado, waitress, cheroot: the same or more). Of those,

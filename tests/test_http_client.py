@@ -362,7 +362,8 @@ def test_an_answer_cut_short_raises_and_the_next_request_reconnects(
 
 @pytest.mark.parametrize("where", CUT)
 def test_the_probes_reader_raises_on_a_cut_answer_without_spinning(where: str) -> None:
-    """httpcompare's probes read through the same parser: a cut chunk used to spin forever."""
+    """Raw-byte callers (the fuzzer) read through the same parser: a cut chunk used to spin
+    forever."""
     sent, message = CUT[where]
     with (
         scripted(lambda n, seen: [sent, "close"]) as server,

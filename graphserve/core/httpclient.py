@@ -1,6 +1,6 @@
 """The one HTTP/1.1 client: RestClient's transport, the load test's senders (OS threads inside
-locust's processes), the benchmarks' REST callers, the peers harness, and httpcompare, whose
-probes write raw bytes but read every answer here.
+locust's processes), the benchmarks' REST callers, the peers harness, and the raw-request
+fuzzer, which writes raw bytes but reads every answer here.
 
     HttpConnection   one connection kept alive, opened on first use and after a close:
                      `request(method, path, body, headers)` answers an HttpReply; `encode` once
@@ -345,7 +345,7 @@ class HttpConnection:
     @classmethod
     def over(cls, sock: socket.socket, *, keep_headers: bool = True) -> HttpConnection:
         """A connection that reads the answers to what the caller writes on `sock` (a connected
-        socket of the caller's, with its timeout: httpcompare's probes, which write raw bytes):
+        socket of the caller's, with its timeout: the raw-request fuzzer, which writes raw bytes):
         `send(b"")` reads the next one, 1xx included. The socket stays the caller's: it is
         neither closed nor reopened."""
         host, port = sock.getpeername()[:2]

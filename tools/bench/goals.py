@@ -13,7 +13,7 @@ from typing import Any
 
 from graphserve.core.results import JsonResult
 
-__all__ = ["FRONTEND_GOALS", "GOALS", "HTTP_GOALS", "PEER_GOALS", "Goal", "GoalResult", "evaluate"]
+__all__ = ["FRONTEND_GOALS", "GOALS", "PEER_GOALS", "Goal", "GoalResult", "evaluate"]
 
 Results = dict[str, Any]
 
@@ -133,27 +133,6 @@ def _g9(r: Results) -> tuple[float, str]:
 def _g10(r: Results) -> tuple[float, str]:
     rest, grpc = _served(r, "mlp/b32", "graph/rest"), _served(r, "mlp/b32", "graph/grpc")
     return rest / grpc, f"REST {rest:.3f} ms / gRPC {grpc:.3f} ms (graph p50)"
-
-
-def _http(r: Results, server: str, key: str) -> float:
-    return float(r["http"]["servers"][server][key])
-
-
-def _g11(r: Results) -> tuple[float, str]:
-    new, before = (_http(r, s, "keepalive_p50_ms") for s in ("graphserve", "stdlib-legacy"))
-    detail = f"graphserve {new:.3f} ms / ThreadingHTTPServer and stdlib JSON {before:.3f} ms"
-    if "stdlib" in r["http"]["servers"]:  # the transport alone: the same handler on both
-        same = _http(r, "stdlib", "keepalive_p50_ms")
-        detail += f"; the transport alone: / ThreadingHTTPServer {same:.3f} ms = {new / same:.2f}×"
-    return new / before, detail
-
-
-def _g12(r: Results) -> tuple[float, str]:
-    def extra(server: str) -> float:
-        return _http(r, server, "new_connection_p50_ms") - _http(r, server, "keepalive_p50_ms")
-
-    new, before = extra("graphserve"), extra("stdlib-legacy")
-    return new / before, f"{new:.3f} ms more than keep-alive / {before:.3f} ms before"
 
 
 def _agreement_row(r: Results, server: str, protocol: str, clients: int) -> dict[str, Any]:
@@ -293,26 +272,6 @@ FRONTEND_GOALS: tuple[Goal, ...] = (
     Goal("G19b", "most req/s within budget / in-process limit, mobilenet batching, REST", ">=",
          0.70, _mobilenet("rest")),
 )  # fmt: skip
-
-
-# `python -m tools.bench http` (tools/bench/results/http.json): the REST transport against the one
-# before it
-HTTP_GOALS: tuple[Goal, ...] = (
-    Goal(
-        "G11",
-        "REST p50, mlp b1, keep-alive: graphserve / before (ThreadingHTTPServer, stdlib JSON)",
-        "<=",
-        1.1,
-        _g11,
-    ),
-    Goal(
-        "G12",
-        "REST new-connection cost over keep-alive, mlp b1: graphserve / before",
-        "<=",
-        0.75,
-        _g12,
-    ),
-)
 
 
 # ---------------------------------------------------------------------------------------------

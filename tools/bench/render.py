@@ -394,27 +394,6 @@ def _json_codec(suite: dict[str, Any]) -> list[str]:
     ]
 
 
-def render_http(results: dict[str, Any]) -> str:
-    """tools/bench/results/http.md: `python -m tools.bench http`'s goals and table."""
-    from tools.bench.httpcompare import render
-
-    http = results["http"]
-    return "\n".join(
-        [
-            *_head("HTTP servers for the REST front end (`python -m tools.bench http`)", results),
-            "",
-            f"## HTTP servers, REST {http['model']} (tools/bench/httpcompare.py)",
-            "",
-            "stdlib-legacy is the REST front end before issue 15 (ThreadingHTTPServer, the "
-            "standard library's JSON); every other server runs today's handler. Probes: short "
-            "limits (1 s timeouts, 4 connections), what each server did.",
-            "",
-            render(http["servers"]),
-            "",
-        ]
-    )
-
-
 def _generator(suite: dict[str, Any]) -> list[str]:
     if not suite:
         return []

@@ -11,12 +11,10 @@
     generator    one locust process per protocol against mlp's null server: requests per second
                  per CPU core the load generator spends; and our generator against perf_analyzer
                  (gRPC) and wrk (REST) on mlp's graph and null servers (tools/bench/generator.py)
-    http         mlp b1 over REST on the front end before issue 15, on graphserve's transport and
-                 on the other HTTP servers it was chosen from (tools/bench/httpcompare.py)
 
 Order matters on a small machine: the in-process suites run first, before any server exists;
 cold starts run next, one server at a time; each model's servers run only while that model is
-measured; the HTTP servers are compared last (tools/bench/httpcompare.py, its own process).
+measured.
 Results go to OUT/results.json and OUT/results.md.
 """
 
@@ -53,19 +51,6 @@ MODELS: tuple[BenchModel, ...] = (
 IMAGE = BenchModel("image", "tools.bench.models:image")  # the 224×224×3 request of the codec goal
 MOBILENET = BenchModel("mobilenet", "tools.bench.mobilenet:mobilenet")  # batching's goal G4a
 MOBILENET_KINDS = ("graph", "null", "graph-batching")
-# The REST front end before issue 15 (stdlib-legacy), ThreadingHTTPServer with today's handler,
-# graphserve's transport, and the other candidates it was chosen from (those installed).
-HTTP_SERVERS = (
-    "stdlib-legacy",
-    "stdlib",
-    "graphserve",
-    "uvicorn",
-    "granian",
-    "cheroot",
-    "waitress",
-    "tornado",
-    "aiohttp",
-)
 
 
 @dataclass
@@ -184,52 +169,6 @@ def _json(run: _Run) -> None:
     run.say("JSON codec: before and after issue 15")
     for name, timings in json_suite(budget_s=run.spec.json_s).items():
         run.results["json"][name] = {t.encoding: t.to_json() for t in timings}
-
-
-@dataclass
-class HttpSpec:
-    """`python -m tools.bench http`: the REST front end's transport against the HTTP servers it was
-    chosen from (tools/bench/httpcompare.py), goals G11 and G12. The record of one past choice
-    (issue 15), so not part of `make bench`: its result is kept in tools/bench/results/http.*."""
-
-    work_dir: Path
-    seconds: float = 4.0  # per measurement, every HTTP server interleaved
-    servers: tuple[str, ...] = HTTP_SERVERS
-    probes: bool = True
-    clients: int = 16
-
-    @classmethod
-    def quick(cls, work_dir: Path) -> HttpSpec:
-        return cls(work_dir, seconds=0.3, servers=("stdlib-legacy", "graphserve"), probes=False,
-                   clients=4)  # fmt: skip
-
-
-def run_http(spec: HttpSpec, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
-    """The mlp exported, every installed server of `spec` measured; results with G11 and G12."""
-    from graphserve.loadtest.comparison.run import environment
-    from tools.bench.goals import HTTP_GOALS
-    from tools.bench.httpcompare import compare
-
-    started = time.perf_counter()
-    run = _Run(BenchSpec(spec.work_dir, models=()), say)
-    base = _export(run, next(m for m in MODELS if m.name == "mlp"))
-    say(f"HTTP servers: {', '.join(spec.servers)} (the installed ones), mlp b1")
-    results: dict[str, Any] = {
-        "environment": environment().to_json(),
-        "http": {
-            "model": "mlp/b1",
-            "servers": compare(
-                list(spec.servers),
-                seconds=spec.seconds,
-                clients=spec.clients,
-                model_dir=str(base),
-                probes=spec.probes,
-            ),
-        },
-    }
-    results["seconds"] = time.perf_counter() - started
-    results["goals"] = [g.to_json() for g in evaluate(results, HTTP_GOALS)]
-    return results
 
 
 def _export(run: _Run, model: BenchModel) -> Path:

@@ -4,10 +4,10 @@ reference cannot drift from what it describes.
 - reference/cli.md: every command, option, default and exit code, from the typer app;
 - reference/report-schema.md: from docs/report.schema.json, which the tests check the report
   models against;
-- benchmarks/{notes,results,http,peers-results,generator,soak,containers,families}.md and the
-  plots beside them: tools/bench/README.md and the results `make bench`, `make bench-peers` and
-  friends write, as they are; the notes' links to tools/bench/results/ and docs/ point at those
-  pages here;
+- benchmarks/{notes,results,peers-results,generator,soak,containers,families,many,tls,
+  frontend}.md and the plots beside them: tools/bench/README.md and the results `make bench`,
+  `make bench-peers` and friends write, as they are; the notes' links to tools/bench/results/
+  and docs/ point at those pages here;
 - on every page, the figures and tables that prose names with `{{ figure ... }}` and
   `{{ include ... }}`, read from the committed result files (tools/docsgen/figures.py): one that
   does not resolve is a warning naming the page, so the strict build fails.
@@ -35,7 +35,6 @@ log = logging.getLogger(f"mkdocs.plugins.{__name__}")
 BENCH_PAGES = {
     "README.md": "notes.md",
     "results.md": "results.md",
-    "http.md": "http.md",
     "peers.md": "peers-results.md",
     "generator.md": "generator.md",
     "soak.md": "soak.md",
@@ -44,7 +43,6 @@ BENCH_PAGES = {
     "many.md": "many.md",
     "tls.md": "tls.md",
     "frontend.md": "frontend.md",
-    "frontend-42.md": "frontend-42.md",
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tools.bench.published import PUBLISHED, SAMPLE_REPORT, Published
+from tools.bench.published import BY_NAME, PUBLISHED, SAMPLE_REPORT, Published
 
 
 def _committed(item: Published) -> dict[str, Any]:
@@ -42,6 +42,14 @@ def test_each_result_carries_todays_goals_as_evaluated_today(item: Published) ->
         assert goal["value"] is not None, f"{item.json_path.name}: {key} {goal['detail']}"
         assert stored[key]["value"] == pytest.approx(goal["value"]), key
         assert (stored[key]["passed"], stored[key]["goal"]) == (goal["passed"], goal["goal"]), key
+
+
+def test_the_readme_shows_the_demo_figure_its_json_holds() -> None:
+    from tools.bench.demo import END, README, START, readme_block
+
+    results = _committed(BY_NAME["demo"])
+    shown = README.read_text().partition(START)[2].partition(END)[0].strip()
+    assert shown == readme_block(results), "README's demo figure: python -m tools.bench demo"
 
 
 def test_the_sample_report_reads_under_todays_schema_and_renders_as_committed() -> None:

@@ -115,6 +115,12 @@ def _families_md(results: Results) -> str:
     return render_families(results)
 
 
+def _demo_md(results: Results) -> str:
+    from tools.bench.demo import render_demo
+
+    return render_demo(results)
+
+
 def _frontend_md(results: Results) -> str:
     from tools.bench.render import render_frontend
 
@@ -197,6 +203,9 @@ PUBLISHED: tuple[Published, ...] = (
     Published("containers", _bench("containers"), _containers_md,
               (*SERVER, "deploy/", "docker/", "tools/bench/containers.py"), None,
               "a Docker engine, root"),
+    Published("demo", _bench("demo"), _demo_md,
+              (*SERVER, *EXPORT, "loadtest/", "graphserve/demo.py", "Makefile",
+               "tools/bench/demo.py")),
     Published("fuzz-http", ("-m", "tools.fuzz.http_raw", "--cases", "5000", "--seed", "0",
                             "--out", "tools/bench/results/fuzz-http.json"), None,
               (*SERVER, "tools/fuzz/http_raw.py")),

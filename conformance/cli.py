@@ -18,10 +18,10 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.clikit import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls, stderr
 from graphserve.core.errors import EXIT_MISSED, ExportError, GraphserveError, exit_epilog
 from graphserve.core.inputs import load_ranges
-from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
+from graphserve.core.logs import quiet_tensorflow
 
 __all__ = ["EXIT_CASE_FAILED", "app"]
 

@@ -17,13 +17,16 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.markup import escape
 
-from graphserve.core.console import (
-    default_tensorflow_log_level,
+from graphserve.clikit import (
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    TlsServerName,
+    client_tls,
     progress,
-    quiet_tensorflow,
     stderr,
 )
-from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
+from graphserve.core.logs import default_tensorflow_log_level, quiet_tensorflow
 
 __all__ = ["app"]
 

@@ -15,9 +15,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from graphserve.core.console import progress, quiet_tensorflow, stderr
+from graphserve.clikit import progress, stderr
 from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE, ExportError
 from graphserve.core.inputs import load_ranges
+from graphserve.core.logs import quiet_tensorflow
 from graphserve.core.signature import DTYPES, parse_input_spec
 
 

@@ -11,7 +11,7 @@ import typer
 
 from graphserve import __version__
 from graphserve.conformance.cli import app as conformance_app
-from graphserve.core.console import default_tensorflow_log_level
+from graphserve.core.logs import default_tensorflow_log_level
 from graphserve.demo import demo
 from graphserve.deploy.cli import app as deploy_app
 from graphserve.exporter.cli import export, inspect

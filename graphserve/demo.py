@@ -14,9 +14,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from graphserve.core.console import progress, quiet_tensorflow, stderr
+from graphserve.clikit import option_seconds, progress, stderr
 from graphserve.core.errors import EXIT_FAILED
-from graphserve.loadtest.cli import OutputFormat, Protocol, parse_duration, parse_loads
+from graphserve.core.logs import quiet_tensorflow
+from graphserve.loadtest.cli import OutputFormat, Protocol, parse_loads
 
 
 def demo(
@@ -42,7 +43,7 @@ def demo(
     ] = OutputFormat.text,
 ) -> None:
     """Export, serve graph and eager on loopback, compare them with locust, stop, report."""
-    duration_s = parse_duration(duration)
+    duration_s = option_seconds(duration)
     loads = parse_loads(users, "--users")
     quiet_tensorflow()
     from graphserve.exporter import ExportError, ExportSpec, export_model

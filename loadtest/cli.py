@@ -4,7 +4,7 @@
 Only typer, rich and the standard library load here, so `graphserve --help` stays fast:
 TensorFlow and locust are imported when a comparison actually runs.
 
-Every command that loads a server takes the same four TLS options (graphserve.core.tlsoptions:
+Every command that loads a server takes the same four TLS options (graphserve.clikit.tls:
 --tls-ca, --tls-cert, --tls-key, --tls-server-name) and `grpcs://` / `https://` addresses; the
 options apply to every address given, which a `grpc://` or `http://` scheme contradicts (a
 usage error). The servers a command starts itself serve plaintext.
@@ -23,11 +23,18 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.clikit import (
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    TlsServerName,
+    client_tls,
+    option_seconds,
+    stderr,
+)
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
+from graphserve.core.logs import quiet_tensorflow
 from graphserve.core.tls import ClientTls, TlsConfigError
-from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
-from graphserve.core.units import parse_duration
 
 if TYPE_CHECKING:
     from graphserve.loadtest.comparison.findmax import SearchSpec
@@ -35,7 +42,7 @@ if TYPE_CHECKING:
     from graphserve.loadtest.results.rollout import RolloutReport
     from graphserve.loadtest.results.run import Report
 
-__all__ = ["EXIT_SLO", "app", "dialed_tls", "parse_duration", "parse_loads"]
+__all__ = ["EXIT_SLO", "app", "dialed_tls", "parse_loads"]
 
 app = typer.Typer(help="Load-test TF Serving-compatible servers with locust.", no_args_is_help=True)
 
@@ -330,7 +337,7 @@ def compare(
         expect_workers=expect_workers,
         master_bind_host=master_bind_host,
         master_bind_port=master_bind_port,
-        workers_timeout_s=parse_duration(workers_timeout, "--workers-timeout"),
+        workers_timeout_s=option_seconds(workers_timeout, "--workers-timeout"),
         max_requests=max_requests,
         allow_remote=allow_remote,
         baseline=baseline,
@@ -461,10 +468,10 @@ def _load_spec(
 ) -> Any:
     if users and rate:
         raise typer.BadParameter("use --users (closed loop) or --rate (open loop), not both")
-    window_s = parse_duration(window, "--window", minimum=0.5)
+    window_s = option_seconds(window, "--window", minimum=0.5)
     if duration is not None:
         # A fixed measured time: exactly this many windows, no extension for stability.
-        min_windows = max_windows = max(1, math.ceil(parse_duration(duration) / window_s))
+        min_windows = max_windows = max(1, math.ceil(option_seconds(duration) / window_s))
     if max_windows < min_windows:
         raise typer.BadParameter(
             f"--max-windows {max_windows} is below --min-windows {min_windows}",
@@ -475,7 +482,7 @@ def _load_spec(
         loads=parse_loads(rate, "--rate") if rate else parse_loads(users or "1", "--users"),
         arrivals=arrivals.value,
         max_in_flight=max_in_flight,
-        warmup_s=parse_duration(warmup, "--warmup", minimum=0.0),
+        warmup_s=option_seconds(warmup, "--warmup", minimum=0.0),
         window_s=window_s,
         min_windows=min_windows,
         max_windows=max_windows,
@@ -677,9 +684,9 @@ def rollout_command(
         rate=rate,
         users=users,
         max_in_flight=max_in_flight,
-        before_s=parse_duration(before, "--before", minimum=0.0),
-        after_s=parse_duration(after, "--after", minimum=0.0),
-        timeout_s=parse_duration(timeout, "--timeout"),
+        before_s=option_seconds(before, "--before", minimum=0.0),
+        after_s=option_seconds(after, "--after", minimum=0.0),
+        timeout_s=option_seconds(timeout, "--timeout"),
         slo=tuple(g.strip() for text in slo or () for g in text.split(",") if g.strip()),
         batch_size=batch_size,
         seed=seed,
@@ -882,11 +889,11 @@ def many_command(
         popularity=_popularity(models_from, zipf, weights),
         rate=rate,
         users=users,
-        duration_s=parse_duration(duration, "--duration"),
+        duration_s=option_seconds(duration, "--duration"),
         max_requests=max_requests,
         metrics_url=metrics_url,
         rest_port=rest_port,
-        scrape_every_s=parse_duration(scrape_every, "--scrape-every", minimum=0.1),
+        scrape_every_s=option_seconds(scrape_every, "--scrape-every", minimum=0.1),
         seed=seed,
         signature_name=signature_name,
         batch_size=batch_size,

@@ -224,7 +224,7 @@ def graph(
     warmed, and only then take traffic; the old ones are unloaded after."""
     if load_on_demand:
         on_demand_environment(serve)  # before anything imports TensorFlow
-    from graphserve.core.units import parse_bytes, parse_duration
+    from graphserve.clikit import option_bytes, option_seconds
     from graphserve.serving.config import (
         ModelConfig,
         ModelConfigError,
@@ -252,11 +252,11 @@ def graph(
     residency = Residency(
         max_bytes=None
         if max_resident_bytes is None
-        else parse_bytes(max_resident_bytes, "--max-resident-bytes"),
+        else option_bytes(max_resident_bytes, "--max-resident-bytes"),
         max_models=max_resident_models,
         idle_unload=None
         if idle_unload is None
-        else parse_duration(idle_unload, "--idle-unload", minimum=0.1),
+        else option_seconds(idle_unload, "--idle-unload", minimum=0.1),
     )
     if residency != Residency() and not load_on_demand:
         usage_error(

@@ -20,7 +20,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand, TyperOption
 
-from graphserve.core.console import configure_logging, quiet_tensorflow, stderr
+from graphserve.clikit import stderr
 from graphserve.core.defaults import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_GRPC_WORKERS,
@@ -32,6 +32,7 @@ from graphserve.core.defaults import (
     DEFAULT_METRICS_PATH,
 )
 from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE
+from graphserve.core.logs import configure_logging, quiet_tensorflow
 
 if TYPE_CHECKING:
     from graphserve.core.batchingparams import BatchingParameters

@@ -1,6 +1,7 @@
 """The layers as docs/architecture.md draws them, beyond what import-linter checks in `make lint`:
-the core imports no TensorFlow API, nothing imports the packages by their folder names, and the
-wheel installs one name, `graphserve`, without tools/ (benchmarks, fuzzers, docs generators)."""
+the core imports no TensorFlow API and no command-line library, nothing imports the packages by
+their folder names, and the wheel installs one name, `graphserve`, without tools/ (benchmarks,
+fuzzers, docs generators)."""
 
 from __future__ import annotations
 
@@ -45,12 +46,27 @@ def test_the_core_imports_no_tensorflow_api() -> None:
     assert offending == []
 
 
+def test_the_core_imports_no_command_line_library() -> None:
+    """The core is what a deployment script or a server imports: typer (and click under it) is
+    the command line's, and so is rich, which renders the commands' messages and typer's usage
+    errors. Both live in graphserve.clikit and the packages' cli.py files; the servers' logs are
+    the standard library's (graphserve.core.logs). The core's own imports, that is: importing
+    TensorFlow's protocol buffers loads TensorFlow, and Keras under it imports rich."""
+    offending = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _python_files("graphserve/core")
+        for line, module in _imports(path)
+        if module.split(".")[0] in ("typer", "click", "rich")
+    ]
+    assert offending == []
+
+
 def test_the_core_loads_without_the_tensorflow_runtime_modules() -> None:
     """The core modules that need no protocol buffers load without TensorFlow at all."""
     code = (
         "import sys\n"
         "import graphserve.core.signature, graphserve.core.errors, graphserve.core.versions\n"
-        "import graphserve.core.console, graphserve.core.contract, graphserve.core.defaults\n"
+        "import graphserve.core.logs, graphserve.core.contract, graphserve.core.defaults\n"
         "import graphserve.core.batchingparams, graphserve.core.processes\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')))\n"
     )

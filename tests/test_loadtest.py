@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from graphserve.core.codec import array_from_proto, shape_proto
 from graphserve.core.errors import LoadTestError, PayloadError, RemoteTargetError
 from graphserve.core.signature import TensorSpec
-from graphserve.loadtest.cli import app, parse_duration, parse_loads
+from graphserve.loadtest.cli import app, parse_loads
 from graphserve.loadtest.generator.metadata import (
     specs_from_grpc_metadata,
     specs_from_rest_metadata,
@@ -37,24 +37,6 @@ from graphserve.loadtest.generator.payloads import (
 from graphserve.loadtest.generator.scrape import scrape, snapshot_from_text
 from graphserve.loadtest.generator.targets import check_loopback, http_base_url
 from graphserve.loadtest.results.run import REPORT_SCHEMA
-
-# ---------------------------------------------------------------------------------------------
-# Durations
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("20s", 20), ("1m", 60), ("90", 90), ("1m30s", 90), ("2h", 7200), (" 5S ", 5)],
-)
-def test_parse_duration(text: str, seconds: int) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "abc", "0s", "-5", "0.5s", "5d", "s"])
-def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(typer.BadParameter, match=r"not a duration|at least 1 s"):
-        parse_duration(text)
-
 
 # ---------------------------------------------------------------------------------------------
 # Targets: loopback only unless --allow-remote
@@ -683,13 +665,13 @@ _HEADLINE = re.compile(
 def test_self_managed_report_names_the_model_and_never_breaks_down_negative(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import graphserve.core.console
+    import graphserve.core.logs
     from graphserve.cli import app as graphserve_app
 
     # As a user runs it, with TF_CPP_MIN_LOG_LEVEL unset: the servers started must inherit the
     # quiet level, so that no "failed call to cuInit" reaches their logs.
     monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL")
-    monkeypatch.setattr(graphserve.core.console, "_chosen_by_us", False)
+    monkeypatch.setattr(graphserve.core.logs, "_chosen_by_us", False)
     out = tmp_path / "out"
     result = CliRunner().invoke(
         graphserve_app,

@@ -1,8 +1,6 @@
-"""Shared CLI plumbing: a stderr console, quiet TensorFlow logs, and exit codes.
-
-Exit codes, for every command: 0 ok, 1 the job failed (export refused, verification failed, a
-server could not start, a load test arm failed), 2 usage error (typer's own).
-"""
+"""What reaches stderr without a command line: TensorFlow's C++ log level, kept quiet unless the
+user set it (in this process and the servers and locust processes it starts), and the servers' log
+records as text or JSON. The CLI's own console is graphserve.clikit's."""
 
 from __future__ import annotations
 
@@ -14,13 +12,13 @@ import re
 import sys
 import tempfile
 
-from rich.console import Console
-
-EXIT_OK = 0
-
-# soft_wrap: messages hold paths and specs that must survive a copy-paste unbroken.
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
-
+__all__ = [
+    "QUIET_TF_LOG_LEVEL",
+    "TF_LOG_LEVEL",
+    "configure_logging",
+    "default_tensorflow_log_level",
+    "quiet_tensorflow",
+]
 
 TF_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL"
 # 3, not 2: on every machine without a GPU TensorFlow logs "failed call to cuInit" at ERROR level,
@@ -78,16 +76,6 @@ def _import_without_start_up_lines(module: str) -> None:
             if kept:
                 sys.stderr.write("".join(kept))
                 sys.stderr.flush()
-
-
-def progress(message: str) -> None:
-    """A progress line on stderr; a message starting with "warning: " stands out."""
-    from rich.markup import escape
-
-    if message.startswith("warning: "):
-        stderr.print(f"[yellow]warning:[/] {escape(message[len('warning: ') :])}")
-    else:
-        stderr.print(f"[dim]{escape(message)}[/]")
 
 
 class _JsonFormatter(logging.Formatter):

@@ -257,7 +257,7 @@ def worker_env(allow_remote: bool = False, tls: ClientTls | None = None) -> dict
     """The environment of a worker: the plan comes from the master; remote targets only when
     both this worker and the master's plan allow them; the plan's TLS targets (grpcs://,
     https://) dialed with `tls` (its own options: their files are on its own machine)."""
-    from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
+    from graphserve.core.logs import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
 
     environ = {TF_LOG_LEVEL: QUIET_TF_LOG_LEVEL, **os.environ}
     return {

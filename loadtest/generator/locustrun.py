@@ -37,7 +37,7 @@ def start_locust(
     """Headless locust on `locustfile` with `users` (all spawned within a second) against
     `host`, for at most `bound_s`, the locustfile's `options` after locust's; output to `log`.
     `tls`: the options a `grpcs://` or `https://` host is dialed with (in its environment)."""
-    from graphserve.core.console import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
+    from graphserve.core.logs import QUIET_TF_LOG_LEVEL, TF_LOG_LEVEL
 
     command = [
         sys.executable, "-m", "locust", "-f", str(locustfile), "--headless",

@@ -12,11 +12,19 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from graphserve.core.console import quiet_tensorflow, stderr
+from graphserve.clikit import (
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    TlsServerName,
+    client_tls,
+    option_seconds,
+    stderr,
+)
 from graphserve.core.errors import EXIT_MISSED, exit_epilog
+from graphserve.core.logs import quiet_tensorflow
 from graphserve.core.tls import TlsConfigError
-from graphserve.core.tlsoptions import TlsCa, TlsCert, TlsKey, TlsServerName, client_tls
-from graphserve.loadtest.cli import Protocol, dialed_tls, parse_duration
+from graphserve.loadtest.cli import Protocol, dialed_tls
 
 __all__ = ["app"]
 
@@ -92,8 +100,8 @@ def batching(
         address=address,
         clients=clients,
         protocol=protocol.value,
-        budget_s=parse_duration(budget, "--budget", minimum=10.0),
-        trial_s=parse_duration(trial, "--trial", minimum=1.5),
+        budget_s=option_seconds(budget, "--budget", minimum=10.0),
+        trial_s=option_seconds(trial, "--trial", minimum=1.5),
         allow_remote=allow_remote,
         tls=tls,
     )

@@ -12,8 +12,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from graphserve.core.console import progress, quiet_tensorflow, stderr
+from graphserve.clikit import progress, stderr
 from graphserve.core.errors import EXIT_FAILED, EXIT_MISSED, exit_epilog
+from graphserve.core.logs import quiet_tensorflow
 
 STRICT_EPILOG = exit_epilog({EXIT_MISSED: "with --strict, a goal was missed."})
 
@@ -182,17 +183,17 @@ def soak(
     its RSS, threads and p99 over time; goals: RSS growth <= 100 MB per hour (a line fitted
     after the warm-up) and no failed request. Writes OUT/soak.json, soak.md and soak.png."""
     quiet_tensorflow()
-    from graphserve.loadtest.cli import parse_duration
+    from graphserve.clikit import option_seconds
     from tools.bench.soak import SoakPlan, run_soak, write_soak
 
-    duration_s = parse_duration(duration)
+    duration_s = option_seconds(duration)
     with tempfile.TemporaryDirectory(prefix="graphserve-soak-") as tmp:
         plan = SoakPlan(
             work_dir=work_dir or Path(tmp),
             duration_s=duration_s,
-            swap_every_s=parse_duration(swap_every, "--swap-every"),
-            sample_every_s=parse_duration(sample_every, "--sample-every", minimum=0.5),
-            warmup_s=None if warmup is None else parse_duration(warmup, "--warmup", 0.0),
+            swap_every_s=option_seconds(swap_every, "--swap-every"),
+            sample_every_s=option_seconds(sample_every, "--sample-every", minimum=0.5),
+            warmup_s=None if warmup is None else option_seconds(warmup, "--warmup", 0.0),
             clients=clients,
             rate=rate,
         )
@@ -261,7 +262,7 @@ def many(
     RSS), M3 a pinned model's p99 beside cold neighbours, M4 memory back after unloading (glibc,
     oneDNN on, jemalloc, tcmalloc). About 15 minutes; writes OUT/many.json, many.md, many.png."""
     quiet_tensorflow()
-    from graphserve.core.units import parse_duration
+    from graphserve.clikit import option_seconds
     from tools.bench.many import PARTS, ManyPlan, goal_lines, run_many, write_many
 
     chosen = tuple(p.strip() for p in parts.split(",") if p.strip())
@@ -278,10 +279,10 @@ def many(
             models=models,
             first_runs=runs,
             rate=rate,
-            zipf_duration_s=parse_duration(zipf_duration, "--zipf-duration"),
-            baseline_duration_s=parse_duration(baseline_duration, "--baseline-duration"),
+            zipf_duration_s=option_seconds(zipf_duration, "--zipf-duration"),
+            baseline_duration_s=option_seconds(baseline_duration, "--baseline-duration"),
             resident=resident,
-            isolation_phase_s=parse_duration(isolation_phase, "--isolation-phase"),
+            isolation_phase_s=option_seconds(isolation_phase, "--isolation-phase"),
             isolation_resident=isolation_resident,
             memory_models=memory_models,
             parts=chosen,
@@ -406,7 +407,7 @@ def families(
     at 1 user per family: graph and eager p50 and their ratio. Writes OUT/families.json and
     families.md."""
     quiet_tensorflow()
-    from graphserve.loadtest.cli import parse_duration
+    from graphserve.clikit import option_seconds
     from tools.bench.families import FAMILIES, bench_compare, run_families, write_families
 
     known = {f.name: f for f in FAMILIES}
@@ -416,7 +417,7 @@ def families(
         expected = ", ".join(known)
         stderr.print(f"[red]error:[/] --families {only!r}: expected some of {expected}")
         raise typer.Exit(2)
-    parse_duration(duration)
+    option_seconds(duration)
     with tempfile.TemporaryDirectory(prefix="graphserve-families-") as tmp:
         where = work_dir or Path(tmp)
         try:
@@ -606,7 +607,7 @@ def figures(
     run, TLS's cost, the peers, the containers; `bench http` only without --skip http, being the
     record of a past choice) and the manual's sample report (docs/loadtest). Each command is the
     one its page names."""
-    from graphserve.loadtest.cli import parse_duration
+    from graphserve.clikit import option_seconds
     from tools.bench.published import PUBLISHED, run_figures
 
     skipped = tuple(n.strip() for n in skip.split(",") if n.strip())
@@ -614,7 +615,7 @@ def figures(
     if set(skipped) - known:
         stderr.print(f"[red]error:[/] --skip {skip!r}: expected some of {', '.join(sorted(known))}")
         raise typer.Exit(2)
-    parse_duration(soak_duration, "--soak-duration")
+    option_seconds(soak_duration, "--soak-duration")
     took = run_figures(skipped, soak_duration, say=progress)
     for name, seconds in took.items():
         typer.echo(f"{name}: {seconds:.0f} s")
@@ -647,10 +648,10 @@ def containers(
     """What containers cost here: image builds cold and cached, `deploy tfserving` to every
     model AVAILABLE, and the same load against the server on the host and in its container.
     Needs a Docker engine (`make docker-engine`); root for the cold base."""
-    from graphserve.loadtest.cli import parse_duration
+    from graphserve.clikit import option_seconds
     from tools.bench.containers import run_containers
 
-    parse_duration(duration)
+    option_seconds(duration)
     typer.echo(run_containers(out, skip_cold, duration))
 
 

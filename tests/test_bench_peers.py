@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tools.bench.measure import alive, tree, tree_cpu_s
 from tools.bench.peers import PEER_NAMES, load_peer
 from tools.bench.peers.run import PeersSpec, _inputs, _reference, run_peers
-from tools.bench.peers.servers import alive, peer_targets, start_peer, tree, tree_cpu_s
+from tools.bench.peers.servers import peer_targets, start_peer
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ For the mlp at batch 1, no batching, `graphserve serve graph` in a child process
     server            16 closed-loop clients in this process (so their CPU is not the
                       server's), per protocol, in windows that alternate between the protocols:
                       the server process tree's CPU (/proc) per request answered, the one way
-                      every benchmark measures it (bench.peers.servers.cpu_window)
+                      every benchmark measures it (tools/bench/measure.py's CPU window)
     front end         the server's CPU per request minus the model's CPU per call in process,
                       the model called as that protocol's front end calls it
     idle              the server's CPU with no request at all, in cores: nothing spins
@@ -106,7 +106,8 @@ def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, An
     from graphserve.loadtest.comparison.run import environment
     from graphserve.loadtest.generator.payloads import grpc_request_bytes
     from tools.bench.goals import FRONTEND_GOALS, evaluate
-    from tools.bench.peers.run import _alone, _inputs, _resume
+    from tools.bench.measure import alone, resume
+    from tools.bench.peers.run import _inputs
 
     started = time.perf_counter()
     base = (spec.work_dir / "frontend").resolve()
@@ -123,17 +124,17 @@ def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, An
         codes["baseline"] = (spec.baseline, spec.baseline_rest_model_call)
     servers = {name: _Server.start(name, code, call, model_base, inputs, base)
                for name, (code, call) in codes.items()}  # fmt: skip
-    live = [server.served for server in servers.values()]
+    live = [server.served.pid for server in servers.values()]
     try:
         arms: dict[str, tuple[Callable[[], Callable[[], object]], Any]] = {}
         for server in servers.values():
-            with _alone(server.served, live):
+            with alone(server.served.pid, live):
                 server.warm(spec)
             for protocol in PROTOCOLS:
                 arms[f"{server.name}/{protocol}"] = (server.targets[protocol].make_call, server)
         windows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
         windows["grpcio"] = []
-        with _alone(servers["now"].served, live):
+        with alone(servers["now"].served.pid, live):
             answer = servers["now"].targets["grpc"].make_call()()  # type: ignore[operator]
         request = grpc_request_bytes(inputs, "mlp")
         with _bare_grpc(answer, request, base) as (bare_pid, bare_call):
@@ -142,14 +143,14 @@ def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, An
                 for arm in order if round_ % 2 == 0 else order[::-1]:
                     say(f"front end: {arm}, {spec.clients} clients, round {round_ + 1}")
                     if arm == "grpcio":
-                        with _alone(None, live):
+                        with alone(None, live):
                             windows[arm].append(_window(bare_call, bare_pid, spec))
                         continue
                     make_call, server = arms[arm]
-                    with _alone(server.served, live):
+                    with alone(server.served.pid, live):
                         windows[arm].append(_window(make_call, server.served.pid, spec))
         for server in servers.values():
-            with _alone(server.served, live):
+            with alone(server.served.pid, live):
                 server.reference = _perf_analyzer(server.address, inputs, spec, say)
                 if spec.profile:
                     for protocol in PROTOCOLS:
@@ -159,7 +160,7 @@ def run_frontend(spec: FrontendSpec, say: Say = lambda _m: None) -> dict[str, An
                         )
     finally:
         for server in servers.values():
-            _resume(server.served)
+            resume(server.served.pid)
             server.served.stop()
     out: dict[str, Any] = {
         "environment": environment().to_json(),
@@ -209,14 +210,14 @@ class _Server:
         inputs: Mapping[str, np.ndarray],
         base: Path,
     ) -> _Server:
-        from tools.bench.peers.run import _pause
+        from tools.bench.measure import pause
         from tools.bench.peers.servers import start_graphserve
 
         logs = base / "logs" / name
         logs.mkdir(parents=True, exist_ok=True)
         with _running_from(code):
             served = start_graphserve(model_base, "mlp", dict(inputs), False, logs)
-        _pause(served)  # the next starts alone; each runs only while measured
+        pause(served.pid)  # the next starts alone; each runs only while measured
         return cls(name, code, rest_model_call, served)
 
     @property
@@ -231,13 +232,11 @@ class _Server:
         """A warm-up per protocol (the first REST requests pick its path), then a second with
         no request: its idle CPU."""
         from tools.bench.clients import closed_loop
-        from tools.bench.peers.servers import tree_cpu_s
+        from tools.bench.measure import idle_cores
 
         for target in self.targets.values():
             closed_loop(target.make_call, clients=spec.clients, seconds=spec.warmup_s)
-        before = tree_cpu_s(self.served.pid)
-        time.sleep(1.0)
-        self.idle_cores = tree_cpu_s(self.served.pid) - before
+        self.idle_cores = idle_cores(self.served.pid)
 
     def figures(
         self, windows: Mapping[str, list[dict[str, Any]]], model: Mapping[str, float]
@@ -362,7 +361,7 @@ def _commit(root: Path | None) -> str:
 def _window(
     make_call: Callable[[], Callable[[], object]], pid: int, spec: FrontendSpec
 ) -> dict[str, Any]:
-    from tools.bench.peers.servers import cpu_window
+    from tools.bench.measure import cpu_window
 
     window = cpu_window(
         make_call, pid, clients=spec.clients, seconds=spec.window_s, warmup_s=spec.warmup_s

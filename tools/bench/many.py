@@ -42,6 +42,7 @@ from graphserve.core.httpclient import HttpConnection
 from graphserve.core.modelconfig import ModelConfig, model_config_text
 from graphserve.core.processes import ServerProcess
 from tools.bench.goals import Goal, evaluate
+from tools.bench.measure import Sampler
 from tools.bench.timing import timing_of
 from tools.bench.tools import ToolMissing, debian_library
 
@@ -274,45 +275,23 @@ def _scrape(address: str) -> _Scrape:
     )
 
 
-class _Sampler:
-    """Scrapes the server every `every` s in a thread: RSS, resident bytes and versions, loads
-    and evictions, by seconds since `t0`."""
-
-    def __init__(self, address: str, every: float, t0: float) -> None:
-        self.address, self.every, self.t0 = address, every, t0
-        self.samples: list[dict[str, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="many-sampler", daemon=True)
-
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.every + 15)
-
-    def _run(self) -> None:
-        while True:
-            started = time.perf_counter()
-            try:
-                s = _scrape(self.address)
-            except OSError:
-                s = None
-            if s is not None:
-                self.samples.append(
-                    {
-                        "t_s": round(s.at - self.t0, 2),
-                        "rss_mb": round(s.rss / MB, 2),
-                        "resident_mb": round(s.resident_bytes / MB, 2),
-                        "resident_versions": s.resident_versions,
-                        "loads": s.loads,
-                        "evictions": s.evictions,
-                        "scrape_ms": round((time.perf_counter() - started) * 1e3, 1),
-                    }
-                )
-            if self._stop.wait(self.every):
-                return
+def _sample(address: str, t0: float) -> dict[str, float] | None:
+    """One scrape as a sample: RSS, resident bytes and versions, loads and evictions, by
+    seconds since `t0`; None when the server did not answer."""
+    started = time.perf_counter()
+    try:
+        s = _scrape(address)
+    except OSError:
+        return None
+    return {
+        "t_s": round(s.at - t0, 2),
+        "rss_mb": round(s.rss / MB, 2),
+        "resident_mb": round(s.resident_bytes / MB, 2),
+        "resident_versions": s.resident_versions,
+        "loads": s.loads,
+        "evictions": s.evictions,
+        "scrape_ms": round((time.perf_counter() - started) * 1e3, 1),
+    }
 
 
 def _wait_resident(address: str, versions: float, timeout: float, settle: float = 2.0) -> _Scrape:
@@ -572,7 +551,8 @@ def _traffic(
     if run.loadtest_many:
         out = plan.work_dir / f"loadtest-many-{tag}"
         return _loadtest_many(address, config, plan.zipf_s, plan.rate, duration_s, out)
-    with _Sampler(address, 1.0, time.monotonic()) as sampler:
+    t0 = time.monotonic()
+    with Sampler(lambda: _sample(address, t0), 1.0) as sampler:
         traffic = _open_loop(address, names, plan.zipf_s, plan.rate, duration_s)
     return traffic, sampler.samples
 
@@ -787,7 +767,7 @@ def _memory_row(
     assert address is not None
     before = _wait_resident(address, 0, timeout=60.0)
     client = _Client(address)
-    with _Sampler(address, 0.5, before.at) as sampler:
+    with Sampler(lambda: _sample(address, before.at), 0.5) as sampler:
         answers = [client.predict(model) for model in models]
         loaded = _scrape(address)
     client.close()

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from graphserve.core.processes import ServerProcess, proc_status
+from tools.bench.measure import Sampler
 
 __all__ = [
     "GOAL_RSS_GROWTH_MB_PER_H",
@@ -143,46 +144,24 @@ class _Load:
                 self.window.record((time.perf_counter() - started) * 1e3, problem)
 
 
-class _Sampler:
-    """Every `every` s: the server's RSS and threads and the window's latency percentiles."""
-
-    def __init__(self, pid: int, every: float, window: _Window, t0: float) -> None:
-        self.pid, self.every, self.window, self.t0 = pid, every, window, t0
-        self.samples: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="soak-sampler", daemon=True)
-
-    def __enter__(self) -> _Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.every + 5)
-        self.sample()  # the last moment too
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every):
-            self.sample()
-
-    def sample(self) -> None:
-        status = proc_status(self.pid)
-        latencies = np.array(self.window.take())
-        with self.window.lock:
-            ok, failed = self.window.ok, self.window.failed
-        p50, p99 = np.percentile(latencies, [50, 99]) if latencies.size else (None, None)
-        self.samples.append(
-            {
-                "t_s": round(time.monotonic() - self.t0, 2),
-                "rss_kb": status["VmRSS"],
-                "threads": status["Threads"],
-                "requests": int(latencies.size),
-                "p50_ms": None if p50 is None else round(float(p50), 3),
-                "p99_ms": None if p99 is None else round(float(p99), 3),
-                "ok_total": ok,
-                "failed_total": failed,
-            }
-        )
+def _sample(pid: int, window: _Window, t0: float) -> dict[str, Any]:
+    """The server's RSS and threads now, and the latency percentiles of the window's answers
+    since the last sample."""
+    status = proc_status(pid)
+    latencies = np.array(window.take())
+    with window.lock:
+        ok, failed = window.ok, window.failed
+    p50, p99 = np.percentile(latencies, [50, 99]) if latencies.size else (None, None)
+    return {
+        "t_s": round(time.monotonic() - t0, 2),
+        "rss_kb": status["VmRSS"],
+        "threads": status["Threads"],
+        "requests": int(latencies.size),
+        "p50_ms": None if p50 is None else round(float(p50), 3),
+        "p99_ms": None if p99 is None else round(float(p99), 3),
+        "ok_total": ok,
+        "failed_total": failed,
+    }
 
 
 def _state(address: str, version: int) -> str:
@@ -247,9 +226,11 @@ def run_soak(plan: SoakPlan, say: Callable[[str], None] = lambda _: None) -> dic
     say(f"serving {base} at {server.grpc_address}")
     with server:
         assert server.process is not None
-        t0 = time.monotonic()
+        pid, t0 = server.process.pid, time.monotonic()
         with (  # the load stops first, so the sampler's last sample counts every answer
-            _Sampler(server.process.pid, plan.sample_every_s, window, t0) as sampler,
+            Sampler(
+                lambda: _sample(pid, window, t0), plan.sample_every_s, at_start=False
+            ) as sampler,
             _Load(server.grpc_address, plan, window),
         ):
             next_swap = t0 + plan.swap_every_s

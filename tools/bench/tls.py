@@ -19,9 +19,9 @@ CPU is not the server's), with the same request bytes for every arm, over gRPC a
     connect       p50 at 1 client with a new connection per request, the handshake included (REST:
                   a new TCP and TLS connection, no session resumption; gRPC: a new channel with a
                   subchannel of its own), interleaved likewise
-    16 clients    req/s of 16 closed-loop clients and the server's CPU per request (its process's
-                  CPU time over the window / the requests answered, from /proc), in short windows
-                  whose order (arm × protocol) reverses each round
+    16 clients    req/s of 16 closed-loop clients and the server's CPU per request (the CPU
+                  window of tools/bench/measure.py: connections made before its clocks start),
+                  in short windows whose order (arm × protocol) reverses each round
 
 Each figure of TLS and mutual TLS is also given as a ratio to plaintext's. No goals: `NO_GOALS`.
 """
@@ -45,8 +45,8 @@ from graphserve.core.client import JSON_HEADERS, RPC_METHODS, GrpcClient, predic
 from graphserve.core.httpclient import HttpConnection, blocking_connector
 from graphserve.core.processes import ServerProcess
 from graphserve.core.tls import ClientTls
-from tools.bench.clients import BenchRequestError, Load, closed_loop, merge
-from tools.bench.peers.servers import tree_cpu_s
+from tools.bench.clients import BenchRequestError, Load, merge
+from tools.bench.measure import CpuWindow, cpu_window
 from tools.bench.served import Requests
 from tools.bench.timing import interleave
 
@@ -316,46 +316,21 @@ def _interleaved(
     }
 
 
-@dataclass
-class _Window:
-    load: Load
-    server_cpu_s: float
-    client_cpu_s: float
-
-
-def _window(make: Callable[[], Caller], pid: int, clients: int, seconds: float) -> _Window:
-    """`clients` closed-loop clients for `seconds`; the server's and this process's CPU over it.
-    The connections are made before the clocks start, so no handshake is in the window."""
-    callers: list[Caller] = []
-    try:
-        for _ in range(clients):
-            callers.append(make())  # one by one: those made are closed if a later one fails
-        ready = iter(callers)
-        server_before, client_before = tree_cpu_s(pid), time.process_time()
-        load = closed_loop(lambda: next(ready), clients=clients, seconds=seconds)
-        server_cpu = tree_cpu_s(pid) - server_before
-        client_cpu = time.process_time() - client_before
-    finally:
-        for each in callers:
-            each.close()
-    return _Window(load, server_cpu, client_cpu)
-
-
 def _under_load(
     servers: Mapping[str, _Server], requests: Requests, plan: TlsPlan, say: Say
 ) -> dict[str, Any]:
     """Every arm and protocol at `plan.clients` closed-loop clients, `plan.rounds` windows each,
     the order reversing each round (after an untimed window of each)."""
     order = [(protocol, arm) for protocol in PROTOCOLS for arm in ARMS]
-    windows: dict[tuple[str, str], list[_Window]] = {key: [] for key in order}
+    windows: dict[tuple[str, str], list[CpuWindow]] = {key: [] for key in order}
     rows = []
 
-    def run(protocol: str, arm: str, seconds: float) -> _Window:
+    def run(protocol: str, arm: str, seconds: float) -> CpuWindow:
         server = servers[arm]
         process = server.process
         assert process is not None
-        return _window(lambda: caller(protocol, server, requests), process.pid, plan.clients,
-                       seconds)  # fmt: skip
+        return cpu_window(lambda: caller(protocol, server, requests), process.pid,
+                          clients=plan.clients, seconds=seconds)  # fmt: skip
 
     for protocol, arm in order:
         run(protocol, arm, plan.warmup_s)
@@ -375,9 +350,9 @@ def _under_load(
     return {"clients": plan.clients, "arms": merged, "windows": rows}
 
 
-def _load_json(load: Load, windows: list[_Window]) -> dict[str, Any]:
+def _load_json(load: Load, windows: list[CpuWindow]) -> dict[str, Any]:
     served = load.requests or 1
-    server_cpu = sum(w.server_cpu_s for w in windows)
+    server_cpu = sum(w.cpu_s for w in windows)
     return {
         **load.summary(),
         "server_cpu_us_per_request": server_cpu / served * 1e6,

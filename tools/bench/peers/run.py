@@ -11,11 +11,10 @@ the model does):
    route's first answer against the model's own output; read memory after a warm-up;
 4. the ladder: at each number of clients (1, 4, 16, 32), every route in turn, the order
    reversed at each step as `loadtest compare` interleaves its arms, with every other server
-   paused (SIGSTOP), so an idle peer's polling costs the measured one nothing: a warm-up, then a
-   window of closed-loop clients (tools/bench/clients.py: one pre-encoded request, the same bytes
-   for every server speaking the same API), with the server tree's CPU read around it. A route stops
-   climbing once its p99 passes the model's budget; its most req/s within the budget is its
-   `max_rps`;
+   paused (tools/bench/measure.py's `alone`): a warm-up, then a CPU window (measure.py) of
+   closed-loop clients (tools/bench/clients.py: one pre-encoded request, the same bytes for every
+   server speaking the same API). A route stops climbing once its p99 passes the model's
+   budget; its most req/s within the budget is its `max_rps`;
 5. perf_analyzer, the second generator, at 1 and 16 clients on every gRPC route it speaks (TF
    Serving's API, and V2 on the peers that serve it).
 """
@@ -23,8 +22,6 @@ the model does):
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from tools.bench.clients import closed_loop
+from tools.bench.measure import alone, cpu_window, idle_cores, pause, resume, tree_memory_mb
 from tools.bench.peers import PEER_NAMES, load_peer
 from tools.bench.peers.limit import in_process_limit, limit_at
 from tools.bench.peers.servers import (
@@ -41,12 +39,8 @@ from tools.bench.peers.servers import (
     MAX_BATCH_SIZE,
     Served,
     Target,
-    cpu_window,
     start_graphserve,
     start_peer,
-    tree,
-    tree_cpu_s,
-    tree_memory_mb,
 )
 from tools.bench.peers.venvs import PeerEnv, PeerInstallError, peer_env
 
@@ -187,11 +181,8 @@ def _model(spec: PeersSpec, model: str, envs: dict[str, PeerEnv], say: Say) -> d
         targets = [t for s in live for t in s.targets]
         owner = {t.key: s for s in live for t in s.targets}
         for served in live:  # what each costs idle, all paused but it
-            with _alone(served, live):
-                before = tree_cpu_s(served.pid)
-                time.sleep(1.0)
-                idle = (tree_cpu_s(served.pid) - before) / 1.0
-            out["servers"][_server_key(served)]["idle_cores"] = idle
+            with alone(served.pid, _pids(live)):
+                out["servers"][_server_key(served)]["idle_cores"] = idle_cores(served.pid)
         points = _ladder(spec, model, targets, owner, live, budget, say)
         for target in targets:
             out["targets"][target.key] = _target_json(target, points[target.key], budget)
@@ -247,11 +238,11 @@ def _servers(
                 say(f"{model}: {label} left out: {failure}")
             served.info["memory_after_warmup"] = tree_memory_mb(served.pid)
             running.append((served, failure))
-            _pause(served)  # the next one starts alone
+            pause(served.pid)  # the next one starts alone
         yield running
     finally:
         for served, _ in running:
-            _resume(served)
+            resume(served.pid)
             served.stop()
 
 
@@ -271,37 +262,8 @@ def _check(served: Served, reference: np.ndarray, warm: int = 50) -> str | None:
     return None
 
 
-def _signal(served: Served, sig: int) -> None:
-    """`sig` to the server's whole process tree (a peer's workers may sit in sessions of their
-    own, as BentoML's do)."""
-    for pid in tree(served.pid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
-def _pause(served: Served) -> None:
-    _signal(served, signal.SIGSTOP)
-
-
-def _resume(served: Served) -> None:
-    _signal(served, signal.SIGCONT)
-
-
-@contextlib.contextmanager
-def _alone(served: Served | None, live: Sequence[Served]) -> Iterator[None]:
-    """Only `served` runs (None: none of `live`): every other server stopped (SIGSTOP) until
-    the block ends."""
-    for other in live:
-        if other is not served:
-            _pause(other)
-    if served is None:
-        yield
-        return
-    _resume(served)
-    try:
-        yield
-    finally:
-        _pause(served)
+def _pids(servers: Sequence[Served]) -> list[int]:
+    return [served.pid for served in servers]
 
 
 def _ladder(
@@ -322,7 +284,7 @@ def _ladder(
             if target.key not in climbing:
                 continue
             served = owner[target.key]
-            with _alone(served, live):
+            with alone(served.pid, _pids(live)):
                 point = _window(spec, target, served, clients)
             points[target.key].append(point)
             over = point["p99_ms"] is None or point["p99_ms"] > budget_ms or point["errors"]
@@ -463,7 +425,7 @@ def _perf_analyzer(
                 shapes = [f"{k}:{','.join(map(str, v.shape[1:]))}" for k, v in inputs.items()]
             rows = []
             say(f"{model}: perf_analyzer on {target.key}")
-            with _alone(served, live):
+            with alone(served.pid, _pids(live)):
                 for clients in (1, 16):
                     try:
                         point = perf_analyzer_point(

@@ -3,7 +3,7 @@
 A peer's app runs in its own virtual environment and process group (its workers, Triton's
 server and proxies are children of it); graphserve's own servers are `graphserve serve graph`,
 batching off and on, as `make bench` starts them. For each: its start-up time (spawn to ready),
-the CPU time and memory of its whole process tree (/proc), and one `Target` per route.
+its pid (whose process tree tools/bench/measure.py reads), and one `Target` per route.
 """
 
 from __future__ import annotations
@@ -24,28 +24,15 @@ import numpy as np
 from graphserve.core.client import predict_outputs
 from graphserve.core.httpclient import HttpConnection
 from graphserve.core.processes import ServerProcess, free_port
-from tools.bench.clients import BenchRequestError, Load, closed_loop, grpc_caller, rest_caller
+from tools.bench.clients import BenchRequestError, grpc_caller, rest_caller
+from tools.bench.measure import alive, tree
 from tools.bench.peers import v2grpc
 from tools.bench.peers.base import Peer, Route
 from tools.bench.peers.bodies import tfserving_decode, tfserving_encode
 
-__all__ = [
-    "CpuWindow",
-    "Served",
-    "Target",
-    "alive",
-    "cpu_window",
-    "peer_targets",
-    "start_graphserve",
-    "start_peer",
-    "tree",
-    "tree_cpu_s",
-    "tree_memory_mb",
-]
+__all__ = ["Served", "Target", "peer_targets", "start_graphserve", "start_peer"]
 
 APPS = Path(__file__).parent / "apps"
-_TICK = os.sysconf("SC_CLK_TCK")
-_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 _TIMEOUT_S = 60.0
 # TF Serving's batching as `make bench` runs it (tools/bench/served.py): batches close at 16 rows or
 # 4 ms after their first request. Every peer that batches gets the same two numbers.
@@ -84,95 +71,6 @@ class Served:
     stop: Callable[[], object] = lambda: None
     info: dict[str, object] = field(default_factory=dict)
     log_path: Path | None = None
-
-
-def tree(pid: int) -> list[int]:
-    """`pid` and all its descendants (/proc/PID/task/*/children)."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie has exited; its parent has not reaped it yet)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of `pid` and every live descendant."""
-    total = 0
-    for each in tree(pid):
-        try:
-            fields = Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _TICK
-
-
-@dataclass(frozen=True)
-class CpuWindow:
-    """One measured window of closed-loop load on a server process, and what the server's
-    process tree spent over it."""
-
-    load: Load
-    cpu_s: float  # the server tree's user + system CPU over the window
-
-    @property
-    def cpu_us_per_request(self) -> float | None:
-        return self.cpu_s / self.load.requests * 1e6 if self.load.requests else None
-
-    @property
-    def cores(self) -> float | None:
-        return self.cpu_s / self.load.seconds if self.load.seconds else None
-
-
-def cpu_window(
-    make_call: Callable[[], Callable[[], object]],
-    pid: int,
-    *,
-    clients: int,
-    seconds: float,
-    warmup_s: float = 0.0,
-) -> CpuWindow:
-    """The server's CPU per request, the one way every benchmark measures it (`make bench`'s
-    front-end figures, `make bench-peers`, `make bench-tls`): `clients` closed-loop clients in
-    this process (not the server's: their CPU is not counted) warm up for `warmup_s`, then load
-    it for `seconds` while its process tree's CPU clock (/proc) is read around the window."""
-    if warmup_s > 0:
-        closed_loop(make_call, clients=clients, seconds=warmup_s)
-    before = tree_cpu_s(pid)
-    load = closed_loop(make_call, clients=clients, seconds=seconds)
-    return CpuWindow(load, tree_cpu_s(pid) - before)
-
-
-def tree_memory_mb(pid: int) -> dict[str, float]:
-    """RSS summed over the process tree, and PSS (shared pages split between the processes
-    that share them, so a tree of workers is not counted twice), in MB; processes too."""
-    rss = pss = 0
-    pids = tree(pid)
-    for each in pids:
-        try:
-            for line in Path(f"/proc/{each}/smaps_rollup").read_text().splitlines():
-                key, _, value = line.partition(":")
-                if key == "Rss":
-                    rss += int(value.split()[0])
-                elif key == "Pss":
-                    pss += int(value.split()[0])
-        except OSError:
-            continue
-    return {"rss_mb": rss / 1024, "pss_mb": pss / 1024, "processes": float(len(pids))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ from graphserve.conformance.cases import (
 from graphserve.core import client
 from graphserve.core.codec import decode_json_request, tf_type_name, to_json_value
 from graphserve.core.errors import InvalidInput
-from graphserve.core.inputs import InputSource, ValueRange, sample_inputs
-from graphserve.core.signature import TensorSpec, spec_from_tensor_info
+from graphserve.core.inputs import InputSource, sample_inputs
+from graphserve.core.signature import TensorSpec, ValueRange, spec_from_tensor_info
 
 __all__ = ["ModelFacts", "cases_for", "discover", "request_inputs"]
 

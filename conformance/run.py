@@ -36,8 +36,8 @@ from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
 from graphserve.core import client
 from graphserve.core.errors import ConfigError, InvalidInput, ServerUnreachable
 from graphserve.core.httpclient import TlsError
-from graphserve.core.inputs import ValueRange
 from graphserve.core.results import JsonKeys, JsonResult
+from graphserve.core.signature import ValueRange
 from graphserve.core.tls import ClientTls, diagnose_address, split_scheme
 
 __all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]

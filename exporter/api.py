@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphserve.core.contract import batch_variants, load_signature_file
 from graphserve.core.errors import ParityError, SignatureError, UnsafeOpsError
-from graphserve.core.inputs import InputSource, ValueRange, range_text
+from graphserve.core.inputs import InputSource, range_text
 from graphserve.core.results import JsonKeys, JsonResult, json_meta
-from graphserve.core.signature import PREDICT_METHOD, TensorSpec
+from graphserve.core.signature import PREDICT_METHOD, TensorSpec, ValueRange
 from graphserve.core.versions import (
     atomic_version_dir,
     clean_stale_temporaries,

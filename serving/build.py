@@ -23,8 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from graphserve.core.batchingparams import BatchingParameters
-from graphserve.core.inputs import ValueRange
-from graphserve.core.signature import TensorSpec
+from graphserve.core.signature import TensorSpec, ValueRange
 from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import LoadOptions, load_eager, load_null, load_version

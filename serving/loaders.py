@@ -26,8 +26,7 @@ from graphserve.core.batchingparams import (
     load_batching_parameters,
 )
 from graphserve.core.errors import ExportError, ModelLoadError
-from graphserve.core.inputs import ValueRange
-from graphserve.core.signature import TensorSpec
+from graphserve.core.signature import TensorSpec, ValueRange
 from graphserve.serving.runner import Runner
 
 __all__ = [

@@ -22,22 +22,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from graphserve.core.errors import GraphserveError, ModelLoadError
 from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import load_version
 from graphserve.serving.runner import Runner
-from graphserve.serving.servable import Servable
+from graphserve.serving.servable import Servable, VersionStatus
 from graphserve.serving.sources import FileSystemSource, Fingerprint, Source
 
-if TYPE_CHECKING:
-    from graphserve.serving.registry import ModelRegistry
-
-__all__ = ["ModelManager", "load_version", "retire"]
+__all__ = ["ModelManager", "ServableMap", "load_version", "retire"]
 
 log = logging.getLogger("graphserve.manager")
 
@@ -89,13 +86,33 @@ def _status_line(message: str) -> str:
     return message.strip().splitlines()[0][:500] if message.strip() else message
 
 
+class ServableMap(Protocol):
+    """What the managers (this one, and serving.ondemand's) read and write of the servable map,
+    serving.registry.ModelRegistry: named here, so that the map, whose one-model shortcuts run
+    a manager, is not imported back."""
+
+    def add(self, servable: Servable) -> Servable | None: ...
+
+    def remove(self, name: str, version: int, error: str = "") -> Servable | None: ...
+
+    def evict(self, name: str, version: int, why: str) -> Servable | None: ...
+
+    def set_status(self, name: str, version: int, state: str, error: str = "") -> None: ...
+
+    def set_labels(self, name: str, labels: dict[str, int]) -> None: ...
+
+    def available(self, name: str) -> list[Servable]: ...
+
+    def known(self, name: str) -> Mapping[int, VersionStatus]: ...
+
+
 class ModelManager:
     """Loads, swaps and unloads what `source` aspires to; `models` (ModelConfig) make a
     FileSystemSource loading each version with `load`."""
 
     def __init__(
         self,
-        registry: ModelRegistry,
+        registry: ServableMap,
         models: Sequence[ModelConfig] | Source,
         load: Callable[[Path], Runner] = load_version,
     ) -> None:

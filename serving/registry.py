@@ -3,38 +3,27 @@
 `ModelRegistry` is passive: it answers requests (the AVAILABLE servables by name and version or
 label, and the state of every version it has heard of: loading, available, failed to load,
 unloaded, which is what GetModelStatus reports), and only the manager (serving.manager) writes
-to it. A request holds a lease on the servable it resolved (`acquire`/`release`), so a version
-the manager unloads is closed only after its last request ended. `load_graph`, `load_eager` and
-`load_null` are one-model shortcuts for scripts and tests: each runs a manager over its source.
+to it (the manager names only what it writes: serving.manager.ServableMap). A request holds a
+lease on the servable it resolved (`acquire`/`release`), so a version the manager unloads is
+closed only after its last request ended. `load_graph`, `load_eager` and `load_null` are
+one-model shortcuts for scripts and tests: each runs a manager over its source.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from graphserve.core.errors import InvalidInput, ModelLoadError, NotFound
 from graphserve.core.signature import TensorSpec
 from graphserve.serving.runner import Runner
-from graphserve.serving.servable import Servable, VersionRef
+from graphserve.serving.servable import Servable, VersionRef, VersionStatus
 
 if TYPE_CHECKING:
     from graphserve.serving.sources import StaticSource
 
 __all__ = ["ModelLoadError", "ModelRegistry", "Servable", "VersionRef", "VersionStatus"]
-
-
-@dataclass(frozen=True)
-class VersionStatus:
-    """A version's state as GetModelStatus reports it: START, LOADING, AVAILABLE, UNLOADING,
-    END; `error` is why a load failed or a loaded version was unloaded (state END), or what is
-    wrong with a version that still serves (AVAILABLE)."""
-
-    version: int
-    state: str
-    error: str = ""
 
 
 def _listed(names: list[str], most: int = 20) -> str:

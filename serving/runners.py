@@ -24,9 +24,9 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from graphserve.core.codec import numpy_dtype_name
 from graphserve.core.contract import SignatureContract, load_signature_file
 from graphserve.core.errors import InvalidInput, ServingError, SignatureError, UnsafeOpsError
-from graphserve.core.inputs import InputSource, ValueRange, load_samples
+from graphserve.core.inputs import InputSource, load_samples
 from graphserve.core.savedmodel import serve_meta_graph
-from graphserve.core.signature import TensorSpec
+from graphserve.core.signature import TensorSpec, ValueRange
 from graphserve.model.domains import infer_ranges
 from graphserve.model.opscan import describe_flagged, scan_meta_graph
 from graphserve.model.sources import load_source, resolve_contracts

@@ -1,5 +1,6 @@
 """A loaded version of a model (`Servable`), and the lease that keeps it open while requests use
-it. The manager makes them, the servable map holds them, the data plane leases them."""
+it. The manager makes them, the servable map holds them, the data plane leases them. A version's
+state as GetModelStatus reports it (`VersionStatus`), which the manager sets in the map."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 
 from graphserve.serving.runner import Runner
 
-__all__ = ["Lease", "RunTime", "Servable", "VersionRef"]
+__all__ = ["Lease", "RunTime", "Servable", "VersionRef", "VersionStatus"]
 
 # A request names a version by number, by label (a string), or not at all (the newest).
 VersionRef = int | str | None
@@ -69,3 +70,14 @@ class Servable:
     lease: Lease = field(default_factory=Lease, compare=False, repr=False)
     loaded_at: int = field(default=0, compare=False, repr=False)  # serving.heap's epoch
     run_time: RunTime = field(default_factory=RunTime, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """A version's state as GetModelStatus reports it: START, LOADING, AVAILABLE, UNLOADING,
+    END; `error` is why a load failed or a loaded version was unloaded (state END), or what is
+    wrong with a version that still serves (AVAILABLE)."""
+
+    version: int
+    state: str
+    error: str = ""

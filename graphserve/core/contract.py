@@ -33,9 +33,14 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from graphserve.core.errors import SignatureError
-from graphserve.core.inputs import ValueRange
 from graphserve.core.results import JsonResult, json_meta
-from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, check_unique, parse_shape
+from graphserve.core.signature import (
+    SERVING_DEFAULT,
+    TensorSpec,
+    ValueRange,
+    check_unique,
+    parse_shape,
+)
 
 __all__ = [
     "SignatureContract",

@@ -3,7 +3,8 @@
 The export's probe, its parity check and warm-up records, the eager server's load check,
 `conformance` and the load test's default payload all call a model on inputs nobody typed. They
 draw them here: the user's samples when given (`InputSource`), otherwise values generated per
-input by `sample_inputs`, within the input's `ValueRange` when one is known:
+input by `sample_inputs`, within the input's `ValueRange` (graphserve.core.signature) when one is
+known:
 
 * given by the user: `--input-range token_ids=0:30521`, or `range: [0, 30521]` in a signature file;
 * told by the model (`graphserve.model.domains`): the rows of the embedding an input indexes,
@@ -28,9 +29,9 @@ import numpy as np
 
 from graphserve.core.errors import ServingError, SignatureError
 from graphserve.core.results import JsonResult, json_meta
-from graphserve.core.signature import TensorSpec
+from graphserve.core.signature import TensorSpec, ValueRange
 
-if TYPE_CHECKING:  # contract imports this module for ValueRange
+if TYPE_CHECKING:
     from graphserve.core.contract import SignatureContract
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "VOCABULARY",
     "InputSource",
     "Samples",
-    "ValueRange",
     "default_range",
     "load_ranges",
     "load_samples",
@@ -65,26 +65,6 @@ VOCABULARY = (
 _MASK = re.compile(r"mask", re.IGNORECASE)
 _SEGMENT = re.compile(r"segment|type_ids|token_type", re.IGNORECASE)
 _RANGE = re.compile(r"^\s*([^=\s]+)\s*=\s*([^:]+):([^:]+)\s*$")
-
-
-@dataclass(frozen=True)
-class ValueRange(JsonResult):
-    """The values an input takes, `low` to `high` inclusive, and who said so (`why`)."""
-
-    low: float
-    high: float
-    why: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
-            raise SignatureError(
-                f"value range {self.low:g}:{self.high:g} is not valid: expected LOW:HIGH with "
-                "finite numbers, LOW <= HIGH"
-            )
-
-    def text(self) -> str:
-        """As `--input-range` takes it: `0:30521`."""
-        return f"{self.low:g}:{self.high:g}"
 
 
 def range_text(name: str, value: ValueRange) -> str:

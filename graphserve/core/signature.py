@@ -6,6 +6,7 @@ TensorFlow. Conversion to `tf.TensorSpec` lives in `graphserve.model.trace`.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ __all__ = [
     "SERVING_DEFAULT",
     "Shape",
     "TensorSpec",
+    "ValueRange",
     "dtype_name",
     "parse_input_spec",
     "parse_shape",
@@ -124,6 +126,26 @@ class TensorSpec(JsonResult):
         if self.shape is None:
             return f"{self.dtype} of unknown rank"
         return f"{self.dtype} of shape {self.shape_text()}"
+
+
+@dataclass(frozen=True)
+class ValueRange(JsonResult):
+    """The values an input takes, `low` to `high` inclusive, and who said so (`why`)."""
+
+    low: float
+    high: float
+    why: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
+            raise SignatureError(
+                f"value range {self.low:g}:{self.high:g} is not valid: expected LOW:HIGH with "
+                "finite numbers, LOW <= HIGH"
+            )
+
+    def text(self) -> str:
+        """As `--input-range` takes it: `0:30521`."""
+        return f"{self.low:g}:{self.high:g}"
 
 
 def shape_of_tensor_info(info: Any) -> Shape:

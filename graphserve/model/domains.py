@@ -25,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
-from graphserve.core.inputs import ValueRange, sample_shape
+from graphserve.core.inputs import sample_shape
+from graphserve.core.signature import ValueRange
 from graphserve.model.trace import call_signature
 
 __all__ = ["infer_ranges"]

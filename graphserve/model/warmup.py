@@ -16,8 +16,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
 from graphserve.core.codec import array_to_proto
-from graphserve.core.inputs import ValueRange, sample_inputs
-from graphserve.core.signature import SERVING_DEFAULT, TensorSpec
+from graphserve.core.inputs import sample_inputs
+from graphserve.core.signature import SERVING_DEFAULT, TensorSpec, ValueRange
 
 __all__ = [
     "MAX_WARMUP_RECORDS",

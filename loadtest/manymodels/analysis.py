@@ -40,8 +40,8 @@ from graphserve.loadtest.results.slo import Gate, parse_gate, passes
 from graphserve.loadtest.results.stats import percentile, summarize
 
 if TYPE_CHECKING:
-    from graphserve.loadtest.manymodels.run import ManySpec, Scrapes, Target
-    from graphserve.loadtest.manymodels.scrapes import ServerScrape
+    from graphserve.loadtest.manymodels.scrapes import Scrapes, ServerScrape
+    from graphserve.loadtest.manymodels.spec import ManySpec, Target
 
 __all__ = ["Requests", "build_report", "check_gates", "parse_gates"]
 

@@ -44,8 +44,8 @@ from graphserve.loadtest.generator.locustrun import (
 )
 from graphserve.loadtest.generator.reach import check_metrics_tls, check_tls
 from graphserve.loadtest.generator.targets import check_loopback, dial, host_of, scheme_tls
-from graphserve.loadtest.manymodels.popularity import Popularity
-from graphserve.loadtest.manymodels.scrapes import ServerScrape, scrape_server
+from graphserve.loadtest.manymodels.scrapes import Scrapes
+from graphserve.loadtest.manymodels.spec import ManySpec, Target
 from graphserve.loadtest.results.many import ManyReport, PayloadGroup
 from graphserve.loadtest.results.run import PayloadInput
 
@@ -59,16 +59,6 @@ _BOUND_MARGIN_S = 60.0  # locust's own -t, past the controller's end
 _RAW_FILES = ("plan.json", "requests.npz", "started.json", "stop", "records.npz", "scrapes.jsonl")
 
 Say = Callable[[dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the load goes: "grpc" to HOST:PORT (grpcs://HOST:PORT over TLS), or "rest" to
-    http(s)://HOST:PORT; `tls` is what it is dialed with (None: plaintext)."""
-
-    protocol: str
-    address: str
-    tls: ClientTls | None = None
 
 
 def parse_target(text: str, tls: ClientTls | None = None) -> Target:
@@ -99,32 +89,6 @@ def metrics_url_of(target: Target, metrics_url: str | None, rest_port: int | Non
         scheme = "https" if target.tls is not None else "http"
         return f"{scheme}://{host}:{rest_port}{DEFAULT_METRICS_PATH}"
     return None
-
-
-@dataclass(frozen=True)
-class ManySpec:
-    """One many-models run. `rate` (open loop, req/s over all models, sent by `users` threads) or
-    none (closed loop: `users` back to back). It ends after `duration_s`, or when `max_requests`
-    are answered. Gates: `slo` (loadtest/results/slo.py's grammar, with all, warm or cold in
-    place of an arm), `max_failure_ratio`, `min_hit_ratio`."""
-
-    target: str
-    popularity: Popularity
-    rate: float | None = None
-    users: int = 16
-    duration_s: float = 30.0
-    max_requests: int | None = None
-    metrics_url: str | None = None
-    rest_port: int | None = None
-    scrape_every_s: float = 2.0
-    seed: int = 0
-    signature_name: str = "serving_default"
-    batch_size: int = 1
-    slo: tuple[str, ...] = ()
-    max_failure_ratio: float | None = None
-    min_hit_ratio: float | None = None
-    top: int = 20  # model rows the pages show one by one
-    tls: ClientTls | None = None  # how the target is dialed: the --tls-* options, or None
 
 
 def many(spec: ManySpec, out_dir: Path, progress: Say | None = None) -> ManyReport:
@@ -309,40 +273,6 @@ def _start_locust(spec: ManySpec, target: Target, out_dir: Path) -> subprocess.P
     options = ["--many-dir", str((out_dir / "raw").resolve())]
     log = out_dir / "locust.log"
     return start_locust(LOCUSTFILE, target.address, spec.users, bound, log, options, target.tls)
-
-
-class Scrapes:
-    """The server's metrics over the run: the first and last scrapes (whose counters' difference
-    is the run's) and every scrape's gauges and totals, appended to OUT/raw/scrapes.jsonl too."""
-
-    def __init__(
-        self, url: str | None, log: Path | None = None, tls: ClientTls | None = None
-    ) -> None:
-        self.url, self.log, self.tls = url, log, tls
-        self.first: ServerScrape | None = None
-        self.last: ServerScrape | None = None
-        self.series: list[tuple[float, dict[str, float | None]]] = []  # (at, values)
-
-    def take(self) -> None:
-        if self.url is None:
-            return
-        scrape = scrape_server(self.url, tls=self.tls)
-        if scrape is None:
-            return
-        self.first = self.first or scrape
-        self.last = scrape
-        point = {
-            "rss_bytes": scrape.rss_bytes,
-            "resident_bytes": scrape.resident_bytes,
-            "resident_versions": scrape.resident_versions,
-            "loads": scrape.loads_since(self.first),
-            "evictions": scrape.evictions_since(self.first),
-            "scrape_ms": round(scrape.took_s * 1000, 1),
-        }
-        self.series.append((scrape.at, point))
-        if self.log is not None:
-            with self.log.open("a") as f:
-                f.write(json.dumps({"at": scrape.at, **point}) + "\n")
 
 
 def _drive(

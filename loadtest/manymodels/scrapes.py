@@ -9,19 +9,22 @@
 A series the server does not expose is not reported (None), never 0: a server without loading on
 demand exposes none of graphserve's, and a counter's series appear once they count something.
 A counter's delta over a run is its last value minus its first (0 before its series appeared).
+`Scrapes` keeps a run's: its first and last scrapes and every scrape's gauges and totals.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.scrape import fetch, samples
 
-__all__ = ["FAMILIES", "ServerScrape", "read_scrape", "scrape_server"]
+__all__ = ["FAMILIES", "Scrapes", "ServerScrape", "read_scrape", "scrape_server"]
 
 _LOADS, _EVICTIONS, _COLD = (
     "graphserve_model_loads",
@@ -108,3 +111,37 @@ def scrape_server(
         return read_scrape(text, at, time.time() - at)
     except ValueError:
         return None
+
+
+class Scrapes:
+    """The server's metrics over the run: the first and last scrapes (whose counters' difference
+    is the run's) and every scrape's gauges and totals, appended to OUT/raw/scrapes.jsonl too."""
+
+    def __init__(
+        self, url: str | None, log: Path | None = None, tls: ClientTls | None = None
+    ) -> None:
+        self.url, self.log, self.tls = url, log, tls
+        self.first: ServerScrape | None = None
+        self.last: ServerScrape | None = None
+        self.series: list[tuple[float, dict[str, float | None]]] = []  # (at, values)
+
+    def take(self) -> None:
+        if self.url is None:
+            return
+        scrape = scrape_server(self.url, tls=self.tls)
+        if scrape is None:
+            return
+        self.first = self.first or scrape
+        self.last = scrape
+        point = {
+            "rss_bytes": scrape.rss_bytes,
+            "resident_bytes": scrape.resident_bytes,
+            "resident_versions": scrape.resident_versions,
+            "loads": scrape.loads_since(self.first),
+            "evictions": scrape.evictions_since(self.first),
+            "scrape_ms": round(scrape.took_s * 1000, 1),
+        }
+        self.series.append((scrape.at, point))
+        if self.log is not None:
+            with self.log.open("a") as f:
+                f.write(json.dumps({"at": scrape.at, **point}) + "\n")

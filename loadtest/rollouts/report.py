@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from graphserve.loadtest.results.slo import Gate
-    from graphserve.loadtest.rollouts.run import RolloutSpec
+    from graphserve.loadtest.rollouts.spec import RolloutSpec
 
 __all__ = ["build_report", "render_markdown", "render_table", "write_rollout"]
 

@@ -34,7 +34,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +55,7 @@ from graphserve.loadtest.generator.locustrun import (
 from graphserve.loadtest.generator.targets import check_loopback, dial
 from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
 from graphserve.loadtest.rollouts.analysis import Moments
+from graphserve.loadtest.rollouts.spec import RolloutSpec
 
 __all__ = ["ROLLOUT_FILE", "RolloutSpec", "is_saved_model", "rollout", "serving_version"]
 
@@ -66,42 +66,6 @@ _STOP_TIMEOUT_S = 20.0  # the users finish the call they are in, then the record
 _STATUS_TIMEOUT_S = 5.0
 
 Say = Callable[[dict[str, Any]], None]
-
-
-@dataclass(frozen=True)
-class RolloutSpec:
-    """One rollout. `rate` (open loop, req/s) or `users` (closed loop); neither: rate 200.
-    `new_version` is the SavedModel directory to push; None with `push_existing`."""
-
-    address: str
-    model_base_path: Path
-    new_version: Path | None = None
-    push_existing: bool = False
-    model_name: str | None = None  # None: the directory name of model_base_path
-    signature_name: str = "serving_default"
-    rate: float | None = None
-    users: int | None = None
-    max_in_flight: int = 16  # open loop: the users (threads) that send the arrivals
-    before_s: float = 10.0
-    after_s: float = 30.0
-    timeout_s: float = 60.0  # for the push to come and the new version to become AVAILABLE
-    poll_s: float = 0.05
-    slo: tuple[str, ...] = ()
-    batch_size: int = 1
-    seed: int = 0
-    first_requests: int = 20
-    steady_requests: int = 200
-    tls: ClientTls | None = None  # dial over TLS with these (a grpcs:// address alone: system CAs)
-
-    @property
-    def name(self) -> str:
-        """The model: `model_name`, else the directory name of `model_base_path`."""
-        return self.model_name or self.model_base_path.resolve().name
-
-    @property
-    def open_loop(self) -> bool:
-        """Arrivals at `rate` req/s (the default), not `users` in a closed loop."""
-        return self.users is None
 
 
 def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> RolloutReport:

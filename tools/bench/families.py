@@ -170,8 +170,8 @@ class Exported:
     def generated_inputs(self) -> list[dict[str, Any]]:
         """The inputs graphserve generated for the probe, parity and warm-up: per input its
         dtype, shape, range and why (the manifest's inputs.ranges), and how, in words."""
-        from graphserve.core.inputs import InputSource, ValueRange
-        from graphserve.core.signature import TensorSpec
+        from graphserve.core.inputs import InputSource
+        from graphserve.core.signature import TensorSpec, ValueRange
 
         ranges = {k: ValueRange(**v) for k, v in self.manifest["inputs"]["ranges"].items()}
         source = InputSource(ranges=ranges)

@@ -49,7 +49,7 @@ from graphserve.core.client import (
     status_request,
 )
 from graphserve.core.httpclient import TlsError
-from graphserve.core.processes import free_port
+from graphserve.core.processes import free_port, free_ports
 from graphserve.core.tls import ClientTls
 from tests.certs import make_certs
 from tests.conftest import MlpExport
@@ -118,7 +118,7 @@ class Deployment:
 
 
 def new_deployment(base: Path, tmp_path: Path, prefix: str = "gs-test") -> Deployment:
-    return Deployment(base, tmp_path / "project", unique(prefix), free_port(), free_port())
+    return Deployment(base, tmp_path / "project", unique(prefix), *free_ports(2))
 
 
 @pytest.fixture(scope="module")
@@ -579,7 +579,8 @@ def test_the_embedded_compose_file_serves_both_arms_for_a_comparison(
 ) -> None:
     from graphserve.deploy.wait import wait_until_available
 
-    ports = {k: str(free_port()) for k in ("GRAPH_GRPC", "GRAPH_REST", "EAGER_GRPC", "EAGER_REST")}
+    keys = ("GRAPH_GRPC", "GRAPH_REST", "EAGER_GRPC", "EAGER_REST")
+    ports = {k: str(port) for k, port in zip(keys, free_ports(len(keys)), strict=True)}
     env = {**os.environ, "MODEL_BASE_PATH": str(base), "MODEL_NAME": "mlp"}
     env["PYTHON_IMAGE"] = BASE_IMAGE  # no registry here: the base make images built
     env.update({f"{key}_PORT": port for key, port in ports.items()})

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from typer.testing import CliRunner
 
 from graphserve.core.codec import array_from_proto, shape_proto
 from graphserve.core.errors import LoadTestError, PayloadError, RemoteTargetError
+from graphserve.core.processes import free_port
 from graphserve.core.signature import TensorSpec
 from graphserve.loadtest.cli import app, parse_loads
 from graphserve.loadtest.generator.metadata import (
@@ -511,7 +511,7 @@ def test_open_loop_distributed_stops_at_max_requests(metered_servers, tmp_path: 
 
 
 def test_an_arm_without_successes_exits_1(metered_servers, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    nobody = f"127.0.0.1:{_free_port()}"  # nothing listens: every call is refused
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens: every call is refused
     result = CliRunner().invoke(
         app,
         ["compare", "--graph", metered_servers["graph"]["grpc"], "--eager", nobody, *_SHORT,
@@ -530,7 +530,7 @@ def test_a_run_in_which_every_request_failed_never_says_the_slo_passed(
     mlp_export,
     tmp_path: Path,  # type: ignore[no-untyped-def]
 ) -> None:
-    nobody = f"127.0.0.1:{_free_port()}"  # nothing listens: every call is refused
+    nobody = f"127.0.0.1:{free_port()}"  # nothing listens: every call is refused
     result = CliRunner().invoke(
         app,
         ["compare", "--graph", nobody, "--model-base-path", str(mlp_export.model_dir), *_SHORT,
@@ -585,12 +585,6 @@ def test_the_report_names_the_payload_file(
     for name in ("report.md", "report.html"):
         text = (tmp_path / "out" / name).read_text()
         assert f"payload payload.npz: {given}; " in text, name
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.slow

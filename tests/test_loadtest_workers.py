@@ -22,18 +22,13 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from graphserve.core.processes import free_port
 from graphserve.loadtest.cli import app
 from graphserve.loadtest.generator.workers import workers_section
 from graphserve.loadtest.results.plan import ArmTarget, Plan
 from graphserve.loadtest.results.run import CpuSpread, LostAt, WindowRef
 
 _SHORT = ["--warmup", "0.5s", "--window", "1s"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +142,7 @@ def test_no_workers_no_section() -> None:
 
 @pytest.mark.slow
 def test_remote_workers_join_and_carry_the_whole_load(graph_server: str, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     workers = [_worker(port), _worker(port)]
     try:
         result = _compare(graph_server, port, tmp_path, "--users", "4", "--expect-workers", "2",
@@ -186,7 +181,7 @@ def test_remote_workers_join_and_carry_the_whole_load(graph_server: str, tmp_pat
 
 @pytest.mark.slow
 def test_missing_workers_fail_naming_who_came(graph_server: str, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     workers = [_worker(port)]
     started = time.monotonic()
     try:
@@ -210,7 +205,7 @@ def test_a_worker_refuses_remote_targets_without_its_own_allow_remote(
 
     payload = tmp_path / "payload.npz"
     save_payload(payload, {"x": np.zeros((1, 4), np.float32)})
-    port = _free_port()
+    port = free_port()
     workers = [_worker(port)]
     try:
         # 192.0.2.1 is TEST-NET-1: nothing is sent to it, the worker refuses before any load.
@@ -239,7 +234,7 @@ def test_a_worker_refuses_remote_targets_without_its_own_allow_remote(
 def test_a_worker_killed_mid_run_is_named_and_the_load_holds(
     graph_server: str, tmp_path: Path, load: tuple[str, ...]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     remote = _worker(port)
     killed: dict[str, Any] = {}
 

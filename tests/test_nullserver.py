@@ -170,12 +170,12 @@ def test_a_port_taken_between_the_pick_and_the_bind_is_picked_again(
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    picks = [port]
-    real_free_port = processes.free_port
+    real_free_ports = processes.free_ports
+    picks = [(port, *real_free_ports(1))]  # the first pick's gRPC port is taken
     monkeypatch.setattr(
         processes,
-        "free_port",
-        lambda host="127.0.0.1": picks.pop() if picks else real_free_port(host),
+        "free_ports",
+        lambda count, host="127.0.0.1": picks.pop() if picks else real_free_ports(count, host),
     )
     server = ServerProcess.on_free_ports(
         ["null", "--model-base-path", str(mlp_export.model_dir), "--model-name", "mlp"],

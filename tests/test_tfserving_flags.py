@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from graphserve.cli import app
 from graphserve.core import client
 from graphserve.core.client import GrpcClient, RestClient
-from graphserve.core.processes import ServerProcess, free_port
+from graphserve.core.processes import ServerProcess, free_ports
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from graphserve.serving.config import ModelConfig, ModelConfigWatcher, load_model_config_file
 from graphserve.serving.flags import ServeFlags
@@ -83,7 +83,7 @@ def test_a_tensorflow_model_server_command_line_serves_unchanged(tmp_path: Path)
         'prometheus_config { enable: true, path: "/monitoring/prometheus/metrics" }'
     )
     socket = tmp_path / "gs.sock"
-    grpc_port, rest_port = free_port(), free_port()
+    grpc_port, rest_port = free_ports(2)
     server = ServerProcess(
         [
             "graph",
@@ -365,7 +365,7 @@ def test_the_server_rereads_its_model_config_while_serving(
     """The command line wiring: --model_config_file_poll_wait_seconds=1 over REST and gRPC."""
     config = tmp_path / "models.config"
     _write(config, _config(("a", models["hp2"])))
-    grpc_port, rest_port = free_port(), free_port()
+    grpc_port, rest_port = free_ports(2)
     rest = f"127.0.0.1:{rest_port}"
     server = ServerProcess(
         [

@@ -5,6 +5,7 @@ Used by `graphserve demo` and the end-to-end tests, which run servers the way a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -21,16 +22,30 @@ __all__ = [
     "ServerProcess",
     "export_flags",
     "free_port",
+    "free_ports",
     "proc_status",
     "serve_args",
 ]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS considers free right now on `host` (loopback by default)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port the OS considers free right now on `host` (loopback by default). For more than one
+    port for the same server or run, `free_ports`: two calls of this may return the same port."""
+    return free_ports(1, host)[0]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> tuple[int, ...]:
+    """`count` distinct ports the OS considers free right now on `host`: each is bound while the
+    next is picked, so the OS cannot hand out one twice, and all are released on return for the
+    caller to bind. Free when picked, not later: a server started on them may still lose one
+    (ServerProcess.start picks again)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(count):
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+    return tuple(ports)
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -95,12 +110,15 @@ def export_flags(options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     return flags, missing
 
 
-_BIND_ATTEMPTS = 3
-_ADDRESS_IN_USE = "ddress already in use"  # gRPC's "Address", the OS's "[Errno 98] Address"
+_BIND_ATTEMPTS = 4
+# What a child that lost a port says: the OS's "[Errno 98] Address already in use" (REST),
+# gRPC's "Failed to bind to address" (and, logged, "Address already in use").
+_PORT_TAKEN = ("ddress already in use", "Failed to bind to address")
 
 
-class _AddressInUse(Exception):
-    """The child exited because a port it was given was taken."""
+class _PortTaken(Exception):
+    """A port this server was to bind was taken: the child exited saying so, or another server
+    already answers there."""
 
 
 class ServerProcess:
@@ -143,7 +161,7 @@ class ServerProcess:
     def _pick_ports(self) -> None:
         host = self._picked_on
         assert host is not None
-        grpc_port, rest_port = free_port(host), free_port(host)
+        grpc_port, rest_port = free_ports(2, host)
         self.args = [*self._base_args, "--grpc-port", str(grpc_port), "--rest-port", str(rest_port)]
         self.grpc_address = f"{host}:{grpc_port}"
         self.rest_address = f"{host}:{rest_port}"
@@ -152,15 +170,22 @@ class ServerProcess:
         """Start and block until `is_ready()` (GetModelStatus reports AVAILABLE; asked every
         `poll_s` s), then set `ready_s`; raises RuntimeError with the log tail if the process
         exits or is not ready within `timeout` s, and before starting when a server already
-        answers at its address. Ports picked by `on_free_ports` and taken before the child
-        bound them are picked again, up to `_BIND_ATTEMPTS` times."""
+        answers at its address. Ports picked by `on_free_ports` and taken by another process
+        before the child bound them are picked again, up to `_BIND_ATTEMPTS` starts in all;
+        the error after the last says so, with every address tried."""
+        tried: list[str] = []
         for attempt in range(1, _BIND_ATTEMPTS + 1):
             try:
                 return self._start_once(timeout, poll_s)
-            except _AddressInUse:
-                if self._picked_on is None or attempt == _BIND_ATTEMPTS:
+            except _PortTaken as exc:
+                if self._picked_on is None:  # ports the caller chose: not ours to change
+                    raise RuntimeError(str(exc)) from None
+                tried.append(f"gRPC {self.grpc_address} and REST {self.rest_address}")
+                if attempt == _BIND_ATTEMPTS:
                     raise RuntimeError(
-                        f"server exited: an address was in use:\n{self.log_tail()}"
+                        f"the server lost a port picked free at each of {attempt} starts, to "
+                        f"another process between the pick and the bind (tried "
+                        f"{'; '.join(tried)}); the last time: {exc}"
                     ) from None
                 self._pick_ports()
         raise AssertionError("unreachable")
@@ -169,7 +194,7 @@ class ServerProcess:
         # One call before the clock starts: it imports gRPC and the stubs, and finds a server
         # already answering there (a port clash), which would make the child look ready at once.
         if self.is_ready():
-            raise RuntimeError(f"a server at {self.address} already serves {self.model_name}")
+            raise _PortTaken(f"a server at {self.address} already serves {self.model_name}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}
         self.ready_s = None
@@ -179,8 +204,8 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                if _ADDRESS_IN_USE in self.log_tail():
-                    raise _AddressInUse
+                if any(said in self.log_tail() for said in _PORT_TAKEN):
+                    raise _PortTaken(f"server exited: a port was taken:\n{self.log_tail()}")
                 raise RuntimeError(
                     f"server exited with code {self.process.returncode}:\n{self.log_tail()}"
                 )

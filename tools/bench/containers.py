@@ -68,17 +68,14 @@ def image_builds(skip_cold: bool) -> dict[str, dict[str, float | None]]:
     return builds
 
 
-def _free_port() -> int:
-    from graphserve.core.processes import free_port
-
-    return free_port()
-
-
 def deploy_times(base: Path, work: Path) -> dict[str, float]:
+    from graphserve.core.processes import free_ports
+
     project, name = work / "deploy", f"gs-bench-{os.getpid()}"
+    grpc_port, rest_port = free_ports(2)
     command = [GRAPHSERVE, "deploy", "tfserving", "--model-base-path", str(base), "--image",
-               STANDIN, "--gpus", "0", "--network", "host", "--grpc-port", str(_free_port()),
-               "--rest-port", str(_free_port()), "--name", name, "--project-dir", str(project),
+               STANDIN, "--gpus", "0", "--network", "host", "--grpc-port", str(grpc_port),
+               "--rest-port", str(rest_port), "--name", name, "--project-dir", str(project),
                "--output", "json"]  # fmt: skip
     up = _timed(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     down = _timed([GRAPHSERVE, "deploy", "down", "--project-dir", str(project)],
@@ -88,20 +85,22 @@ def deploy_times(base: Path, work: Path) -> dict[str, float]:
 
 def host_vs_container(base: Path, work: Path, duration: str) -> dict[str, Any]:
     """The graph server on the host and in its container (host network), one comparison."""
+    from graphserve.core.processes import free_ports
     from graphserve.deploy.wait import wait_until_available
 
-    host_port, container_port = _free_port(), _free_port()
+    # Two servers on the host's network in one run: four ports, none picked twice.
+    host_port, host_rest, container_port, container_rest = free_ports(4)
     name = f"gs-bench-graph-{os.getpid()}"
     server = subprocess.Popen(
         [GRAPHSERVE, "serve", "graph", "--model-base-path", str(base / "mlp"), "--model-name",
-         "mlp", "--grpc-port", str(host_port), "--rest-port", str(_free_port())],
+         "mlp", "--grpc-port", str(host_port), "--rest-port", str(host_rest)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     subprocess.run(
         ["docker", "run", "--detach", "--name", name, "--network", "host", "--volume",
          f"{base}:/models:ro", "--entrypoint", "graphserve", GRAPH, "serve", "graph",
          "--model-base-path", "/models/mlp", "--model-name", "mlp", "--host", "127.0.0.1",
-         "--grpc-port", str(container_port), "--rest-port", str(_free_port())],
+         "--grpc-port", str(container_port), "--rest-port", str(container_rest)],
         check=True, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     out = work / "compare"

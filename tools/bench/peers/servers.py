@@ -23,7 +23,7 @@ import numpy as np
 
 from graphserve.core.client import predict_outputs
 from graphserve.core.httpclient import HttpConnection
-from graphserve.core.processes import ServerProcess, free_port
+from graphserve.core.processes import ServerProcess, free_ports
 from tools.bench.clients import BenchRequestError, grpc_caller, rest_caller
 from tools.bench.measure import alive, tree
 from tools.bench.peers import v2grpc
@@ -176,8 +176,8 @@ def start_peer(
     """The peer's app on free loopback ports in a process group of its own; ready when its
     health URL answers 200. Raises RuntimeError with the log's tail when it exits or is not
     ready within `timeout_s`."""
-    http_port = free_port()
-    grpc_port = free_port() if peer.grpc else 0
+    http_port, grpc_port = free_ports(2)
+    grpc_port = grpc_port if peer.grpc else 0
     config = "batching on" if batching else "batching off"
     log = logs / f"{model_name}-{peer.name}-{'batching' if batching else 'plain'}.log"
     info_path = logs / f"{model_name}-{peer.name}-{'batching' if batching else 'plain'}.json"

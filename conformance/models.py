@@ -30,6 +30,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2, saved_model_pb2
 
 from graphserve.conformance.reference import LABELS
+from graphserve.core.modelconfig import ModelConfig, VersionPolicy, model_config_text
 from graphserve.core.results import JsonResult
 
 __all__ = [
@@ -237,22 +238,6 @@ class ReferenceModels(JsonResult):
     tf2_config: Path
 
 
-def model_config(default: str, two: str) -> str:
-    """TF Serving's ModelServerConfig (text) serving `default` from one base path and `two`,
-    every version, labelled, from another; written with TF Serving's own proto."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
-    models = config.model_config_list.config
-    models.add(name="default", base_path=default, model_platform="tensorflow")
-    both = models.add(name="two", base_path=two, model_platform="tensorflow")
-    both.model_version_policy.all.SetInParent()
-    for label, version in LABELS.items():
-        both.version_labels[label] = version
-    return text_format.MessageToString(config)
-
-
 def write_reference_models(root: Path, serve_from: str | None = None) -> ReferenceModels:
     """TF Serving's reference models under `root` (which must not hold them yet) and the two
     configs. `serve_from` is where the server will see `root` (a container's mount point, say);
@@ -286,6 +271,9 @@ def write_reference_models(root: Path, serve_from: str | None = None) -> Referen
                 (stage / name).rename(root / name)
     finally:
         logger.setLevel(level)
-    models.tf1_config.write_text(model_config(f"{where}/tf1", f"{where}/two"))
-    models.tf2_config.write_text(model_config(f"{where}/tf2", f"{where}/two"))
+    # `default` from its flavour's base path; `two`, every version, labelled, from another
+    two = ModelConfig("two", Path(f"{where}/two"), VersionPolicy("all"), dict(LABELS))
+    for config, flavour in ((models.tf1_config, "tf1"), (models.tf2_config, "tf2")):
+        default = ModelConfig("default", Path(f"{where}/{flavour}"))
+        config.write_text(model_config_text([default, two]))
     return models

@@ -7,13 +7,13 @@ the generated config files at /config, in docker compose and Kubernetes alike:
     .graphserve/deploy/config/*      ->  /config/models.config, monitoring.config, batching.config
     --ssl-config-file FILE           ->  /ssl/ssl.config (a Secret in Kubernetes: it holds a key)
 
-`models.config` is TF Serving's own text-proto ModelServerConfig, built and parsed with its proto
-(`tensorflow_serving.config.model_server_config_pb2`), so what is written is what TF Serving reads.
+`models.config` is TF Serving's own text-proto ModelServerConfig, read and written by
+graphserve.core.modelconfig with TF Serving's proto, so what is written is what TF Serving reads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
@@ -110,75 +110,55 @@ def discover_models(base: Path, model_name: str | None = None) -> list[ModelDir]
 def model_server_config(models: list[ModelDir]) -> str:
     """A text-proto ModelServerConfig serving `models` from their container paths, each with TF
     Serving's default version policy (the newest version)."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
+    from graphserve.core.modelconfig import ModelConfig, model_config_text
 
-    config = model_server_config_pb2.ModelServerConfig()
-    for model in models:
-        entry = config.model_config_list.config.add()
-        entry.name = model.name
-        entry.base_path = model.container_path
-        entry.model_platform = "tensorflow"
-    return str(text_format.MessageToString(config))
+    return model_config_text(ModelConfig(m.name, Path(m.container_path)) for m in models)
 
 
-def _host_path(base_path: str, config_file: Path, base: Path) -> Path:
-    """Where a config's base_path is on this machine: a container path (/models/...) maps into
-    `base`; a relative path is taken from the config file's directory."""
-    path = PurePosixPath(base_path)
-    if path.is_relative_to(CONTAINER_MODELS_DIR) and not Path(base_path).exists():
-        return base.joinpath(*path.relative_to(CONTAINER_MODELS_DIR).parts)
-    host = Path(base_path)
-    return (host if host.is_absolute() else config_file.parent / host).resolve()
+def _host_path(base_path: Path, base: Path) -> Path:
+    """Where a config's base_path is on this machine: a container path (/models/...) that is not
+    one here maps into `base`."""
+    if base_path.is_relative_to(CONTAINER_MODELS_DIR) and not base_path.exists():
+        return base.joinpath(*base_path.relative_to(CONTAINER_MODELS_DIR).parts)
+    return base_path.resolve()
 
 
 def rewrite_model_config(config_file: Path, base: Path) -> tuple[str, list[ModelDir]]:
-    """`config_file` (a text-proto ModelServerConfig) with every base_path rewritten to its
-    container path; version policies, labels and the rest are kept as written.
+    """`config_file` (a text-proto ModelServerConfig, read by graphserve.core.modelconfig) with
+    every base_path rewritten to its container path; version policies, labels and request
+    logging are kept.
 
-    Raises DeployUsageError when the file does not parse, is not a model_config_list, names a
-    model twice, or a base_path is outside `base` (only `base` is mounted) or does not exist;
-    NoModelsError when a model directory holds no version.
+    Raises DeployUsageError when the file cannot be read as a model config (ModelConfigError's
+    reasons: it does not parse, lists no model, names one twice, ...) or a base_path is outside
+    `base` (only `base` is mounted) or does not exist; NoModelsError when a model directory
+    holds no version.
     """
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
+    from graphserve.core.errors import ModelConfigError
+    from graphserve.core.modelconfig import load_model_config_file, model_config_text
 
     config_file, base = Path(config_file), Path(base).resolve()
-    config = model_server_config_pb2.ModelServerConfig()
     try:
-        text_format.Parse(config_file.read_text(), config)
-    except OSError as exc:
-        raise DeployUsageError(f"cannot read --model-config-file {config_file}: {exc}") from None
-    except text_format.ParseError as exc:
-        raise DeployUsageError(
-            f"--model-config-file {config_file} is not a text-proto ModelServerConfig: {exc}"
-        ) from None
-    if config.WhichOneof("config") != "model_config_list" or not config.model_config_list.config:
-        raise DeployUsageError(
-            f"--model-config-file {config_file}: expected a model_config_list with at least one "
-            "config { name: ... base_path: ... }"
-        )
-    models, seen = [], set()
-    for entry in config.model_config_list.config:
-        where = f"--model-config-file {config_file}, model {entry.name!r}"
-        if not entry.name or not entry.base_path:
-            raise DeployUsageError(f"{where}: every config needs a name and a base_path")
-        if entry.name in seen:
-            raise DeployUsageError(f"{where}: the name appears twice")
-        seen.add(entry.name)
-        host = _host_path(entry.base_path, config_file, base)
+        configs = load_model_config_file(config_file)
+    except ModelConfigError as exc:
+        raise DeployUsageError(f"--model-config-file: {exc}") from None
+    models = []
+    for config in configs:
+        where = f"--model-config-file {config_file}, model {config.name!r}"
+        host = _host_path(config.base_path, base)
         if not host.is_relative_to(base):
             raise DeployUsageError(
-                f"{where}: base_path {entry.base_path} ({host}) is outside --model-base-path "
+                f"{where}: base_path {config.base_path} ({host}) is outside --model-base-path "
                 f"{base}, the only directory mounted into the container"
             )
         if not host.is_dir():
-            raise DeployUsageError(f"{where}: base_path {entry.base_path} ({host}) does not exist")
+            raise DeployUsageError(f"{where}: base_path {config.base_path} ({host}) does not exist")
         if not (versions := _versions(host)):
             raise NoModelsError(f"{where}: {host} holds no numeric version directory")
-        entry.base_path = _container_path(host, base)
-        models.append(ModelDir(entry.name, host, entry.base_path, versions))
-    return str(text_format.MessageToString(config)), models
+        models.append(ModelDir(config.name, host, _container_path(host, base), versions))
+    rewritten = (
+        replace(c, base_path=Path(m.container_path)) for c, m in zip(configs, models, strict=True)
+    )
+    return model_config_text(rewritten), models
 
 
 def monitoring_config(path: str = PROMETHEUS_PATH) -> str:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from graphserve.core.errors import LoadTestError
+from graphserve.core.modelconfig import ModelConfig, model_config_text
 from graphserve.core.results import JsonResult
 
 __all__ = [
@@ -120,7 +121,11 @@ def write_copies(spec: CopiesSpec) -> CopiesResult:
     for name in names:
         shutil.copytree(version, out / name / str(_VERSION), copy_function=link)
     config = out / CONFIG_FILE
-    config.write_text(model_config(names, out, spec.pin))
+    models = [
+        ModelConfig(name, out / name, labels={PIN_LABEL: _VERSION} if i < spec.pin else {})
+        for i, name in enumerate(names)
+    ]
+    config.write_text(model_config_text(models))
     return CopiesResult(
         source=version,
         out=out,
@@ -130,21 +135,6 @@ def write_copies(spec: CopiesSpec) -> CopiesResult:
         method="hard links" if link is os.link else "copies",
         names=names,
     )
-
-
-def model_config(names: tuple[str, ...], base: Path, pin: int) -> str:
-    """The ModelServerConfig serving each name from `base`/name, the first `pin` pinned."""
-    from google.protobuf import text_format
-    from tensorflow_serving.config import model_server_config_pb2
-
-    config = model_server_config_pb2.ModelServerConfig()
-    for index, name in enumerate(names):
-        entry = config.model_config_list.config.add(
-            name=name, base_path=str(base / name), model_platform="tensorflow"
-        )
-        if index < pin:
-            entry.version_labels[PIN_LABEL] = _VERSION
-    return str(text_format.MessageToString(config))
 
 
 def _linker(version: Path, out: Path) -> Callable[[str, str], object]:

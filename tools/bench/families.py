@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from graphserve.core.manifest import read_manifest
+from graphserve.core.modelconfig import ModelConfig, model_config_text
 from graphserve.core.processes import ServerProcess, model_available
 from graphserve.loadtest.results.run import Report, load_report
 
@@ -237,16 +238,6 @@ class _ConfigServer(ServerProcess):
         return all(model_available(self.grpc_address, name) for name in self.model_names)
 
 
-def model_config(exports: Mapping[str, Exported]) -> str:
-    """TF Serving's model config (text format) serving every export under its name."""
-    configs = "".join(
-        f'  config {{\n    name: "{name}"\n    base_path: "{e.version_dir.parent}"\n'
-        '    model_platform: "tensorflow"\n  }\n'
-        for name, e in exports.items()
-    )
-    return f"model_config_list {{\n{configs}}}\n"
-
-
 @dataclass(frozen=True)
 class FamilyServers:
     graph: ServerProcess  # every family, from a model config
@@ -266,7 +257,9 @@ def family_servers(
     ready and stops them. RuntimeError naming a server that did not start, with its log tail."""
     work_dir.mkdir(parents=True, exist_ok=True)
     config = work_dir / "models.config"
-    config.write_text(model_config(exports))
+    config.write_text(
+        model_config_text(ModelConfig(n, e.version_dir.parent) for n, e in exports.items())
+    )
     names = tuple(exports)
     graph = _ConfigServer.on_free_ports(
         ["graph", "--model-config-file", str(config)], names[0], work_dir / "graph.log"

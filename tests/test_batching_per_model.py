@@ -26,6 +26,7 @@ from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.client import VersionStatus, model_status
 from graphserve.core.codec import array_from_proto, array_to_proto
 from graphserve.core.errors import BatchingConfigError
+from graphserve.core.modelconfig import ModelConfig, VersionPolicy, model_config_text
 from graphserve.core.processes import ServerProcess
 from graphserve.serving.batching import BatchingRunner
 from graphserve.serving.loaders import PER_MODEL_BATCHING_FILE, LoadOptions, load_version
@@ -38,16 +39,6 @@ LOAD_TIMEOUT_S = 60.0
 GLOBAL = BatchingParameters(
     max_batch_size=8, batch_timeout_micros=0, num_batch_threads=1, thread_pool_name="global_pool"
 )
-ALL_VERSIONS = f"""\
-model_config_list {{
-  config {{
-    name: "{NAME}"
-    base_path: "{{base}}"
-    model_platform: "tensorflow"
-    model_version_policy {{ all {{}} }}
-  }}
-}}
-"""
 
 
 def _own(max_batch_size: int) -> str:
@@ -127,7 +118,7 @@ def start_server(tmp_path: Path) -> Iterator[Any]:
         pool.write_text(GLOBAL.to_text())
         if all_versions:
             config = tmp_path / "models.config"
-            config.write_text(ALL_VERSIONS.replace("{base}", str(base)))
+            config.write_text(model_config_text([ModelConfig(NAME, base, VersionPolicy("all"))]))
             models = ["--model_config_file", str(config)]
         else:
             models = ["--model_base_path", str(base), "--model_name", NAME]

@@ -25,6 +25,7 @@ from graphserve.core.batchingparams import BatchingParameters
 from graphserve.core.client import GrpcClient, RestClient
 from graphserve.core.defaults import COLD_LOAD_HEADER
 from graphserve.core.errors import ConfigError
+from graphserve.core.modelconfig import model_config_text
 from graphserve.core.savedmodel import predicted_resident_bytes
 from graphserve.exporter import ExportSpec, export_model, parse_input_spec
 from graphserve.serving import ServeConfig, ServerOptions, build_server
@@ -398,8 +399,7 @@ def test_a_reloaded_config_adds_and_removes_on_demand_models(
     _copies(tmp_path, affine_version, 3)
 
     def write(models: list[str]) -> None:
-        text = "".join(f'config {{ name: "{n}" base_path: "{tmp_path / n}" }}\n' for n in models)
-        config_file.write_text(f"model_config_list {{\n{text}}}\n")
+        config_file.write_text(model_config_text(_config(tmp_path, models)))
 
     config_file = tmp_path / "models.config"
     write(["m0", "m1"])
@@ -449,11 +449,7 @@ def test_a_budget_smaller_than_one_model_is_refused_at_start(
             )
         )
     config_file = tmp_path / "models.config"
-    config_file.write_text(
-        "model_config_list {\n"
-        + "".join(f'config {{ name: "{n}" base_path: "{tmp_path / n}" }}\n' for n in names)
-        + "}\n"
-    )
+    config_file.write_text(model_config_text(_config(tmp_path, names)))
     runner = CliRunner()  # refused before any port is bound
     result = runner.invoke(
         app,

@@ -14,6 +14,7 @@ import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from graphserve.core.codec import array_from_proto, array_to_proto
+from graphserve.core.modelconfig import ModelConfig, model_config_text
 from graphserve.core.processes import ServerProcess
 from graphserve.model.examples import mlp
 
@@ -28,9 +29,8 @@ allowed_batch_sizes: 8
 
 @pytest.mark.slow
 def test_operator_flags_and_sigterm_under_load(mlp_export, tmp_path: Path) -> None:
-    (tmp_path / "models.config").write_text(
-        f'model_config_list {{ config {{ name: "mlp" base_path: "{mlp_export.model_dir}" }} }}'
-    )
+    models = [ModelConfig("mlp", mlp_export.model_dir)]
+    (tmp_path / "models.config").write_text(model_config_text(models))
     (tmp_path / "batching.config").write_text(BATCHING)
     server = ServerProcess.on_free_ports(
         [

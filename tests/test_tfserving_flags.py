@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from graphserve.cli import app
 from graphserve.core import client
 from graphserve.core.client import GrpcClient, RestClient
+from graphserve.core.modelconfig import model_config_text
 from graphserve.core.processes import ServerProcess, free_ports
 from graphserve.serving import ModelRegistry, ModelServer, ServerOptions
 from graphserve.serving.config import ModelConfig, ModelConfigWatcher, load_model_config_file
@@ -32,8 +33,7 @@ CLEAN_X = np.array([[1.0, 1.0]], np.float32)  # y = x * [1.5, -2.0]
 
 
 def _config(*models: tuple[str, Path]) -> str:
-    configs = " ".join(f'config {{ name: "{n}" base_path: "{p}" }}' for n, p in models)
-    return f"model_config_list {{ {configs} }}"
+    return model_config_text(ModelConfig(name, path) for name, path in models)
 
 
 def _write(path: Path, text: str) -> None:

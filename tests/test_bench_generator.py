@@ -14,11 +14,14 @@ import pytest
 from tools.bench.generator import (
     _PERF_ANALYZER_UNSTABLE,
     Agreement,
+    PerfAnalyzerUnstable,
     Point,
+    Stability,
     _perf_analyzer_numbers,
     _wrk_ms,
     _wrk_numbers,
     perf_analyzer_point,
+    stability_text,
     wrk_point,
 )
 from tools.bench.tools import Tool
@@ -74,16 +77,44 @@ def test_wrk_point_is_what_wrk_printed(tmp_path: Path) -> None:
     assert point == Point("wrk", 16, 4.66, 96.0, 2636.2)
 
 
-def test_perf_analyzer_point_retries_at_25_percent_when_unstable(tmp_path: Path) -> None:
-    # As on the shared machine: no three windows within 10 %, then a measurement within 25 %.
-    tool = replaying(
-        tmp_path,
-        "perf_analyzer",
-        'case "$*" in *"-s 10"*) cat perf_analyzer_2.41_unstable_c1.txt; exit 2 ;; esac\n'
-        "cat perf_analyzer_2.41_c1.txt",
-    )
+# As on the shared machine: no three windows within 10 %, then a measurement within 25 %.
+UNSTABLE_THEN_STABLE = (
+    'case "$*" in *"-s 10"*) cat perf_analyzer_2.41_verbose_unstable_c1.txt; exit 2 ;; esac\n'
+    "cat perf_analyzer_2.41_verbose_c1.txt"
+)
+
+
+def test_perf_analyzer_point_retries_at_25_percent_and_says_how_stable_each_run_was(
+    tmp_path: Path,
+) -> None:
+    tool = replaying(tmp_path, "perf_analyzer", UNSTABLE_THEN_STABLE)
     point = perf_analyzer_point(tool, "127.0.0.1:1", "mlp", ["images:1,784"], 1, window_ms=2000)
-    assert point == Point("perf_analyzer", 1, 0.655, 4.048, 905.025, note="stable only within 25 %")
+    assert (point.p50_ms, point.p99_ms, point.requests_per_s) == (1.728, 7.356, 407.793)
+    # the last three windows: 330.367, 280.885 req/s and 3024, 3557 µs at most and least
+    unstable = Stability(10, 10, 2000, False, 10, 17.62, 17.63)
+    stable = Stability(25, 10, 2000, True, 3, 9.26, 9.39)  # 422.297 / 386.514, 2585 / 2363
+    assert point.stability == (unstable, stable)
+    text = stability_text(point.to_json()["stability"])
+    assert text == (
+        "not stable within 10 % after 10 of at most 10 windows of 2000 ms; the last 3 17.6 % "
+        "apart in req/s, 17.6 % in latency, then stable within 25 % after 3 of at most 10 "
+        "windows of 2000 ms; the last 3 9.3 % apart in req/s, 9.4 % in latency"
+    )
+    assert stability_text(None) == "stability not recorded"  # results written before
+
+
+def test_perf_analyzer_point_never_stable_raises_with_what_it_got(tmp_path: Path) -> None:
+    script = "cat perf_analyzer_2.41_verbose_unstable_c1.txt; exit 2"
+    tool = replaying(tmp_path, "perf_analyzer", script)
+    with pytest.raises(PerfAnalyzerUnstable) as caught:
+        perf_analyzer_point(tool, "127.0.0.1:1", "mlp", ["images:1,784"], 1, window_ms=2000)
+    assert [(s.percent, s.stable, s.ran) for s in caught.value.stability] == [
+        (10, False, 10),
+        (25, False, 10),
+    ]
+    assert str(caught.value).startswith(
+        "perf_analyzer found no stable measurement: not stable within 10 % after 10"
+    )
 
 
 def _point(who: str, clients: int, p50: float, rps: float) -> Point:

@@ -287,7 +287,7 @@ def _perf_analyzer(
         "p50_ms": point.p50_ms,
         "p99_ms": point.p99_ms,
         "requests_per_s": point.requests_per_s,
-        "note": point.note,
+        "stability": [s.to_json() for s in point.stability or ()],
     }
 
 

@@ -24,25 +24,44 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from graphserve.core.processes import ServerProcess
-from graphserve.core.results import JsonResult
+from graphserve.core.results import JsonResult, to_jsonable
 from tools.bench.tools import Tool
 
 __all__ = [
     "Agreement",
     "AgreementPlan",
     "GeneratorCapacity",
+    "PerfAnalyzerUnstable",
     "Point",
+    "Stability",
     "agreement",
     "agreements",
     "generator_capacity",
+    "stability_text",
 ]
 
 USERS = {"grpc": "GrpcPredictUser", "rest": "RestPredictUser"}
+
+
+@dataclass(frozen=True)
+class Stability(JsonResult):
+    """One perf_analyzer run: asked for its last `LAST_WINDOWS` windows' throughput and average
+    latency each within `percent` % (largest / smallest - 1) in at most `windows` windows of
+    `interval_ms`; whether it got there, after how many windows, and how far apart the last
+    ones were (None: fewer ran)."""
+
+    percent: float
+    windows: int
+    interval_ms: int
+    stable: bool
+    ran: int = 0
+    throughput_spread_pct: float | None = None
+    latency_spread_pct: float | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,8 @@ class Point(JsonResult):
     cpu_us_per_request: float | None = None  # ours: every locust process's CPU per request
     generator_bound: bool | None = None  # ours: the report's generator-bound flag
     note: str = ""
+    # perf_analyzer's: each run of it, at the tolerance it asked for (None: another generator)
+    stability: tuple[Stability, ...] | None = None
 
 
 @dataclass
@@ -69,7 +90,7 @@ class Agreement(JsonResult):
     clients: tuple[int, ...]
     rounds: list[dict[str, list[Point]]] = field(default_factory=list)  # {"ours", "reference"}
 
-    def rows(self) -> list[dict[str, float | int | None]]:
+    def rows(self) -> list[dict[str, Any]]:
         """Per number of clients: medians over the rounds, and ours / reference."""
         out = []
         for i, clients in enumerate(self.clients):
@@ -88,6 +109,7 @@ class Agreement(JsonResult):
                     "rps_ratio": _median(rps),
                     "cpu_us_per_request": _median([o.cpu_us_per_request for o in ours]),
                     "generator_bound": any(bool(o.generator_bound) for o in ours),
+                    "reference_stability": [to_jsonable(r.stability) for r in ref],
                 }
             )
         return out
@@ -120,6 +142,18 @@ def _ratios(ours: Sequence[float | None], ref: Sequence[float | None]) -> list[f
 # The reference generators
 
 
+LAST_WINDOWS = 3  # perf_analyzer's stability window: the windows that must agree
+
+
+class PerfAnalyzerUnstable(RuntimeError):
+    """perf_analyzer found no stable measurement at any tolerance tried."""
+
+    def __init__(self, stability: tuple[Stability, ...]) -> None:
+        text = stability_text([s.to_json() for s in stability])
+        super().__init__(f"perf_analyzer found no stable measurement: {text}")
+        self.stability = stability
+
+
 def perf_analyzer_point(
     tool: Tool,
     address: str,
@@ -136,28 +170,68 @@ def perf_analyzer_point(
     'images:1,784', one per input): TF Serving's Predict, or with `service_kind` "triton" the
     V2 ModelInfer (`extra`: more of its arguments, such as a header), in windows of `window_ms`
     until three agree within 10 % (its default criterion). perf_analyzer reports nothing when
-    they never agree: then it runs once more with a 25 % tolerance, and the point says so."""
+    they never agree: then it runs once more with a 25 % tolerance. The point's `stability`
+    says what each run asked for and got; PerfAnalyzerUnstable when neither was stable,
+    RuntimeError when it failed otherwise."""
+    runs: list[Stability] = []
     for tolerance in (10, 25):
         command = [
             str(tool.program), "-m", model_name, "--service-kind", service_kind, "-i", "grpc",
             "-u", address, "-b", "1", *(f"--shape={shape}" for shape in shapes), *extra,
             "--concurrency-range", f"{clients}:{clients}", "-p", str(window_ms),
-            "--max-trials", str(max_trials), "-s", str(tolerance),
+            "--max-trials", str(max_trials), "-s", str(tolerance), "-v",
         ]  # fmt: skip
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=300, check=False, env=tool.environ()
         )
         text = done.stdout + done.stderr
         p50, p99, rps = _perf_analyzer_numbers(text)
-        if p50 is not None and rps is not None:
-            note = "" if tolerance == 10 else f"stable only within {tolerance} %"
-            return Point("perf_analyzer", clients, p50, p99, rps, note=note)
-        if _PERF_ANALYZER_UNSTABLE not in text:
-            break
-    raise RuntimeError(f"perf_analyzer measured nothing (exit {done.returncode}): {text[-800:]}")
+        measured = p50 is not None and rps is not None
+        if not measured and _PERF_ANALYZER_UNSTABLE not in text:
+            raise RuntimeError(
+                f"perf_analyzer measured nothing (exit {done.returncode}): {text[-800:]}"
+            )
+        runs.append(_stability(text, Stability(tolerance, max_trials, window_ms, measured)))
+        if measured:
+            return Point("perf_analyzer", clients, p50, p99, rps, stability=tuple(runs))
+    raise PerfAnalyzerUnstable(tuple(runs))
 
 
 _PERF_ANALYZER_UNSTABLE = "Failed to obtain stable measurement"
+# What `-v` prints per window ("pass")
+_PASS = re.compile(r"Pass \[\d+\] throughput: ([\d.]+) infer/sec\. Avg latency: (\d+) usec")
+
+
+def _stability(text: str, asked: Stability) -> Stability:
+    """`asked` with what the run's `-v` output says of its windows (throughput, mean latency)."""
+    passes = [(float(rps), float(us)) for rps, us in _PASS.findall(text)]
+    last = passes[-LAST_WINDOWS:] if len(passes) >= LAST_WINDOWS else []
+
+    def spread(values: list[float]) -> float | None:
+        if not values or min(values) <= 0:
+            return None
+        return round((max(values) / min(values) - 1) * 100, 2)
+
+    return replace(asked, ran=len(passes), throughput_spread_pct=spread([r for r, _ in last]),
+                   latency_spread_pct=spread([u for _, u in last]))  # fmt: skip
+
+
+def stability_text(stability: Sequence[Mapping[str, Any]] | None) -> str:
+    """A perf_analyzer point's `stability`, as the pages say it: "not recorded" for results
+    written before points carried it."""
+    if not stability:
+        return "stability not recorded"
+    runs = []
+    for s in stability:
+        apart = ""
+        if s["throughput_spread_pct"] is not None:
+            apart = (f"; the last {LAST_WINDOWS} {s['throughput_spread_pct']:.1f} % apart in "
+                     f"req/s, {s['latency_spread_pct']:.1f} % in latency")  # fmt: skip
+        runs.append(
+            f"{'stable' if s['stable'] else 'not stable'} within {s['percent']:g} % after "
+            f"{s['ran']} of at most {s['windows']} windows of {s['interval_ms']} ms{apart}"
+        )
+    return ", then ".join(runs)
 
 
 def _perf_analyzer_numbers(text: str) -> tuple[float | None, float | None, float | None]:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from graphserve.loadtest.results.run import Environment
+from tools.bench.generator import stability_text
 from tools.bench.inprocess import METHODS
 
 __all__ = ["goal_lines", "render_markdown"]
@@ -174,7 +175,10 @@ def frontend_lines(frontend: dict[str, Any]) -> list[str]:
 def _perf_analyzer_text(name: str, point: dict[str, Any]) -> str:
     if "not_measured" in point:
         return f"{name} not measured ({point['not_measured']})"
-    return f"{name} p50 {point['p50_ms']:.3f} ms, p99 {point['p99_ms']:.3f} ms"
+    return (
+        f"{name} p50 {point['p50_ms']:.3f} ms, p99 {point['p99_ms']:.3f} ms "
+        f"({stability_text(point.get('stability'))})"
+    )
 
 
 def _profile_lines(servers: dict[str, dict[str, Any]]) -> list[str]:
@@ -422,6 +426,7 @@ def _generator(suite: dict[str, Any]) -> list[str]:
 AGREEMENT_HEADER = (
     "server", "protocol", "reference", "clients", "p50 ours / ref (ms)", "p50 ratio",
     "req/s ours / ref", "req/s ratio", "our CPU µs/req", "generator-bound",
+    "perf_analyzer's stability, by round",
 )  # fmt: skip
 
 
@@ -460,6 +465,7 @@ def agreement_lines(entries: Sequence[dict[str, Any]]) -> list[str]:
                     _x(row["rps_ratio"]),
                     _DASH if cost is None else f"{cost:.0f}",
                     "yes" if row["generator_bound"] else "no",
+                    _rounds_stability(e["reference"], row),
                 ]
             )
     rounds = max((len(e.get("rounds", [])) for e in entries), default=0)
@@ -472,13 +478,19 @@ def agreement_lines(entries: Sequence[dict[str, Any]]) -> list[str]:
         "is latency our generator adds, a req/s ratio below 1 throughput it costs. CPU is our "
         "generator's own, per request (every locust process).",
         "",
-        *_table(
-            AGREEMENT_HEADER,
-            rows,
-            "lllrrrrrrl",
-        ),
+        *_table(AGREEMENT_HEADER, rows, "lllrrrrrrll"),
     ]
     return lines + [f"Not measured: {m}" for m in missing] + ([""] if missing else [])
+
+
+def _rounds_stability(reference: str, row: dict[str, Any]) -> str:
+    """perf_analyzer's stability in each round; wrk has none (it runs for a set time)."""
+    if not reference.startswith("perf_analyzer"):
+        return _DASH
+    rounds = row.get("reference_stability")
+    if not rounds:
+        return stability_text(None)
+    return "; ".join(f"round {i}: {stability_text(s)}" for i, s in enumerate(rounds, 1))
 
 
 def _rate(value: float | None) -> str:

@@ -15,6 +15,15 @@ def _f(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _stability(point: dict[str, Any]) -> str:
+    """A perf_analyzer point's stability; why it failed when it has none."""
+    from tools.bench.generator import stability_text
+
+    if "not_measured" in point and "stability" not in point:
+        return "failed: " + point["not_measured"].replace("|", "/").splitlines()[-1][:200]
+    return stability_text(point.get("stability")) if point else "-"
+
+
 def _rows(results: dict[str, Any], model: str) -> list[dict[str, Any]]:
     """Every measured route of `model`, graphserve first, then by best req/s."""
     m = results["models"][model]
@@ -117,21 +126,22 @@ def render_peers(results: dict[str, Any]) -> str:
                 "",
                 f"perf_analyzer {pa['version']}, the second generator (gRPC):",
                 "",
-                "| route | p50, 1 client (ms) | req/s, 16 clients |",
-                "| --- | ---: | ---: |",
+                "| route | p50, 1 client (ms) | stability | req/s, 16 clients | stability |",
+                "| --- | ---: | --- | ---: | --- |",
             ]
             for key, points in pa.items():
                 if key == "version":
                     continue
-                if all("not_measured" in p for p in points):
+                if points[0]["clients"] == 0:  # a route it cannot drive
                     why = points[0]["not_measured"].replace("|", "/").splitlines()[-1][:200]
-                    out.append(f"| {key} | not measured: {why} | - |")
+                    out.append(f"| {key} | not measured: {why} | - | - | - |")
                     continue
                 by = {p["clients"]: p for p in points}
                 one, sixteen = by.get(1, {}), by.get(16, {})
                 rps = _f(sixteen.get("requests_per_s"), ",.0f")
                 mark = "" if "not_measured" not in sixteen else " (failed)"
-                out.append(f"| {key} | {_f(one.get('p50_ms'))} | {rps}{mark} |")
+                out.append(f"| {key} | {_f(one.get('p50_ms'))} | {_stability(one)} | {rps}{mark} "
+                           f"| {_stability(sixteen)} |")  # fmt: skip
     out += ["", "## Goals", "", "| goal | what | target | measured | | detail |",
             "| --- | --- | ---: | ---: | --- | --- |"]  # fmt: skip
     for g in results["goals"]:

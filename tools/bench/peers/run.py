@@ -394,7 +394,7 @@ def _perf_analyzer(
     spec: PeersSpec, model: str, inputs: dict[str, np.ndarray], live: list[Served], say: Say
 ) -> dict[str, Any]:
     """perf_analyzer at 1 and 16 clients on every gRPC route it speaks."""
-    from tools.bench.generator import perf_analyzer_point
+    from tools.bench.generator import PerfAnalyzerUnstable, perf_analyzer_point
     from tools.bench.tools import ToolMissing, perf_analyzer
 
     try:
@@ -435,5 +435,7 @@ def _perf_analyzer(
                         rows.append(point.to_json())
                     except RuntimeError as exc:
                         rows.append({"clients": clients, "not_measured": str(exc)[-600:]})
+                        if isinstance(exc, PerfAnalyzerUnstable):
+                            rows[-1]["stability"] = [s.to_json() for s in exc.stability]
             out[target.key] = rows
     return out

@@ -432,53 +432,6 @@ def families(
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
 
 
-def http(
-    out: Annotated[
-        Path, typer.Option("--out", help="Where http.json and http.md are written.")
-    ] = Path("tools/bench/results"),
-    servers: Annotated[
-        str | None,
-        typer.Option("--servers", help="HTTP servers to compare [default: all installed]."),
-    ] = None,
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
-    ] = False,
-    work_dir: Annotated[
-        Path | None,
-        typer.Option("--work-dir", help="The export and server logs (default: temporary)."),
-    ] = None,
-) -> None:
-    """The REST front end's transport against the HTTP servers it was chosen from (issue 15,
-    tools/bench/httpcompare.py): keep-alive and new-connection p50, req/s at 16 clients, probes of
-    timeouts and caps; goals G11 and G12. Not part of `make bench` (the record of a past
-    choice); writes OUT/http.json and http.md."""
-    quiet_tensorflow()
-    from dataclasses import replace
-
-    from tools.bench.render import goal_lines
-    from tools.bench.run import HTTP_SERVERS, HttpSpec, run_http, write_results
-
-    chosen = tuple(n.strip() for n in (servers or "").split(",") if n.strip())
-    if set(chosen) - set(HTTP_SERVERS):
-        stderr.print(f"[red]error:[/] --servers {servers!r}: expected some of "
-                     f"{', '.join(HTTP_SERVERS)}")  # fmt: skip
-        raise typer.Exit(2)
-    with tempfile.TemporaryDirectory(prefix="graphserve-bench-http-") as tmp:
-        where = work_dir or Path(tmp)
-        spec = HttpSpec.quick(where) if quick else HttpSpec(where)
-        if chosen:
-            spec = replace(spec, servers=chosen)
-        try:
-            results = run_http(spec, say=progress)
-        except (RuntimeError, OSError, ValueError) as exc:
-            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_FAILED) from None
-    json_path, md_path = write_results(results, out, "http")
-    for line in goal_lines(results):
-        typer.echo(line)
-    typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
-
-
 def tls(
     out: Annotated[
         Path, typer.Option("--out", help="Where tls.json and tls.md are written.")
@@ -594,19 +547,18 @@ def figures(
         str,
         typer.Option(
             "--skip",
-            help="Results not to regenerate: results, generator, families, soak, many, peers, "
-            "containers, http, tls, sample-report.",
+            help="Results not to regenerate: results, frontend, generator, families, soak, many, "
+            "tls, peers, containers, fuzz-http, cancel, sample-report.",
         ),
-    ] = "http",
+    ] = "",
     soak_duration: Annotated[
-        str, typer.Option("--soak-duration", help="The soak's length (its own default: 1h).")
-    ] = "1h",
+        str, typer.Option("--soak-duration", help="The soak's length (the published one's: 15m).")
+    ] = "15m",
 ) -> None:
     """Every published figure, regenerated from the current code, one command after the other:
     tools/bench/results/* (the suite, the generator, the model families, the soak, the many-models
-    run, TLS's cost, the peers, the containers; `bench http` only without --skip http, being the
-    record of a past choice) and the manual's sample report (docs/loadtest). Each command is the
-    one its page names."""
+    run, TLS's cost, the peers, the containers, the fuzzers) and the manual's sample report
+    (docs/loadtest). Each command is the one its page names."""
     from graphserve.clikit import option_seconds
     from tools.bench.published import PUBLISHED, run_figures
 
@@ -632,6 +584,22 @@ def sample_report(
 
     for path in write_sample(out):
         typer.echo(str(path))
+
+
+def demo(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where demo.json and demo.md are written.")
+    ] = Path("tools/bench/results"),
+) -> None:
+    """The README's demo figure: `make demo DURATION=10s` from this clone, its headline and
+    table written to OUT/demo.json and demo.md and into README.md between its markers."""
+    from tools.bench.demo import run_demo, write_readme
+    from tools.bench.published import write
+
+    results = run_demo()
+    paths = write("demo", results, out)
+    write_readme(results)
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} and README.md")
 
 
 def containers(
@@ -685,10 +653,10 @@ app.command("soak", epilog=STRICT_EPILOG)(soak)
 app.command("many", epilog=STRICT_EPILOG)(many)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
-app.command("http")(http)
 app.command("tls")(tls)
 app.command("frontend")(frontend)
 app.command("figures")(figures)
 app.command("sample-report")(sample_report)
 app.command("containers")(containers)
+app.command("demo")(demo)
 app.command("runners")(runners)

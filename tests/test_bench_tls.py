@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tools.bench.cli import app
+from tools.bench.published import footer
 from tools.bench.tls import (
     ARMS,
     FIGURES,
@@ -97,13 +98,15 @@ def test_the_results_say_where_and_when_and_the_page_is_the_json_rendered(
     tiny: dict[str, Any], tmp_path: Path
 ) -> None:
     assert tiny["environment"]["cpus"] and len(tiny["load_average"]["start"]) == 3
-    assert tiny["commit"]["sha"] is None or len(tiny["commit"]["sha"]) == 40
     assert tiny["goals"] == [] and tiny["no_goals"]
     json_path, md_path = write_tls(tiny, tmp_path)
     written = json.loads(json_path.read_text())
+    stamp = written.pop("provenance")
     assert written == json.loads(json.dumps(tiny))
+    assert stamp["command"] == "python -m tools.bench tls --out tools/bench/results"
+    assert len(stamp["commit"]) == 40 and stamp["machine"]["cpus"]
     page = md_path.read_text()
-    assert page == render_tls(written)
+    assert page == render_tls(written) + footer(stamp)
     assert "## Figures" in page and "mutual TLS ÷ plaintext" in page
 
 

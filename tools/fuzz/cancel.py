@@ -578,14 +578,12 @@ def drive(server: CancelServer, inputs: Inputs, seconds: float, seed: int, front
 
 
 def _duration(text: str) -> float:
-    import typer
-
     from graphserve.core.units import parse_duration
 
     try:
         return parse_duration(text)
-    except typer.BadParameter as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

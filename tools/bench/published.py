@@ -135,11 +135,11 @@ def _frontend_goals(results: Results) -> list[dict[str, Any]]:
 
 # What a result measures: the product's code it runs (a change there makes the figure stale) and
 # the benchmark's own modules that drive and time it.
-SERVER = ("serving/", "graphserve/core/", "graphserve/model/")
+SERVER = ("serving/", "graphserve/core/", "graphserve/model/", "graphserve/clikit/")
 EXPORT = ("exporter/",)
 GENERATOR = ("loadtest/generator/",)
-MEASURE = ("tools/bench/clients.py", "tools/bench/served.py", "tools/bench/timing.py",
-           "tools/bench/tools.py", "tools/bench/peers/servers.py")  # fmt: skip
+MEASURE = ("tools/bench/measure.py", "tools/bench/clients.py", "tools/bench/served.py",
+           "tools/bench/timing.py", "tools/bench/tools.py")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -183,14 +183,15 @@ PUBLISHED: tuple[Published, ...] = (
                "tools/bench/models.py", "tools/bench/generator.py"), _suite_goals),
     Published("frontend", _bench("frontend"), _frontend_md,
               (*SERVER, *MEASURE, "tools/bench/frontend.py", "tools/bench/generator.py",
-               "tools/bench/peers/run.py", "tools/bench/peers/limit.py"), _frontend_goals),
+               "tools/bench/peers/"), _frontend_goals),
     Published("generator", _bench("generator"), _generator_md,
               (*SERVER, *GENERATOR, *MEASURE, "tools/bench/generator.py")),
     Published("families", _bench("families"), _families_md,
               (*SERVER, *EXPORT, *GENERATOR, "loadtest/comparison/", "tools/bench/families.py",
                "docs_src/byom/")),
     Published("soak", _bench("soak", "--duration", "15m"), _soak_md,
-              (*SERVER, *GENERATOR, "loadtest/comparison/", "tools/bench/soak.py"), _soak_goals,
+              (*SERVER, *GENERATOR, *MEASURE, "loadtest/comparison/", "tools/bench/soak.py"),
+              _soak_goals,
               plots=("soak.png",)),
     Published("many", _bench("many"), _many_md,
               (*SERVER, *GENERATOR, "loadtest/manymodels/", *MEASURE, "tools/bench/many.py"),
@@ -201,7 +202,8 @@ PUBLISHED: tuple[Published, ...] = (
               (*SERVER, *GENERATOR, *MEASURE, "tools/bench/peers/", "tools/bench/mobilenet.py"),
               _peers_goals, "five peer venvs (~12 GB)", plots=("peers.png",)),
     Published("containers", _bench("containers"), _containers_md,
-              (*SERVER, "deploy/", "docker/", "tools/bench/containers.py"), None,
+              (*SERVER, *EXPORT, "loadtest/", "deploy/", "docker/", "tools/bench/containers.py"),
+              None,
               "a Docker engine, root"),
     Published("demo", _bench("demo"), _demo_md,
               (*SERVER, *EXPORT, "loadtest/", "graphserve/demo.py", "Makefile",

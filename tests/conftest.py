@@ -17,6 +17,17 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# The command line's output under test is the same on every machine, terminal and CI: typer
+# draws a usage error in a rich panel wrapped at the terminal's width (TERMINAL_WIDTH, else
+# COLUMNS, else the tty's, else 80), so a longer temporary path once split "cannot read it"
+# across two lines of the box; and CI turns colour on (GITHUB_ACTIONS, FORCE_COLOR). So: wide
+# enough that no message wraps, and no terminal codes. Set here, before anything imports typer
+# (it reads them at import), for CliRunner and for every child process, which inherits them.
+os.environ["TERMINAL_WIDTH"] = os.environ["COLUMNS"] = "1000"
+os.environ["NO_COLOR"] = "1"
+os.environ["TTY_COMPATIBLE"] = "0"  # rich: not a terminal, whatever FORCE_COLOR says
+os.environ["_TYPER_FORCE_DISABLE_TERMINAL"] = "1"  # typer: the same, whatever GITHUB_ACTIONS says
+
 
 def _docker_engine_running() -> bool:
     if shutil.which("docker") is None:

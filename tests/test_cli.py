@@ -218,3 +218,37 @@ def test_tensorflow_start_up_lines_are_quiet_unless_the_user_sets_the_level(
     # A level the user set wins: at 0 TensorFlow prints its lines as it always does.
     loud = _export_stderr(tmp_path, "0")
     assert _TF_LOG_LINE.search(loud), loud
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage errors read the same on every machine (tests/conftest.py sets the terminal)
+
+_LONG = "x" * 300  # longer than any terminal's width: a box wrapped at one would fold it
+
+
+def test_a_usage_error_reads_whole_in_process_whatever_the_terminal(tmp_path: Path) -> None:
+    import typer.rich_utils
+
+    assert typer.rich_utils.MAX_WIDTH == 1000  # the conftest's width reached typer in time
+    missing = tmp_path / _LONG / "no.crt"
+    result = runner.invoke(
+        app, ["conformance", "127.0.0.1:9", "--tls-ca", str(missing)], env={"COLUMNS": "40"}
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{missing}: cannot read it" in result.output  # one line of the box, unbroken
+    assert "\x1b[" not in result.output
+
+
+def test_a_usage_error_reads_whole_in_a_child_whatever_the_terminal(tmp_path: Path) -> None:
+    """A child process inherits the conftest's settings, which win over a narrow terminal and
+    over CI's colour switches."""
+    missing = tmp_path / _LONG / "no.crt"
+    env = {**os.environ, "COLUMNS": "40", "FORCE_COLOR": "1", "GITHUB_ACTIONS": "true"}
+    done = subprocess.run(
+        [sys.executable, "-m", "graphserve", "conformance", "127.0.0.1:9", "--tls-ca",
+         str(missing)],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"{missing}: cannot read it" in done.stderr
+    assert "\x1b[" not in done.stderr

@@ -538,7 +538,9 @@ def test_an_image_that_is_not_there_exits_1_and_starts_nothing(base: Path, tmp_p
 def test_no_daemon_exits_1_saying_how_to_start_one(
     base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    # A socket path nobody serves, and short: docker refuses one over 108 bytes (a long
+    # temporary directory's) before it tries to connect, and says so instead.
+    monkeypatch.setenv("DOCKER_HOST", f"unix:///nonexistent/{unique('gs')}/no-docker.sock")
     deployment = new_deployment(base, tmp_path)
     result = deployment.deploy()
     assert result.exit_code == 1

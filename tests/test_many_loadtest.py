@@ -45,7 +45,8 @@ MODELS = 6
 
 
 def _said(output: str) -> str:
-    """A usage error's message without the box typer draws around it (wrapped at 80 columns)."""
+    """A usage error's message without the box typer draws around it (as wide as the terminal
+    tests/conftest.py sets, so no line of it wraps)."""
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", output).split())
 
 

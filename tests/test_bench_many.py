@@ -1,6 +1,7 @@
-"""`python -m tools.bench many` at a tiny scale: every part against real servers (12 copies of the
-mlp, 4 resident, seconds of traffic), the JSON it writes read back, every goal evaluated (not
-that it passes: a toy run's numbers are not data); and the page rendered from a results dict."""
+"""`python -m tools.bench many` at a tiny scale, by the path the published figures take: every part
+against real servers (12 copies of the mlp written by `loadtest copies`, 4 resident, seconds of
+`loadtest many`'s Zipf traffic), the JSON it writes read back, every goal evaluated (not that it
+passes: a toy run's numbers are not data); and the page rendered from a results dict."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from tools.bench.cli import app
 from tools.bench.many import MANY_GOALS, ManyPlan, many_goals, render_many, run_many, write_many
+from tools.bench.published import BY_NAME
 
 GOAL_KEYS = [g.key for g in MANY_GOALS]
 
@@ -33,7 +35,6 @@ def test_a_tiny_run_measures_every_part_and_evaluates_every_goal(tmp_path: Path)
         memory_models=6,
         memory_late_s=0.0,
         allocators=("default", "jemalloc"),
-        stand_ins=True,  # the bench's own copies and traffic: no locust start-up in the test
     )
     results = run_many(plan)
     paths = write_many(results, tmp_path / "out")
@@ -48,10 +49,20 @@ def test_a_tiny_run_measures_every_part_and_evaluates_every_goal(tmp_path: Path)
         assert row["cold_load_s"] is not None and row["cold_load_s"] > 0  # loaded on demand
     assert set(first["median_s"]) == {"many", "one"}
 
+    assert written["copies"] == "graphserve loadtest copies"
+    copies = tmp_path / "work" / "copies"
+    names = sorted(p.name for p in copies.iterdir() if p.is_dir())
+    assert (len(names), names[0], names[-1]) == (12, "model-0000", "model-0011")
+    assert (copies / "model-0000" / "1" / "saved_model.pb").stat().st_nlink > 1  # hard links
+    assert 'key: "pinned"' in (tmp_path / "work" / "pinned" / "models.config").read_text()
+
     zipf = written["zipf"]
     traffic, baseline = zipf["traffic"], zipf["baseline"]
-    assert traffic["generator"].startswith("tools/bench/many.py's stand-in")
-    assert traffic["scheduled"] == 120 and traffic["requests"] + traffic["unsent"] == 120
+    assert traffic["generator"] == baseline["generator"] == "graphserve loadtest many"
+    assert traffic["scheduled"] == 120 and traffic["unsent"] == max(120 - traffic["requests"], 0)
+    assert traffic["requests"] > 60 and traffic["failures"] == 0
+    assert traffic["warm"]["samples"] + traffic["cold"]["samples"] == traffic["requests"]
+    assert 0 < traffic["hit_ratio"] < 1 and traffic["sent_per_s"] > 0
     assert traffic["cold"]["samples"] > 0  # 12 models, 4 resident: loads happened
     assert traffic["cold_wait"]["samples"] == traffic["cold"]["samples"]
     assert traffic["cold_wait"]["p50_ms"] <= traffic["cold"]["p50_ms"]
@@ -98,7 +109,7 @@ def test_a_tiny_run_measures_every_part_and_evaluates_every_goal(tmp_path: Path)
                                       and traffic["unsent"] <= 1), goal  # fmt: skip
         else:
             assert goal["passed"] == within, goal
-    assert paths[1].read_text() == render_many(written)
+    assert paths[1].read_text() == BY_NAME["many"].page(written)  # the page, with its provenance
     assert paths[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

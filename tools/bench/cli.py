@@ -3,7 +3,6 @@ results written. A development tool run from a clone: tools/ is not part of the 
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -13,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from graphserve.clikit import progress, stderr
-from graphserve.core.errors import EXIT_FAILED, EXIT_MISSED, exit_epilog
+from graphserve.core.errors import EXIT_FAILED, EXIT_MISSED, GraphserveError, exit_epilog
 from graphserve.core.logs import quiet_tensorflow
 
 STRICT_EPILOG = exit_epilog({EXIT_MISSED: "with --strict, a goal was missed."})
@@ -243,12 +242,6 @@ def many(
     parts: Annotated[
         str, typer.Option("--parts", help="Which parts: first,zipf,isolation,memory.")
     ] = "first,zipf,isolation,memory",
-    stand_ins: Annotated[
-        bool,
-        typer.Option(
-            "--stand-ins", help="The bench's own copies and traffic, even where loadtest has them."
-        ),
-    ] = False,
     work_dir: Annotated[
         Path | None,
         typer.Option("--work-dir", help="Export, copies and server logs (default: temporary)."),
@@ -286,12 +279,11 @@ def many(
             isolation_resident=isolation_resident,
             memory_models=memory_models,
             parts=chosen,
-            stand_ins=stand_ins,
         )
         plan.work_dir.mkdir(parents=True, exist_ok=True)
         try:
             results = run_many(plan, say=progress)
-        except (RuntimeError, OSError, ValueError, subprocess.CalledProcessError) as exc:
+        except (RuntimeError, OSError, ValueError, GraphserveError) as exc:
             stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_FAILED) from None
     paths = write_many(results, out)

@@ -194,7 +194,7 @@ PUBLISHED: tuple[Published, ...] = (
               _soak_goals,
               plots=("soak.png",)),
     Published("many", _bench("many"), _many_md,
-              (*SERVER, *GENERATOR, "loadtest/manymodels/", *MEASURE, "tools/bench/many.py"),
+              (*SERVER, *GENERATOR, "loadtest/manymodels/", *MEASURE, "tools/bench/many/"),
               _many_goals, plots=("many.png",)),  # about 15 minutes
     Published("tls", _bench("tls"), _tls_md,  # no goals: tools/bench/tls.py's NO_GOALS says why
               (*SERVER, *MEASURE, "tools/bench/tls.py")),

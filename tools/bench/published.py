@@ -220,8 +220,9 @@ BY_NAME = {item.name: item for item in PUBLISHED}
 
 # -- provenance ---------------------------------------------------------------------------------
 
-# What a run writes, not the code it measures: a change here leaves the tree clean for a result.
-OUTPUTS = ("tools/bench/results/", "docs/loadtest/")
+# What a run writes, not the code it measures: a change here leaves the tree clean for a result
+# (README.md: `bench demo` writes its figure there).
+OUTPUTS = ("tools/bench/results/", "docs/loadtest/", "README.md")
 PNG_KEY = "graphserve-provenance"  # the PNG text chunk that carries it
 
 

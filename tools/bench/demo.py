@@ -10,7 +10,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COMMAND", "README", "readme_block", "render_demo", "run_demo", "write_readme"]
+__all__ = [
+    "COMMAND",
+    "README",
+    "readme_block",
+    "render_demo",
+    "report_warnings",
+    "run_demo",
+    "write_readme",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -25,14 +33,31 @@ def run_demo() -> dict[str, Any]:
 
     subprocess.run(COMMAND, cwd=ROOT, check=True)
     report = json.loads((ROOT / "reports" / "demo" / "report.json").read_text())
+    markdown = (ROOT / "reports" / "demo" / "report.md").read_text()
     (step,) = report["steps"]
     return {
         "environment": environment().to_json(),
         "command": " ".join(COMMAND),
         "headline": report["headline"],
+        "warnings": report_warnings(markdown),
         "settings": {k: report["settings"][k] for k in ("protocol", "loads", "window_s")},
         "arms": {arm: _figures(a) for arm, a in step["arms"].items()},
     }
+
+
+def report_warnings(markdown: str) -> list[str]:
+    """The report's own warnings, as its report.md words them (the headline's "read with the
+    warnings below" points at them)."""
+    _, found, rest = markdown.partition("## Warnings\n\n")
+    warnings = []
+    for line in rest.splitlines() if found else []:
+        if not line.startswith(_WARNING):
+            break
+        warnings.append(line.removeprefix(_WARNING))
+    return warnings
+
+
+_WARNING = "- \N{WARNING SIGN} "
 
 
 def _figures(arm: dict[str, Any]) -> dict[str, Any]:
@@ -57,6 +82,9 @@ def readme_block(results: dict[str, Any]) -> str:
     for arm, a in results["arms"].items():
         lines.append(f"| {arm} | {a['rps']:.1f} | {a['p50']:.3g} | {a['p99']:.3g} | "
                      f"{a['p99.9']:.3g} | {a['failures']} |")  # fmt: skip
+    warnings = results.get("warnings", [])
+    if warnings:
+        lines += ["", "The report's warnings:", "", *(f"{_WARNING}{w}" for w in warnings)]
     stamp = results.get("provenance") or {}
     commit = str(stamp.get("commit"))[:12]
     lines += ["", f"(commit `{commit}`; `python -m tools.bench demo` runs it again and rewrites "

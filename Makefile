@@ -112,11 +112,15 @@ fuzz: $(STAMP) ## fuzz the REST server with raw requests, cancel requests under 
 
 # A worker a core, at most 4 (each holds TensorFlow and its servers: about 1 GB), a test file a
 # worker (its module fixtures are built once); TEST_WORKERS=0 runs the suite in this process.
+# Then the tests marked `alone`, with nothing beside them (docs/development.md says why).
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 
 test: $(STAMP) chromium ## run the test suite
 	@docker/engine
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	status=0; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \
+	$(BIN)/python -m pytest -m alone || status=$$?; \
+	exit $$status
 
 test-peers: $(STAMP) ## each peer's adapter against a real install of it (not in CI: installs all five)
 	GRAPHSERVE_PEERS=1 $(BIN)/python -m pytest -m peers tests/test_bench_peers.py

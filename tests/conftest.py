@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,35 +60,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     "(1-2 min, ~2.3 GB each): GRAPHSERVE_PEERS=1 or `make test-peers`"
                 )
             )
-
-
-_FRESH_CHILD = "GRAPHSERVE_TEST_FRESH_CHILD"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """A test marked `fresh_process` runs in a pytest process of its own, as a server runs in a
-    process of its own: what it checks is process-wide (the heap's freeze epochs, what the
-    collector can reach), and under `make test` a worker process has run other test files
-    first, in an order that changes from run to run. Its output is shown if it fails."""
-    if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(_FRESH_CHILD):
-        return None
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", pyfuncitem.nodeid],
-        cwd=pyfuncitem.config.rootpath,
-        env={**os.environ, _FRESH_CHILD: "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if child.returncode != 0:
-        pytest.fail(
-            f"{pyfuncitem.nodeid}, run in a process of its own, exited {child.returncode}:\n"
-            f"{child.stdout[-8000:]}{child.stderr[-2000:]}",
-            pytrace=False,
-        )
-    return True
 
 
 @dataclass(frozen=True)

@@ -264,7 +264,7 @@ def _swap_twice_and_wait_until_freed(base: Path, manager: ModelManager) -> list[
     return loaded_at
 
 
-@pytest.mark.fresh_process
+@pytest.mark.alone
 def test_a_retired_version_is_freed_whether_it_was_loaded_before_the_server_started_or_after(
     tmp_path: Path, serve
 ) -> None:
@@ -280,7 +280,7 @@ def test_a_retired_version_is_freed_whether_it_was_loaded_before_the_server_star
     assert _predict(server, "affine").model_spec.version.value == 3
 
 
-@pytest.mark.fresh_process
+@pytest.mark.alone
 def test_a_server_built_for_the_cli_frees_retired_versions_without_thawing_the_heap(
     tmp_path: Path,
 ) -> None:

@@ -415,6 +415,7 @@ def _assert_answers(response: Any, version: int) -> None:
     np.testing.assert_allclose(client.predict_outputs(response)["scores"], [[3.75, 0.0]])
 
 
+@pytest.mark.alone
 def test_a_version_truncated_while_serving_is_unloaded_and_the_other_serves(
     tmp_path: Path, serve
 ) -> None:

@@ -30,6 +30,7 @@ from graphserve.serving.loaders import LoadOptions, load_eager, load_null, load_
 from graphserve.serving.manager import ModelManager
 from graphserve.serving.ondemand import OnDemandManager, Residency
 from graphserve.serving.registry import ModelRegistry
+from graphserve.serving.requestlog import LogLimits, LogSettings, RequestLogs, log_settings
 from graphserve.serving.runner import Runner
 from graphserve.serving.server import ModelServer, ServerOptions
 from graphserve.serving.sources import StaticModel, StaticSource
@@ -51,6 +52,7 @@ class EagerModel:
     version: int = 1
     samples_file: Path | None = None  # the load check's inputs (--samples-file)
     input_ranges: Mapping[str, ValueRange] = field(default_factory=dict)  # --input-range
+    logging: str = ""  # TF Serving's LoggingConfig, as text (serving.requestlog)
 
 
 log = logging.getLogger("graphserve.server")
@@ -77,6 +79,9 @@ class ServeConfig:
     # Load each version on its first request, unload under `residency` (serving.ondemand)
     on_demand: bool = False
     residency: Residency = field(default_factory=Residency)
+    # The request log's file size, disk cap and queue, for every model that logs (each model's
+    # own logging_config says where and how often: ModelConfig.logging, EagerModel.logging)
+    request_log_limits: LogLimits = field(default_factory=LogLimits)
 
 
 def build_server(config: ServeConfig) -> ModelServer:
@@ -93,6 +98,7 @@ def build_server(config: ServeConfig) -> ModelServer:
         raise ValueError("a residency budget needs on_demand: evicted models load on demand")
     if config.on_demand and config.eager:
         raise ValueError("on_demand serves SavedModels (models), not Python sources")
+    logged = _log_settings([*config.models, *config.eager])  # a bad one stops us here
     intra, inter = _pool_sizes(config)
     chosen = (intra, inter) != (config.intra_op_threads, config.inter_op_threads)
     try:
@@ -141,16 +147,44 @@ def build_server(config: ServeConfig) -> ModelServer:
         waits = config.batching is not None or config.on_demand  # for a batch, or a load
         server_options = replace(server_options, grpc_asyncio=waits)
     server = ModelServer(registry, server_options, manager=manager)
-    if config.model_config_file is not None and config.model_config_poll_seconds:
+    watched = config.model_config_file is not None and config.model_config_poll_seconds > 0
+    logs = None
+    if logged or watched:  # a reloaded file may start logging
+        metrics = server.plane.metrics
+        registry_ = metrics.prometheus if metrics is not None else None
+        logs = RequestLogs(logged, config.request_log_limits, registry_)
+        server.plane.request_logs = logs
+        for settings in logged:
+            log.info(
+                "model %s: logging %g of its requests to %s-*.tfrecord",
+                settings.model,
+                settings.rate,
+                settings.prefix,
+            )
+    if watched:
         from graphserve.serving.config import ModelConfigWatcher
 
+        def apply(models: list[ModelConfig]) -> None:
+            settings = _log_settings(models)  # checked before anything changes
+            manager.reconfigure(models)
+            if logs is not None:
+                logs.configure(settings)
+
+        assert config.model_config_file is not None
         server.watcher = ModelConfigWatcher(
             config.model_config_file,
             config.model_config_poll_seconds,
-            manager.reconfigure,
+            apply,
             list(config.models),
         ).start()
     return server
+
+
+def _log_settings(models: Sequence[ModelConfig | EagerModel]) -> list[LogSettings]:
+    """The request log settings of the models that log; raises ModelConfigError naming a
+    model whose logging_config cannot work."""
+    settings = (log_settings(model.name, model.logging) for model in models if model.logging)
+    return [s for s in settings if s is not None]
 
 
 def _static(model: EagerModel, options: LoadOptions) -> StaticModel:

@@ -57,16 +57,17 @@ class ModelConfigWatcher:
         applied."""
         try:
             models = load_model_config_file(self.path)
+            if models == self._current:
+                self._last_error = ""
+                return False
+            self._apply(models)  # raises ModelConfigError for what only the server checks
         except ModelConfigError as exc:
             if str(exc) != self._last_error:
                 log.error("model config not reloaded, the models serve on as they are: %s", exc)
             self._last_error = str(exc)
             return False
         self._last_error = ""
-        if models == self._current:
-            return False
         log.info("%s changed: serving %s", self.path, ", ".join(m.name for m in models))
-        self._apply(models)
         self._current = models
         return True
 

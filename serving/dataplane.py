@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from google.protobuf import wrappers_pb2
+from google.protobuf.message import Message
 from tensorflow_serving.apis import (
     get_model_metadata_pb2,
     get_model_status_pb2,
@@ -44,6 +45,9 @@ from graphserve.serving.metrics import Measure, ServingMetrics
 from graphserve.serving.registry import ModelRegistry, Servable, VersionRef
 from graphserve.serving.runner import Runner
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature, TensorSpec
+
+if TYPE_CHECKING:
+    from graphserve.serving.requestlog import RequestLogs
 
 __all__ = ["DataPlane"]
 
@@ -201,6 +205,8 @@ class DataPlane:
         # Refuse Classify/Regress on signatures of another method, as TF Serving does only
         # under --enable_signature_method_name_check.
         self.method_name_check = method_name_check
+        # The request log (serving.requestlog): the front ends call `log` when it is set.
+        self.request_logs: RequestLogs | None = None
         self._draining = False
         self._in_flight = 0
         self._idle = threading.Condition()
@@ -249,6 +255,30 @@ class DataPlane:
         signature = self.signature(measure.servable, name)
         measure.signature = signature.name
         return signature
+
+    def log(
+        self,
+        measure: Measure,
+        kind: str,
+        request: Message | Callable[[], Message],
+        response: Message | bytes | Callable[[], Message],
+    ) -> None:
+        """Log one answered request if its model logs and the sample takes it (the front ends
+        call this only where `request_logs` is set): hands the messages, or functions making
+        them, to the log's writer and returns."""
+        logs = self.request_logs
+        settings = logs.sample(measure.model) if logs is not None else None
+        if settings is None or logs is None or measure.servable is None:
+            return
+        logs.record(
+            settings,
+            kind,
+            measure.servable,
+            measure.signature,
+            measure.arrived_ns,
+            request,
+            response,
+        )
 
     def drain(self, timeout: float) -> bool:
         """Refuse new requests and wait up to `timeout` s for in-flight ones; True if none is

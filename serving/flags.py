@@ -12,7 +12,7 @@ import itertools
 import logging
 import signal
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -361,6 +361,58 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         None,
     ),
+    "request_log": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--request-log",
+                help="Log the one model's requests and answers (TF Serving's PredictionLog, in "
+                "TFRecord files PREFIX-<start>-<pid>-<n>.tfrecord, readable by their owner "
+                "only): its logging_config's filename_prefix. With --model-config-file, each "
+                "model's logging_config in the file says it instead.",
+                rich_help_panel="Request log",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "request_log_rate": (
+        Annotated[
+            float | None,
+            typer.Option(
+                "--request-log-rate",
+                min=0.0,
+                max=1.0,
+                help="The share of requests --request-log logs (its sampling_rate) [default: 1].",
+                rich_help_panel="Request log",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
+    "request_log_file_size": (
+        Annotated[
+            str,
+            typer.Option(
+                "--request-log-file-size",
+                help="A model's log starts a new file past this size (64MiB, 500MB, bytes).",
+                rich_help_panel="Request log",
+            ),
+        ],
+        "64MiB",
+    ),
+    "request_log_max_size": (
+        Annotated[
+            str,
+            typer.Option(
+                "--request-log-max-size",
+                help="What a model's log files may hold on disk: past it the oldest file is "
+                "deleted.",
+                rich_help_panel="Request log",
+            ),
+        ],
+        "1GiB",
+    ),
 }
 
 
@@ -403,6 +455,10 @@ class ServeFlags:
     method_name_check: bool = False
     strict_json_numbers: bool = False
     grpc_channel_arguments: str | None = None
+    request_log: str | None = None
+    request_log_rate: float | None = None
+    request_log_file_size: str = "64MiB"
+    request_log_max_size: str = "1GiB"
     batch_rows: int = 0  # rows that can wait or run in batches at once, once batching is set up
     warnings: list[str] = field(default_factory=list)  # logged once logging is set up
 
@@ -487,6 +543,41 @@ class ServeFlags:
             parsed.append((key, int(value) if number else value))
         return tuple(parsed)
 
+    def request_log_settings(self, what: dict[str, Any]) -> dict[str, Any]:
+        """`what` with the request log's limits, and with --request-log written into its one
+        model's logging_config. Exits with a usage error for a flag that cannot apply."""
+        from google.protobuf import text_format
+        from tensorflow_serving.config import logging_config_pb2
+
+        from graphserve.clikit import option_bytes
+        from graphserve.serving.requestlog import LogLimits
+
+        try:
+            limits = LogLimits(
+                file_bytes=option_bytes(self.request_log_file_size, "--request-log-file-size"),
+                total_bytes=option_bytes(self.request_log_max_size, "--request-log-max-size"),
+            )
+        except ValueError as exc:
+            usage_error(f"--request-log-file-size, --request-log-max-size: {exc}")
+        what = {**what, "request_log_limits": limits}
+        if self.request_log is None:
+            if self.request_log_rate is not None:
+                usage_error("--request-log-rate: give --request-log PREFIX too")
+            return what
+        if what.get("model_config_file") is not None:
+            usage_error(
+                "--request-log logs the one model of --model-base-path; with "
+                "--model-config-file, give each model to log a logging_config in the file"
+            )
+        key = "eager" if "eager" in what else "models"
+        (model,) = what[key]
+        config = logging_config_pb2.LoggingConfig()
+        config.log_collector_config.filename_prefix = self.request_log
+        rate = 1.0 if self.request_log_rate is None else self.request_log_rate
+        config.sampling_config.sampling_rate = rate
+        text = text_format.MessageToString(config, as_one_line=True)
+        return {**what, key: (replace(model, logging=text),)}
+
     def run(self, what: dict[str, Any]) -> None:
         """Build the server for `what` (ServeConfig's model fields) with the shared options and
         serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
@@ -498,6 +589,7 @@ class ServeFlags:
         tls = self._tls()
         batching = self.batching()
         grpc_asyncio = self.grpc_asyncio()
+        what = self.request_log_settings(what)
         if metrics_path and rest_port is None:
             self.warnings.append("metrics are served on the REST port, and REST is off")
         if self.per_model_batching and "eager" in what:

@@ -22,19 +22,24 @@ from typing import Any, TypeVar
 
 import grpc
 from tensorflow_serving.apis import (
-    classification_pb2,
     inference_pb2,
     model_service_pb2_grpc,
     predict_pb2,
     prediction_service_pb2_grpc,
-    regression_pb2,
 )
 
-from graphserve.core.codec import array_from_proto, array_to_proto, encode_predict_response
+from graphserve.core.codec import array_from_proto
 from graphserve.core.defaults import COLD_LOAD_HEADER, DEFAULT_MAX_BODY_BYTES
 from graphserve.core.errors import InvalidInput, ServingError, Unimplemented
 from graphserve.serving.dataplane import CLASSIFY_METHOD, DataPlane, Prepared, model_spec
 from graphserve.serving.deadline import Cancellation
+from graphserve.serving.messages import (
+    classification_response,
+    fill_classifications,
+    fill_regressions,
+    predict_response,
+    regression_response,
+)
 from graphserve.serving.metrics import Measure
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import SERVING_DEFAULT, ServedSignature
@@ -127,7 +132,7 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 
 def _passing_bytes(serialize: Callable[[Any], bytes] | None) -> Callable[[Any], bytes] | None:
     """The method's response serializer, letting an answer already serialized (bytes: Predict's
-    `_predict_response`) through as it is."""
+    `messages.predict_response`) through as it is."""
     if serialize is None:
         return None
 
@@ -212,10 +217,10 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     @contextmanager
     def _resolve(
         self, spec: Any, context: grpc.ServicerContext, prepared: Prepared | None = None
-    ) -> Iterator[tuple[Servable, ServedSignature]]:
+    ) -> Iterator[tuple[Servable, ServedSignature, Measure]]:
         """... and the signature it names."""
         with self._servable(spec, context, prepared) as (servable, measure):
-            yield servable, self.plane.use_signature(measure, spec.signature_name)
+            yield servable, self.plane.use_signature(measure, spec.signature_name), measure
 
     @_mapped
     def Predict(self, request: predict_pb2.PredictRequest, context: Any) -> Any:
@@ -231,7 +236,10 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             outputs = plane.predict(
                 servable, signature, self._inputs(request), request.output_filter
             )
-            return _predict_response(servable, signature, outputs)
+            response = predict_response(servable, signature, outputs)
+            if plane.request_logs is not None:
+                plane.log(measure, "predict", request, response)
+            return response
 
     def _inputs(self, request: predict_pb2.PredictRequest) -> dict[str, Any]:
         limit = self.max_message_bytes
@@ -245,24 +253,22 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
     @_mapped
     def Classify(self, request: Any, context: Any) -> Any:
-        with self._resolve(request.model_spec, context) as (servable, signature):
-            result = self.plane.classify(servable, signature, examples_from_input(request.input))
-            response = classification_pb2.ClassificationResponse()
-            response.model_spec.CopyFrom(model_spec(servable, signature.name))
-            for row in result:
-                classifications = response.result.classifications.add()
-                for label, score in row:
-                    classifications.classes.add(label=label, score=score)
+        plane = self.plane
+        with self._resolve(request.model_spec, context) as (servable, signature, measure):
+            result = plane.classify(servable, signature, examples_from_input(request.input))
+            response = classification_response(servable, signature.name, result)
+            if plane.request_logs is not None:
+                plane.log(measure, "classify", request, response)
             return response
 
     @_mapped
     def Regress(self, request: Any, context: Any) -> Any:
-        with self._resolve(request.model_spec, context) as (servable, signature):
-            values = self.plane.regress(servable, signature, examples_from_input(request.input))
-            response = regression_pb2.RegressionResponse()
-            response.model_spec.CopyFrom(model_spec(servable, signature.name))
-            for value in values:
-                response.result.regressions.add(value=value)
+        plane = self.plane
+        with self._resolve(request.model_spec, context) as (servable, signature, measure):
+            values = plane.regress(servable, signature, examples_from_input(request.input))
+            response = regression_response(servable, signature.name, values)
+            if plane.request_logs is not None:
+                plane.log(measure, "regress", request, response)
             return response
 
     @_mapped
@@ -279,7 +285,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             raise InvalidInput(
                 "All ModelSpecs in a MultiInferenceRequest must access the same model name."
             )
-        with self._servable(specs[0], context) as (servable, _):
+        with self._servable(specs[0], context) as (servable, measure):
             tasks = []
             for task in request.tasks:
                 key = task.model_spec.signature_name or SERVING_DEFAULT
@@ -293,13 +299,11 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 out = response.results.add()
                 out.model_spec.CopyFrom(model_spec(servable, task.model_spec.signature_name))
                 if task.method_name == CLASSIFY_METHOD:
-                    for row in result:
-                        classifications = out.classification_result.classifications.add()
-                        for label, score in row:  # type: ignore[union-attr]
-                            classifications.classes.add(label=label, score=score)
+                    fill_classifications(out.classification_result, result)  # type: ignore[arg-type]
                 else:
-                    for value in result:
-                        out.regression_result.regressions.add(value=value)
+                    fill_regressions(out.regression_result, result)  # type: ignore[arg-type]
+            if self.plane.request_logs is not None:
+                self.plane.log(measure, "multi_inference", request, response)
             return response
 
 
@@ -312,32 +316,16 @@ class AsyncPredictionServicer(PredictionServicer):
         try:
             spec = request.model_spec
             prepared = await self.plane.prepare(spec.name, _version(spec), context.time_remaining())
-            with self._resolve(spec, context, prepared) as (servable, signature):
+            with self._resolve(spec, context, prepared) as (servable, signature, measure):
                 outputs = await self.plane.predict_async(
                     servable, signature, self._inputs(request), list(request.output_filter)
                 )
-                return _predict_response(servable, signature, outputs)
+                response = predict_response(servable, signature, outputs)
+                if self.plane.request_logs is not None:
+                    self.plane.log(measure, "predict", request, response)
+                return response
         except Exception as exc:
             await context.abort(*_status(exc))
-
-
-def _predict_response(
-    servable: Servable, signature: ServedSignature, outputs: dict[str, Any]
-) -> predict_pb2.PredictResponse | bytes:
-    """The answer: serialized by hand where every output is float32 or float64 (the typed
-    field is then the array's bytes, and no message is built: `UndecodableRequests` lets the
-    bytes through the response serializer), else a PredictResponse."""
-    typed = {name: (array, signature.outputs[name].dtype) for name, array in outputs.items()}
-    encoded = encode_predict_response(servable.name, servable.version, signature.name, typed)
-    if encoded is not None:
-        return encoded
-    response = predict_pb2.PredictResponse()
-    response.model_spec.CopyFrom(model_spec(servable, signature.name))
-    for name, array in outputs.items():
-        dtype = signature.outputs[name].dtype
-        # Typed fields, as TF Serving answers: clients read `float_val` directly.
-        response.outputs[name].CopyFrom(array_to_proto(array, dtype, typed_fields=True))
-    return response
 
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -101,6 +101,7 @@ class Measure:
     servable: Servable | None = None
     signature: str = ""
     cold_load: float | None = None  # s the request waited for its version to load on demand
+    arrived_ns: int = field(default_factory=time.time_ns)  # when it came (the request log's)
 
 
 class Timed:

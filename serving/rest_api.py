@@ -23,7 +23,7 @@ import json
 import logging
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from http import HTTPStatus
@@ -64,6 +64,16 @@ from graphserve.serving.http_server import (
     TransportLimits,
     error_body,
 )
+from graphserve.serving.messages import (
+    asked_spec,
+    classification_request,
+    classification_response,
+    predict_request,
+    predict_response,
+    regression_request,
+    regression_response,
+)
+from graphserve.serving.metrics import Measure
 from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import ServedSignature
 from graphserve.serving.tfexample import examples_from_json
@@ -117,9 +127,10 @@ def _resolve(
     max_depth: int,
     headers: list[tuple[str, str]],
     prepared: Prepared | None,
-) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any]]]:
-    """The servable, signature and parsed body of a POST, resolved inside its measurement; an
-    answer that waited for its version to load on demand says how long in a header."""
+) -> Iterator[tuple[Servable, ServedSignature, dict[str, Any], Measure]]:
+    """The servable, signature and parsed body of a POST, resolved inside its measurement
+    (yielded last); an answer that waited for its version to load on demand says how long in a
+    header."""
     with plane.measure(name, "rest") as measure:
         plane.take_prepared(measure, prepared)
         servable = measure.servable = plane.servable(name, version, measure)
@@ -129,7 +140,7 @@ def _resolve(
         request = parse(body, max_depth)
         signature = plane.signature(servable, signature_name_of(request))
         measure.signature = signature.name
-        yield servable, signature, request
+        yield servable, signature, request, measure
 
 
 @dataclass(frozen=True)
@@ -246,12 +257,14 @@ class _Handler:
                 name, version, _, _ = self._route(request.method, request.path)
                 plane, depth, parse = self.plane, self.options.max_json_depth, parse_predict_body
                 with _resolve(plane, name, version, body, parse, depth, headers, None) as parts:
-                    servable, signature, parsed = parts
+                    servable, signature, parsed, measure = parts
                     inputs, fmt = decode_json_request(
                         parsed, signature.inputs, strict_numbers=self.options.strict_json_numbers
                     )
                     outputs = await plane.predict_async(servable, signature, inputs)
                     payload = encode_json_response(outputs, row_format=fmt == "row")
+                    if plane.request_logs is not None:
+                        _log_predict(plane, measure, signature, version, parsed, inputs, outputs)
                     status: int = HTTPStatus.OK
         except Exception as exc:
             status, payload = _failed(exc, request)
@@ -346,11 +359,13 @@ class _Handler:
     ) -> bytes:
         plane, depth, parse = self.plane, self.options.max_json_depth, parse_predict_body
         with _resolve(plane, name, version, body, parse, depth, headers, prepared) as resolved:
-            servable, signature, request = resolved
+            servable, signature, request, measure = resolved
             inputs, fmt = decode_json_request(
                 request, signature.inputs, strict_numbers=self.options.strict_json_numbers
             )
             outputs = plane.predict(servable, signature, inputs, inline=here)
+            if plane.request_logs is not None:
+                _log_predict(plane, measure, signature, version, request, inputs, outputs)
             return encode_json_response(outputs, row_format=fmt == "row")
 
     def _examples(
@@ -365,18 +380,55 @@ class _Handler:
         """:classify and :regress: tf.Example features in, TF Serving's `results` out."""
         plane, depth, parse = self.plane, self.options.max_json_depth, parse_json_body
         with _resolve(plane, name, version, body, parse, depth, headers, prepared) as resolved:
-            servable, signature, request = resolved
+            servable, signature, request, measure = resolved
             examples = examples_from_json(request)
             if verb == "classify":
-                result: list[Any] = [
-                    [[label, score] for label, score in row]
-                    for row in plane.classify(servable, signature, examples)
-                ]
+                rows = plane.classify(servable, signature, examples)
+                result: list[Any] = [[[label, score] for label, score in row] for row in rows]
+                if plane.request_logs is not None:
+                    spec = asked_spec(name, version, signature_name_of(request))
+                    plane.log(
+                        measure,
+                        "classify",
+                        lambda: classification_request(spec, examples),
+                        lambda: classification_response(servable, signature.name, rows),
+                    )
             else:
                 result = plane.regress(servable, signature, examples)
+                if plane.request_logs is not None:
+                    spec = asked_spec(name, version, signature_name_of(request))
+                    values = result
+                    plane.log(
+                        measure,
+                        "regress",
+                        lambda: regression_request(spec, examples),
+                        lambda: regression_response(servable, signature.name, values),
+                    )
             # "results", as TF Serving's code writes it (json_tensor.cc) and its tests read it;
             # its api_rest.md says "result" in one place, which no TF Serving server sends.
             return json.dumps({"results": result}).encode()
+
+
+def _log_predict(
+    plane: DataPlane,
+    measure: Measure,
+    signature: ServedSignature,
+    version: VersionRef,
+    request: Mapping[str, Any],
+    inputs: dict[str, Any],
+    outputs: dict[str, Any],
+) -> None:
+    """A REST predict to the request log, as the PredictRequest and PredictResponse it is
+    equivalent to (built by the log's writer, off the request's path)."""
+    servable = measure.servable
+    assert servable is not None
+    spec = asked_spec(servable.name, version, signature_name_of(request))
+    plane.log(
+        measure,
+        "predict",
+        lambda: predict_request(spec, signature, inputs),
+        lambda: predict_response(servable, signature, outputs),
+    )
 
 
 class RestServer:

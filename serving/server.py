@@ -383,6 +383,8 @@ class ModelServer:
             self._loop.close()
         if self.watcher is not None:
             self.watcher.stop()
+        if self.plane.request_logs is not None:
+            self.plane.request_logs.close(remaining)  # what was answered is written
         if self.manager is not None:
             self.manager.unload_all()
         self._stopped.set()

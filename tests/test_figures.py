@@ -72,7 +72,8 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "docs/guides/rollout.md": {"50 ms": "how often rollout asks GetModelStatus: a setting"},
     "docs/guides/serve.md": {
-        "64 MiB": "the request size limit's default",
+        "64 MiB": "the request size limit's default, and the request log file size's",
+        "1 GiB": "the request log's disk cap default (serving.requestlog.DEFAULT_TOTAL_BYTES)",
         "10 s": "the REST head timeout's default",
         "60 s": "the REST body timeout's default",
     },

@@ -16,6 +16,7 @@ from graphserve.demo import demo
 from graphserve.deploy.cli import app as deploy_app
 from graphserve.exporter.cli import export, inspect
 from graphserve.loadtest.cli import app as loadtest_app
+from graphserve.loadtest.traffic.cli import app as traffic_app
 from graphserve.loadtest.tune.cli import app as tune_app
 from graphserve.serving.cli import app as serve_app
 
@@ -33,6 +34,7 @@ app.add_typer(loadtest_app, name="loadtest")
 app.add_typer(deploy_app, name="deploy")
 app.add_typer(tune_app, name="tune")
 app.add_typer(conformance_app, name="conformance")
+app.add_typer(traffic_app, name="traffic")
 app.command("demo")(demo)
 
 

@@ -127,3 +127,44 @@ def test_files_that_are_not_traffic_exit_2_saying_why(tmp_path: Path, request_lo
         assert code == 2, (path, output)
         assert said in " ".join(output.split()), (path, output)
         assert "Traceback" not in output
+
+
+def test_warm_up_records_from_a_log_cover_each_shape_and_load(
+    tmp_path: Path, request_log: Path, mlp_export: MlpExport
+) -> None:
+    import shutil
+
+    from graphserve.serving import ModelRegistry
+
+    version = tmp_path / "mlp" / "7"
+    shutil.copytree(mlp_export.version_dir, version)
+    result = CliRunner().invoke(app, ["traffic", "warmup", str(request_log), str(version)])
+    assert result.exit_code == 0, result.output
+    assert "2 warm-up requests, 2 input shapes" in result.output
+    records = list(read_warmup_records(version))
+    shapes = [
+        tuple(d.size for d in r.predict_log.request.inputs["images"].tensor_shape.dim)
+        for r in records
+    ]
+    assert shapes == [(1, 784), (3, 784)]  # the most frequent first
+    assert all(not r.predict_log.HasField("response") for r in records)
+    registry = ModelRegistry()
+    servable = registry.load_graph("mlp", tmp_path / "mlp")  # replays them as it loads
+    assert servable.version == 7
+
+
+def test_warm_up_refuses_traffic_that_does_not_fit(tmp_path: Path, request_log: Path) -> None:
+    from graphserve.conformance.models import write_tf2_half_plus_two
+
+    other = write_tf2_half_plus_two(tmp_path / "hpt" / "1")
+    result = CliRunner().invoke(app, ["traffic", "warmup", str(request_log), str(other)])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "record 0 sends inputs ['images']; signature 'serving_default'" in said
+    assert "takes ['x']" in said
+    result = CliRunner().invoke(
+        app, ["traffic", "warmup", str(request_log), str(other), "--model", "half_plus_two"]
+    )
+    assert result.exit_code == 2
+    assert "holds no predict request for model 'half_plus_two'" in " ".join(result.output.split())
+    assert not (other / "assets.extra" / "tf_serving_warmup_requests").exists()

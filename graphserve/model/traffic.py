@@ -22,7 +22,15 @@ from tensorflow_serving.apis import prediction_log_pb2
 from graphserve.core.errors import GraphserveError
 from graphserve.core.predictionlog import arrival_ns
 
-__all__ = ["Record", "Traffic", "TrafficError", "read_traffic", "summary"]
+__all__ = [
+    "Record",
+    "Traffic",
+    "TrafficError",
+    "fitting",
+    "read_traffic",
+    "summary",
+    "warmup_selection",
+]
 
 _KINDS = ("predict_log", "classify_log", "regress_log", "multi_inference_log")
 
@@ -163,3 +171,60 @@ def summary(records: Iterable[Record]) -> dict[str, Any]:
         "span_s": span_s,
         "rate_per_s": (len(times) - 1) / span_s if span_s > 0 else None,
     }
+
+
+def fitting(records: Iterable[Record], version_dir: Path) -> list[Record]:
+    """The predict records whose signature the SavedModel at `version_dir` has, each input
+    named, of its dtype, and of a shape its declared one takes. Raises TrafficError naming the
+    first that does not fit, and what the signature expects."""
+    from graphserve.core.savedmodel import signature_defs
+    from graphserve.core.signature import DTYPE_ENUMS, dtype_name, spec_from_tensor_info
+
+    defs = signature_defs(version_dir)
+    kept = []
+    for index, record in enumerate(records):
+        if record.kind != "predict":
+            continue
+        signature = defs.get(record.signature)
+        if signature is None:
+            raise TrafficError(
+                f"record {index} names signature {record.signature!r}, which {version_dir} does "
+                f"not have: it has {', '.join(sorted(defs))}"
+            )
+        specs = {n: spec_from_tensor_info(n, t) for n, t in signature.inputs.items()}
+        inputs = record.log.predict_log.request.inputs
+        if set(inputs) != set(specs):
+            raise TrafficError(
+                f"record {index} sends inputs {sorted(inputs)}; signature {record.signature!r} "
+                f"of {version_dir} takes {sorted(specs)}"
+            )
+        for name, spec in specs.items():
+            tensor = inputs[name]
+            shape = tuple(d.size for d in tensor.tensor_shape.dim)
+            declared = spec.shape
+            fits = declared is None or (
+                len(declared) == len(shape)
+                and all(d is None or d == s for d, s in zip(declared, shape, strict=True))
+            )
+            if tensor.dtype != DTYPE_ENUMS[spec.dtype] or not fits:
+                raise TrafficError(
+                    f"record {index}, input {name!r}: {dtype_name(tensor.dtype)} of shape "
+                    f"{list(shape)}; "
+                    f"signature {record.signature!r} of {version_dir} takes {spec.describe()}"
+                )
+        kept.append(record)
+    return kept
+
+
+def warmup_selection(records: Sequence[Record], limit: int) -> list[Record]:
+    """At most `limit` predict records covering every (signature, input shapes) seen: one
+    each, the most frequent first; the count of distinct ones past `limit` is dropped."""
+    first: dict[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]], Record] = {}
+    seen: Counter[tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]] = Counter()
+    for record in records:
+        if record.kind != "predict":
+            continue
+        key = (record.signature, record.shapes)
+        seen[key] += 1
+        first.setdefault(key, record)
+    return [first[key] for key, _ in seen.most_common(limit)]

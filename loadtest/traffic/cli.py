@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from graphserve.clikit import stderr
-from graphserve.core.errors import EXIT_USAGE, exit_epilog
+from graphserve.core.errors import EXIT_USAGE, GraphserveError, exit_epilog
 
 __all__ = ["app"]
 
@@ -92,3 +92,55 @@ def _print(file: Path, counts: dict[str, Any]) -> None:
         for label, count in counts[key].items():
             table.add_row(escape(label), str(count))
         out.print(table)
+
+
+@app.command(
+    epilog=exit_epilog(
+        {2: "the file cannot be read as traffic, or holds no request for the version (why said)"}
+    )
+)
+def warmup(
+    file: Annotated[
+        Path, typer.Argument(help="A TFRecord file of PredictionLogs.", show_default=False)
+    ],
+    version_dir: Annotated[
+        Path,
+        typer.Argument(help="The SavedModel version directory to warm up.", show_default=False),
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Take the records of this model (default: every record, whatever it names).",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", min=1, max=1000, help="Records at most (TF Serving's cap)."),
+    ] = 1000,
+) -> None:
+    """Write VERSION_DIR/assets.extra/tf_serving_warmup_requests from logged traffic: one
+    predict request for each signature and input shape the file holds, the most frequent first,
+    each checked against the version's signature. TF Serving and graphserve replay them when
+    they load the version."""
+    from graphserve.core.logs import quiet_tensorflow
+
+    quiet_tensorflow()
+    from graphserve.model.traffic import TrafficError, fitting, read_traffic, warmup_selection
+    from graphserve.model.warmup import write_warmup_records
+
+    try:
+        records = list(read_traffic(file).records)
+        if model is not None:
+            records = [r for r in records if r.model == model]
+        chosen = warmup_selection(fitting(records, version_dir), limit)
+        if not chosen:
+            named = f" for model {model!r}" if model else ""
+            raise TrafficError(f"{file} holds no predict request{named} to warm up with")
+    except (GraphserveError, OSError, ValueError) as exc:
+        stderr.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_USAGE) from None
+    path = write_warmup_records(version_dir, [r.log.predict_log.request for r in chosen])
+    shapes = len({r.shapes for r in chosen})
+    typer.echo(f"{path}: {len(chosen)} warm-up requests, {shapes} input shapes")

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -37,6 +39,9 @@ from graphserve.serving.sources import FileSystemSource, Fingerprint, Source
 __all__ = ["ModelManager", "ServableMap", "load_version", "retire"]
 
 log = logging.getLogger("graphserve.manager")
+
+
+_RELEASE_PAUSES = (0.0, 0.05, 0.25, 1.0, 5.0)  # s before each collection of a retired version
 
 
 def retire(servable: Servable, say_every: float = 30.0, free: bool = True) -> threading.Thread:
@@ -67,10 +72,27 @@ def _close(held: list[object], say_every: float, free: bool) -> None:
         log.exception("%s: closing version %d failed", servable.name, servable.version)
     log.info("%s: version %d closed", servable.name, servable.version)
     loaded_at = servable.loaded_at
+    try:
+        runner: Callable[[], object | None] = weakref.ref(servable.runner)
+    except TypeError:  # a runner that takes no weak reference: one collection, as before
+        runner = lambda: None  # noqa: E731
     del servable
-    held.clear()  # the last reference: what the version held is garbage from here
-    if free:
+    held.clear()  # our last reference: what the version held is garbage once the manager's is
+    if not free:
+        return
+    # The manager's pass may still hold the version (its `_unload` frame) when this thread gets
+    # here: a collection then finds it alive, and it would wait for a later full collection. So
+    # collect again, a little later each time, until it is gone.
+    for pause in _RELEASE_PAUSES:
+        time.sleep(pause)
         heap.release(loaded_at)
+        if runner() is None:
+            return
+    log.warning(
+        "a retired version is still referenced after %d collections: it is freed when that "
+        "reference goes",
+        len(_RELEASE_PAUSES),
+    )
 
 
 def _load_error(exc: Exception, path: Path | None) -> str:

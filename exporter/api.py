@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from graphserve.core.contract import batch_variants, load_signature_file
-from graphserve.core.errors import ParityError, SignatureError, UnsafeOpsError
+from graphserve.core.errors import ExportError, ParityError, SignatureError, UnsafeOpsError
 from graphserve.core.inputs import InputSource, range_text
 from graphserve.core.results import JsonKeys, JsonResult, json_meta
 from graphserve.core.signature import PREDICT_METHOD, TensorSpec, ValueRange
@@ -60,6 +60,7 @@ class ExportSpec:
     batch_sizes: list[int] = field(default_factory=list)  # fixed-batch variants per signature
     jit_compile: bool = False
     warmup_samples: int = DEFAULT_WARMUP_SAMPLES  # records per signature; 0 writes none
+    warmup_from: Path | None = None  # a traffic file: warm-up records from its requests instead
     samples_file: Path | None = None  # .npz or TF Serving JSON samples: probe, parity, warm-up
     input_ranges: dict[str, ValueRange] = field(default_factory=dict)  # input -> generated values
     parity_batches: int = 3
@@ -261,7 +262,15 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         for message in parity.warnings:  # outputs too constant for the check to tell
             warn(message)
         warmup_records = 0
-        if spec.warmup_samples > 0:
+        if spec.warmup_from is not None:
+            requests = _warmup_from(spec.warmup_from, spec.name, tmp)
+            write_warmup_records(tmp, requests)
+            log(f"replaying {len(requests)} warm-up records from {spec.warmup_from}")
+            try:
+                warmup_records = replay_warmup(tmp, _runner_of(loaded))
+            except Exception as exc:
+                raise ParityError(f"a logged request fails on the exported model: {exc}") from exc
+        elif spec.warmup_samples > 0:
             requests = warmup_requests(
                 spec.name,
                 {c.name: c.inputs for c in contracts},
@@ -328,6 +337,29 @@ def _check_ranges(ranges: dict[str, ValueRange], contracts: list[Any]) -> None:
             f"--input-range names {', '.join(map(repr, unknown))}, which no signature has: the "
             f"inputs are {', '.join(sorted(known))}"
         )
+
+
+def _warmup_from(path: Path, model: str, version_dir: Path) -> list[Any]:
+    """The warm-up requests a traffic file gives the version at `version_dir`: one per
+    signature and input shape its requests for `model` (or, with none named so, all of them)
+    hold. Raises ExportError naming what does not fit."""
+    from graphserve.model.traffic import (
+        TrafficError,
+        fitting,
+        read_traffic,
+        warmup_selection,
+    )
+    from graphserve.model.warmup import MAX_WARMUP_RECORDS
+
+    try:
+        records = list(read_traffic(path).records)
+        named = [r for r in records if r.model == model]
+        chosen = warmup_selection(fitting(named or records, version_dir), MAX_WARMUP_RECORDS)
+    except TrafficError as exc:
+        raise ExportError(f"--warmup-from: {exc}") from None
+    if not chosen:
+        raise ExportError(f"--warmup-from: {path} holds no predict request to warm up with")
+    return [r.log.predict_log.request for r in chosen]
 
 
 def _runner_of(loaded: Any) -> Callable[[str, dict[str, Any]], Any]:

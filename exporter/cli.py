@@ -132,6 +132,16 @@ def export(
     no_warmup: Annotated[
         bool, typer.Option("--no-warmup", help="Write no warm-up records.")
     ] = False,
+    warmup_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--warmup-from",
+            help="Warm-up records from a traffic file (a request log): one request per "
+            "signature and input shape it holds, checked against the export, instead of "
+            "generated ones.",
+            show_default=False,
+        ),
+    ] = None,
     samples_file: Annotated[
         Path | None,
         typer.Option(
@@ -198,6 +208,12 @@ def export(
         raise _usage_error(str(exc)) from None
     if samples_file is not None and not samples_file.is_file():
         raise _usage_error(f"--samples-file {samples_file} does not exist")
+    if warmup_from is not None and not warmup_from.is_file():
+        raise _usage_error(f"--warmup-from {warmup_from} does not exist")
+    if warmup_from is not None and no_warmup:
+        raise _usage_error(
+            "--warmup-from writes warm-up records and --no-warmup writes none: give one"
+        )
     quiet_tensorflow()
     from graphserve.exporter.api import ExportSpec, export_model
 
@@ -215,6 +231,7 @@ def export(
         batch_sizes=_parse_ints("--batch-sizes", batch_sizes),
         jit_compile=jit_compile,
         warmup_samples=0 if no_warmup else warmup_samples,
+        warmup_from=warmup_from,
         samples_file=samples_file,
         input_ranges=ranges,
         parity_batches=parity_batches,

@@ -168,3 +168,52 @@ def test_warm_up_refuses_traffic_that_does_not_fit(tmp_path: Path, request_log: 
     assert result.exit_code == 2
     assert "holds no predict request for model 'half_plus_two'" in " ".join(result.output.split())
     assert not (other / "assets.extra" / "tf_serving_warmup_requests").exists()
+
+
+def test_export_warms_up_from_a_log(tmp_path: Path, request_log: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "export",
+            "examples:mlp",
+            "--name",
+            "mlp",
+            "--base-path",
+            str(tmp_path),
+            "--warmup-from",
+            str(request_log),
+            "--output",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    version = tmp_path / "mlp" / "1"
+    shapes = sorted(
+        tuple(d.size for d in r.predict_log.request.inputs["images"].tensor_shape.dim)
+        for r in read_warmup_records(version)
+    )
+    assert shapes == [(1, 784), (3, 784)]
+    manifest = json.loads((version / "assets.extra" / "graphserve.json").read_text())
+    assert manifest["warmup"]["records"] == 2
+
+
+def test_export_refuses_a_log_that_does_not_fit(tmp_path: Path, request_log: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "export",
+            "tests.factories:affine",
+            "--name",
+            "affine",
+            "--base-path",
+            str(tmp_path),
+            "--input",
+            "x:float32:-1,3",
+            "--warmup-from",
+            str(request_log),
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "--warmup-from: record 0 sends inputs ['images']" in said
+    assert not (tmp_path / "affine" / "1").exists()

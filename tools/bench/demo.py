@@ -74,6 +74,8 @@ def readme_block(results: dict[str, Any]) -> str:
         "",
         "```",
         *results["headline"],
+        # the report's warnings, which the headline asks to read with it, as printed beside it
+        *(f"{_WARNING.strip(' -')} {w}" for w in results.get("warnings", [])),
         "```",
         "",
         "| arm | req/s | p50 ms | p99 ms | p99.9 ms | failures |",
@@ -82,9 +84,6 @@ def readme_block(results: dict[str, Any]) -> str:
     for arm, a in results["arms"].items():
         lines.append(f"| {arm} | {a['rps']:.1f} | {a['p50']:.3g} | {a['p99']:.3g} | "
                      f"{a['p99.9']:.3g} | {a['failures']} |")  # fmt: skip
-    warnings = results.get("warnings", [])
-    if warnings:
-        lines += ["", "The report's warnings:", "", *(f"{_WARNING}{w}" for w in warnings)]
     stamp = results.get("provenance") or {}
     commit = str(stamp.get("commit"))[:12]
     lines += ["", f"(commit `{commit}`; `python -m tools.bench demo` runs it again and rewrites "

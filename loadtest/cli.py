@@ -746,6 +746,205 @@ def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
         raise typer.Exit(code=EXIT_SLO)
 
 
+@app.command(
+    "replay",
+    epilog=exit_epilog(
+        {EXIT_SLO: "an --slo gate was missed (answers.mismatch==0: an answer past its tolerance)."}
+    ),
+)
+def replay_command(
+    traffic: Annotated[
+        Path,
+        typer.Argument(
+            help="a traffic file: a TFRecord of PredictionLogs (a request log, a warm-up file, "
+            "`graphserve traffic make`)",
+            show_default=False,
+        ),
+    ],
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="an arm to replay against, NAME=HOST:PORT (repeat; the last is the baseline)"
+        ),
+    ] = None,
+    graph: Annotated[str | None, typer.Option(help="shorthand for --arm graph=ADDR")] = None,
+    eager: Annotated[str | None, typer.Option(help="shorthand for --arm eager=ADDR")] = None,
+    protocol: Annotated[Protocol, typer.Option(help="API to send over")] = Protocol.grpc,
+    rest_format: Annotated[
+        RestFormat | None,
+        typer.Option(help="REST predict body format [default: row where the inputs allow]"),
+    ] = None,
+    speed: Annotated[
+        float, typer.Option(help="the recorded times divided by this (2: twice as fast)")
+    ] = 1.0,
+    rate: Annotated[
+        float | None,
+        typer.Option(help="req/s in place of the recorded times (needed for a file without)"),
+    ] = None,
+    arrivals: Annotated[Arrivals, typer.Option(help="with --rate")] = Arrivals.constant,
+    model: Annotated[
+        str | None,
+        typer.Option(help="send every record to this model [default: the one it names]"),
+    ] = None,
+    from_model: Annotated[
+        str | None, typer.Option(help="only the records of this model [default: all]")
+    ] = None,
+    records: Annotated[
+        str | None,
+        typer.Option(help="only these records, by number in the file (0,17,42)"),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="at most this many requests")] = None,
+    duration: Annotated[
+        str | None, typer.Option(help="send nothing scheduled later than this (e.g. 60s)")
+    ] = None,
+    max_in_flight: Annotated[
+        int, typer.Option(min=1, max=1024, help="threads sending, so requests in flight at most")
+    ] = 32,
+    timeout: Annotated[str, typer.Option(help="each request's deadline")] = "30s",
+    model_base_path: Annotated[
+        Path | None,
+        typer.Option(help="BASE/NAME: judge answers with the tolerances its newest export used"),
+    ] = None,
+    worst: Annotated[
+        int, typer.Option(min=0, help="requests that disagree most, named and saved")
+    ] = 5,
+    seed: Annotated[int, typer.Option(help="seed of --arrivals poisson")] = 0,
+    slo: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="gates: 'answers.mismatch==0', 'graph.p99<20ms', 'errors==0', "
+            "'answers.top_changed<0.01' (repeat or separate with commas)"
+        ),
+    ] = None,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
+    ] = False,
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("reports/replay"),
+    output: Annotated[
+        OutputFormat, typer.Option(help="json: only replay.json on stdout")
+    ] = OutputFormat.text,
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    tls_server_name: TlsServerName = None,
+) -> None:
+    """Send a traffic file's requests again, open loop, at their recorded times (or --speed
+    times faster, or at --rate), to each arm in turn, and check every answer.
+
+    Reports each arm's latencies, how well it kept the schedule (the share sent within 2 ms of
+    its time, lateness p50 and p99), latency by request shape with each shape's first request,
+    and its answers against the answer the log holds and against the baseline arm's (the
+    exporter's parity rule and tolerances; for classes, the rows whose top class changed). The
+    requests that disagree most are saved under OUT/answers with the command that sends each
+    again. Writes OUT/replay.{json,md} and shapes.png. Exits 1 when an arm cannot be reached
+    for TLS, 2 for a traffic file or options that cannot be used (before anything is sent), 3
+    when an --slo gate is missed.
+    """
+    import sys
+
+    from graphserve.core.errors import EXIT_USAGE, GraphserveError
+    from graphserve.loadtest.replay import ReplaySpec, export_tolerances, replay, write_report
+    from graphserve.model.traffic import TrafficError
+
+    addresses = _pairs(arm or [], "--arm")
+    for name, address in (("graph", graph), ("eager", eager)):
+        if address:
+            addresses[name] = address
+    if not addresses:
+        raise typer.BadParameter(
+            "name the arms: --arm NAME=HOST:PORT, --graph ADDR, --eager ADDR", param_hint="'--arm'"
+        )
+    if rate is not None and speed != 1.0:
+        raise typer.BadParameter("use --speed (the recorded times) or --rate, not both")
+    if rate is not None and rate <= 0:
+        raise typer.BadParameter(f"{rate:g}: expected req/s above 0", param_hint="'--rate'")
+    if speed <= 0:
+        raise typer.BadParameter(f"{speed:g}: expected a factor above 0", param_hint="'--speed'")
+    chosen = None
+    if records is not None:
+        try:
+            chosen = tuple(int(part) for part in records.split(",") if part.strip())
+        except ValueError:
+            chosen = ()
+        if not chosen:
+            raise typer.BadParameter(
+                f"{records!r}: expected record numbers, e.g. 0,17,42", param_hint="'--records'"
+            )
+    tls = client_tls(tls_ca, tls_cert, tls_key, tls_server_name)
+    for address in addresses.values():
+        dialed_tls(address, tls, "--arm")
+    quiet = output is OutputFormat.json
+    quiet_tensorflow()
+    try:
+        tolerances: dict[str, tuple[float, float]] = {}
+        where = "the defaults (no --model-base-path)"
+        if model_base_path is not None:
+            tolerances, where = export_tolerances(model_base_path)
+        spec = ReplaySpec(
+            traffic=traffic, arms=addresses, protocol=protocol.value,
+            rest_format=rest_format.value if rest_format else None, speed=speed, rate=rate,
+            arrivals=arrivals.value, seed=seed, model=model, from_model=from_model,
+            records=chosen, limit=limit,
+            duration_s=option_seconds(duration, "--duration") if duration else None,
+            max_in_flight=max_in_flight, timeout_s=option_seconds(timeout, "--timeout"),
+            tolerances=tolerances, tolerances_from=where, tls=tls, allow_remote=allow_remote,
+            worst=worst, slo=tuple(g.strip() for t in slo or () for g in t.split(",") if g.strip()),
+        )  # fmt: skip
+        say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{escape(m)}[/dim]"))
+        report = replay(spec, say)
+        write_report(report, spec, out, " ".join(["graphserve", *sys.argv[1:]]))
+    except TrafficError as exc:  # the file: a usage error, before anything was sent
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=EXIT_USAGE) from None
+    except (GraphserveError, OSError) as exc:
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=getattr(exc, "exit_code", 1)) from None
+    _finish_replay(report, out, quiet)
+
+
+def _finish_replay(report: Any, out_dir: Path, quiet: bool) -> None:
+    """Print the replay (a table, or replay.json on stdout when quiet), then exit 1 when an arm
+    got no successful answer, 3 when a gate was missed."""
+    from rich.table import Table
+
+    if quiet:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        table = Table(show_edge=False)
+        for column in ("arm", "sent", "failed", "p50 ms", "p99 ms", "on time", "late p99 ms",
+                       "mismatched answers"):  # fmt: skip
+            table.add_column(column, justify="left" if column == "arm" else "right")
+        for arm in report.arms:
+            a, p = arm.adherence, arm.latency_ms
+            share = a.on_time_share
+            table.add_row(
+                arm.name, str(arm.requests), str(arm.failed),
+                "-" if p["p50"] is None else f"{p['p50']:.3f}",
+                "-" if p["p99"] is None else f"{p['p99']:.3f}",
+                "-" if share is None else f"{100 * share:.1f} %",
+                "-" if a.lateness_p99_ms is None else f"{a.lateness_p99_ms:.3f}",
+                ", ".join(f"{g.mismatched}/{g.compared} vs {g.reference}" for g in arm.answers)
+                or "-",
+            )  # fmt: skip
+        Console(highlight=False).print(table)
+        for warning in report.warnings:
+            stderr.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+        stderr.print(f"report: {out_dir / 'replay.md'} (and replay.json, shapes.png)")
+    empty = [arm.name for arm in report.arms if arm.requests and arm.failed == arm.requests]
+    if empty:
+        stderr.print(f"[red]error:[/red] no successful answer from {', '.join(empty)}; see "
+                     f"{out_dir / 'replay.md'}", highlight=False)  # fmt: skip
+        raise typer.Exit(code=1)
+    missed = [gate for gate in report.gates if not gate.passed]
+    for gate in missed:
+        value = "no value" if gate.value is None else f"{gate.value:.4g}"
+        why = f" ({gate.why})" if gate.why else ""
+        stderr.print(f"[red]SLO missed:[/red] {gate.expression} on {gate.arm}: {value}{why}",
+                     highlight=False)  # fmt: skip
+    if missed:
+        raise typer.Exit(code=EXIT_SLO)
+
+
 @app.command("copies")
 def copies_command(
     source: Annotated[

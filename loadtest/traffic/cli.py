@@ -1,4 +1,5 @@
-"""`graphserve traffic show FILE`: what a traffic file holds, before a load sends it.
+"""`graphserve traffic show | warmup | make`: read traffic files, warm a version up from one, and
+make one for a version.
 
 A traffic file is a TFRecord file of TF Serving's PredictionLogs: a server's request log
 (`serve --request-log`, a model's logging_config) or a version's warm-up file. Only typer, rich
@@ -144,3 +145,89 @@ def warmup(
     path = write_warmup_records(version_dir, [r.log.predict_log.request for r in chosen])
     shapes = len({r.shapes for r in chosen})
     typer.echo(f"{path}: {len(chosen)} warm-up requests, {shapes} input shapes")
+
+
+@app.command(epilog=exit_epilog({2: "the version, samples or distributions do not fit (why said)"}))
+def make(
+    version_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="A SavedModel version directory, or BASE/NAME (its newest version).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The traffic file to write.")],
+    count: Annotated[int, typer.Option(min=1, max=1_000_000, help="Distinct requests.")] = 100,
+    batch_sizes: Annotated[
+        str,
+        typer.Option(help="Rows per request: 1,2,4,8 (alike), 1:0.7,8:0.3 (weights), 1-32."),
+    ] = "1",
+    seq_lens: Annotated[
+        str | None,
+        typer.Option(
+            help="Lengths of the open dimensions past the batch (sequences), as --batch-sizes.",
+            show_default=False,
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Arrival times at this many a second (default: none).",
+            show_default=False,
+        ),
+    ] = None,
+    poisson: Annotated[
+        bool, typer.Option("--poisson", help="With --rate: a Poisson process, not even gaps.")
+    ] = False,
+    samples: Annotated[
+        Path | None,
+        typer.Option(
+            "--samples-file",
+            help="Values from this .npz or TF Serving JSON (default: what the export recorded).",
+            show_default=False,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The model the requests name (default: the version's directory's).",
+            show_default=False,
+        ),
+    ] = None,
+    signature_name: Annotated[str, typer.Option(help="The signature they call.")] = (
+        "serving_default"
+    ),
+    seed: Annotated[int, typer.Option(help="Seed of the draws and the values.")] = 0,
+) -> None:
+    """Write a traffic file of COUNT predict requests for a version: rows drawn from
+    --batch-sizes, sequence lengths from --seq-lens, values from --samples-file or from what the
+    export recorded (its samples, its ranges), each checked against the signature. With --rate
+    the records carry arrival times, and `loadtest replay` sends them at that rate."""
+    from graphserve.core.logs import quiet_tensorflow
+
+    quiet_tensorflow()
+    from graphserve.loadtest.traffic.make import (
+        MakeError,
+        MakeSpec,
+        make_traffic,
+        parse_distribution,
+    )
+
+    try:
+        spec = MakeSpec(
+            version_dir=version_dir, out=out, model=model, signature=signature_name,
+            batch_sizes=parse_distribution(batch_sizes, "--batch-sizes"),
+            seq_lens=parse_distribution(seq_lens, "--seq-lens") if seq_lens else None,
+            count=count, rate=rate, arrivals="poisson" if poisson else "constant", seed=seed,
+            samples=samples,
+        )  # fmt: skip
+        made = make_traffic(spec)
+    except (MakeError, GraphserveError, OSError) as exc:
+        stderr.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_USAGE) from None
+    timing = f", {made.span_s:.3f} s at {rate:g} req/s" if made.span_s is not None else ""
+    typer.echo(
+        f"{made.path}: {made.records} requests for {made.model}:{made.signature}, "
+        f"{len(made.shapes)} input shapes{timing}; values {made.inputs}"
+    )

@@ -56,9 +56,10 @@ serve: $(STAMP) ## serve BASE/MODEL with the embedded graph server (Ctrl-C stops
 serve-eager: $(STAMP) ## serve SOURCE with the eager server (Ctrl-C stops)
 	$(BIN)/graphserve serve eager $(SOURCE) --model-name $(MODEL)
 
-bench: $(STAMP) ## the benchmark suite and the server's own cost (minutes): goals with pass/miss, tools/bench/results/{results,frontend}.{json,md}
+bench: $(STAMP) ## the benchmark suite, the server's own cost and real traffic (minutes): goals with pass/miss, tools/bench/results/{results,frontend,traffic}.{json,md}
 	$(BIN)/python -m tools.bench --out tools/bench/results
 	$(BIN)/python -m tools.bench frontend --out tools/bench/results
+	$(BIN)/python -m tools.bench traffic --out tools/bench/results
 
 # Each peer (KServe, BentoML, LitServe, PyTriton, FastAPI) in its own venv under tools/bench/.work,
 # installed there on first use (about 6 min and 12 GB for all five), kept for the next run.

@@ -463,6 +463,47 @@ def tls(
     typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
 
 
+def traffic(
+    out: Annotated[
+        Path, typer.Option("--out", help="Where traffic.json and traffic.md are written.")
+    ] = Path("tools/bench/results"),
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
+    ] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
+    ] = False,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Export, logs, server logs (default: temporary)."),
+    ] = None,
+) -> None:
+    """Request logging's cost and real traffic (issue 50's T1-T5): the server's CPU per
+    request with logging at rate 1.0 and 0.1 against off, replay of a 500 req/s recording,
+    logging to a full disk under load, and a graph server's log replayed against graph, eager
+    and a version with one weight changed. About 4 minutes; writes OUT/traffic.json and .md."""
+    quiet_tensorflow()
+    from tools.bench.traffic import TrafficPlan, run_traffic, write_traffic
+
+    plan = TrafficPlan()
+    if quick:
+        plan = TrafficPlan(clients=4, window_s=0.5, rounds=1, warmup_s=0.2, replay_rate=200.0,
+                           replay_s=1.0, disk_s=1.0, mixed_requests=20)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="graphserve-traffic-") as tmp:
+        try:
+            results = run_traffic(plan, work_dir or Path(tmp), say=progress)
+        except (GraphserveError, RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    paths = write_traffic(results, out)
+    for g in results["goals"]:
+        verdict = "not run" if g["passed"] is None else ("pass" if g["passed"] else "MISS")
+        typer.echo(f"{g['key']}: {g['what']}: {g['value']} (goal {g['goal']}) {verdict}")
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
+    if strict and not all(g["passed"] for g in results["goals"] if g["passed"] is not None):
+        raise typer.Exit(EXIT_MISSED)
+
+
 def frontend(
     out: Annotated[
         Path, typer.Option("--out", help="Where frontend.json and frontend.md are written.")
@@ -647,6 +688,7 @@ app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
 app.command("tls")(tls)
 app.command("frontend")(frontend)
+app.command("traffic", epilog=STRICT_EPILOG)(traffic)
 app.command("figures")(figures)
 app.command("sample-report")(sample_report)
 app.command("containers")(containers)

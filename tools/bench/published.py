@@ -127,6 +127,18 @@ def _frontend_md(results: Results) -> str:
     return render_frontend(results)
 
 
+def _traffic_md(results: Results) -> str:
+    from tools.bench.traffic import render_traffic
+
+    return render_traffic(results)
+
+
+def _traffic_goals(results: Results) -> list[dict[str, Any]]:
+    from tools.bench.traffic import traffic_goals
+
+    return traffic_goals(results)
+
+
 def _frontend_goals(results: Results) -> list[dict[str, Any]]:
     from tools.bench.goals import FRONTEND_GOALS, evaluate
 
@@ -196,6 +208,9 @@ PUBLISHED: tuple[Published, ...] = (
     Published("many", _bench("many"), _many_md,
               (*SERVER, *GENERATOR, "loadtest/manymodels/", *MEASURE, "tools/bench/many/"),
               _many_goals, plots=("many.png",)),  # about 15 minutes
+    Published("traffic", _bench("traffic"), _traffic_md,
+              (*SERVER, *EXPORT, "loadtest/replay/", "loadtest/traffic/", *MEASURE,
+               "tools/bench/traffic.py"), _traffic_goals),
     Published("tls", _bench("tls"), _tls_md,  # no goals: tools/bench/tls.py's NO_GOALS says why
               (*SERVER, *MEASURE, "tools/bench/tls.py")),
     Published("peers", _bench("peers"), _peers_md,

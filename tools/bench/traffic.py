@@ -405,7 +405,7 @@ def render_traffic(results: dict[str, Any]) -> str:
             value = f"{g['value']:.3f}×"
         if g["key"].startswith("T3") and g["value"] is not None:
             value = f"{100 * g['value']:.2f} %"
-        why = f" ({g['why']})" if g.get("why") else ""
+        why = f" ({g['why'].removeprefix('not run: ')})" if g.get("why") else ""
         lines.append(f"| {g['key']} | {g['what']} | {value} | {g['goal']} | {verdict}{why} |")
     t1 = results["t1"]
     lines += ["", f"## T1: the server's CPU per request, {t1['clients']} clients", "",

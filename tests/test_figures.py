@@ -71,6 +71,9 @@ ALLOWED: dict[str, dict[str, str]] = {
         "10 %": "M2d's bound: base + budget + 10 %",
     },
     "docs/guides/rollout.md": {"50 ms": "how often rollout asks GetModelStatus: a setting"},
+    "docs/guides/traffic.md": {
+        "2 ms": "replay's on-time bound (loadtest/replay/plan.py ON_TIME_S): a setting",
+    },
     "docs/guides/serve.md": {
         "64 MiB": "the request size limit's default, and the request log file size's",
         "1 GiB": "the request log's disk cap default (serving.requestlog.DEFAULT_TOTAL_BYTES)",

@@ -381,3 +381,51 @@ def test_many_over_mutual_tls(
     no_cert = _loadtest(*base, "--tls-ca", str(certs.ca), "--out", str(tmp_path / "no-cert"))
     assert no_cert.returncode == 1, _said(no_cert)
     assert _MUTUAL_TLS in _said(no_cert)
+
+
+# ---------------------------------------------------------------------------------------------
+# replay
+
+
+@pytest.fixture(scope="module")
+def recorded(mlp_export: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """20 requests of 1 to 4 rows for the mlp, at 100 req/s."""
+    path = tmp_path_factory.mktemp("tls-traffic") / "mlp.tfrecord"
+    made = _loadtest("traffic", "make", str(mlp_export.model_dir), "--out", str(path),
+                     "--count", "20", "--batch-sizes", "1-4", "--rate", "100")  # fmt: skip
+    assert made.returncode == 0, _said(made)
+    return path
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_replay_over_tls_and_mutual_tls(
+    protocol: str, servers: dict[str, Served], certs: Certs, recorded: Path, tmp_path: Path
+) -> None:
+    scheme = "grpcs" if protocol == "grpc" else "https"
+    port = "grpc" if protocol == "grpc" else "rest"
+    result = _loadtest(
+        "loadtest", "replay", str(recorded), "--protocol", protocol,
+        "--arm", f"tls={scheme}://{getattr(servers['tls'], port)}",
+        "--arm", f"mutual={getattr(servers['mutual'], port)}", *_client(certs),
+        "--slo", "errors==0", "--slo", "answers.mismatch==0", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, _said(result)
+    report = json.loads((tmp_path / "replay.json").read_text())
+    assert [(a["name"], a["requests"], a["failed"]) for a in report["arms"]] == [
+        ("tls", 20, 0), ("mutual", 20, 0),
+    ]  # fmt: skip
+    (across,) = report["arms"][0]["answers"]  # the file holds no answers: against mutual's
+    assert across["reference"] == "mutual" and across["compared"] == 20
+    assert across["mismatched"] == 0
+
+
+def test_replay_without_a_client_certificate_stops_before_any_load(
+    servers: dict[str, Served], certs: Certs, recorded: Path, tmp_path: Path
+) -> None:
+    result = _loadtest(
+        "loadtest", "replay", str(recorded), "--arm", f"mutual={servers['mutual'].grpc}",
+        "--tls-ca", str(certs.ca), "--out", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 1, _said(result)
+    assert _MUTUAL_TLS in _said(result)
+    assert not (tmp_path / "replay.json").exists()

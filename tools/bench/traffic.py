@@ -397,6 +397,7 @@ def render_traffic(results: dict[str, Any]) -> str:
     lines = ["# Request logging and real traffic (issue 50's goals)", "",
              "Graph servers of the example mlp, each a `graphserve serve` process; this process "
              "is the client. `python -m tools.bench traffic` regenerates this page.", "",
+             "## Goals", "",
              "| goal | what | value | goal | verdict |", "|---|---|---:|---|---|"]  # fmt: skip
     for g in results["goals"]:
         verdict = "not run" if g["passed"] is None else ("pass" if g["passed"] else "**miss**")

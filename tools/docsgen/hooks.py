@@ -5,7 +5,7 @@ reference cannot drift from what it describes.
 - reference/report-schema.md: from docs/report.schema.json, which the tests check the report
   models against;
 - benchmarks/{notes,results,peers-results,generator,soak,containers,families,many,tls,
-  frontend}.md and the plots beside them: tools/bench/README.md and the results `make bench`,
+  frontend,traffic}.md and the plots beside them: tools/bench/README.md and the results `make bench`,
   `make bench-peers` and friends write, as they are; the notes' links to tools/bench/results/
   and docs/ point at those pages here;
 - on every page, the figures and tables that prose names with `{{ figure ... }}` and
@@ -43,6 +43,7 @@ BENCH_PAGES = {
     "many.md": "many.md",
     "tls.md": "tls.md",
     "frontend.md": "frontend.md",
+    "traffic.md": "traffic.md",
 }
 
 

@@ -769,6 +769,10 @@ def replay_command(
     ] = None,
     graph: Annotated[str | None, typer.Option(help="shorthand for --arm graph=ADDR")] = None,
     eager: Annotated[str | None, typer.Option(help="shorthand for --arm eager=ADDR")] = None,
+    metrics: Annotated[
+        list[str] | None,
+        typer.Option(help="an arm's Prometheus URL, NAME=URL (the traces the replay added)"),
+    ] = None,
     protocol: Annotated[Protocol, typer.Option(help="API to send over")] = Protocol.grpc,
     rest_format: Annotated[
         RestFormat | None,
@@ -888,6 +892,7 @@ def replay_command(
             duration_s=option_seconds(duration, "--duration") if duration else None,
             max_in_flight=max_in_flight, timeout_s=option_seconds(timeout, "--timeout"),
             tolerances=tolerances, tolerances_from=where, tls=tls, allow_remote=allow_remote,
+            metrics=_pairs(metrics or [], "--metrics"),
             worst=worst, slo=tuple(g.strip() for t in slo or () for g in t.split(",") if g.strip()),
         )  # fmt: skip
         say = (lambda _m: None) if quiet else (lambda m: stderr.print(f"[dim]{escape(m)}[/dim]"))

@@ -333,3 +333,37 @@ def test_an_unreadable_tolerance_source_is_refused(mlp_log: Path, tmp_path: Path
     code, output = _replay(str(mlp_log), "--graph", "127.0.0.1:1", "--model-base-path",
                            str(tmp_path / "nothing"))  # fmt: skip
     assert code == 2 and "no version directory under it" in output
+
+
+def test_the_eager_function_mode_traces_each_new_shape_and_the_replay_counts_them(
+    mlp_log: Path, tmp_path: Path
+) -> None:
+    """The eager server's function mode (an unsigned tf.function) traces a batch size it has
+    not seen: the traces the log's 1, 3 and 8 rows added, as its metrics count them."""
+    import urllib.request
+
+    from graphserve.serving import ModelRegistry, ModelServer
+
+    def traces(port: int) -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/m", timeout=30) as answer:
+            text = answer.read().decode()
+        (line,) = [x for x in text.splitlines() if x.startswith("graphserve_function_traces{")]
+        return float(line.rsplit(" ", 1)[1])
+
+    registry = ModelRegistry()
+    registry.load_eager("mlp", "examples:mlp", mode="function")
+    options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0, metrics_path="/m")
+    with ModelServer(registry, options) as server:
+        before = traces(server.rest_port)
+        code, output = _replay(
+            str(mlp_log), "--arm", f"function=127.0.0.1:{server.grpc_port}",
+            "--metrics", f"function=http://127.0.0.1:{server.rest_port}/m",
+            "--rate", "100", "--out", str(tmp_path),
+        )  # fmt: skip
+        added = traces(server.rest_port) - before
+    assert code == 0, output
+    assert added >= 1  # 3 and 8 rows at least: the start-up probe may have traced 1
+    (arm,) = json.loads((tmp_path / "replay.json").read_text())["arms"]
+    assert arm["traces_added"] == {"mlp:1:serving_default": added}
+    page = (tmp_path / "replay.md").read_text()
+    assert f"(graphserve_function_traces): mlp:1:serving_default {added:g}" in page

@@ -55,6 +55,7 @@ class ReplaySpec:
     tolerances_from: str = "defaults"  # where they came from, for the report
     tls: ClientTls | None = None
     allow_remote: bool = False
+    metrics: dict[str, str] = field(default_factory=dict)  # arm -> Prometheus URL
     worst: int = 5  # the requests that disagree most, named and saved
     slo: tuple[str, ...] = ()
 

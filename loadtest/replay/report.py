@@ -106,6 +106,9 @@ class ArmReplay(JsonResult):
     adherence: Adherence
     shapes: list[ShapeLatency] = field(default_factory=list)
     answers: list[Agreement] = field(default_factory=list)
+    # with --metrics: traces of each signature's tf.function the replay added (an eager server
+    # in function mode: one per new shape); None without a metrics URL or the gauge
+    traces_added: dict[str, float] | None = None
 
 
 @dataclass
@@ -209,6 +212,13 @@ def render_markdown(report: ReplayReport) -> str:
             )
     out += ["", "The first request of each shape is where an eager server traces a shape it "
             "has not seen, and a graph server pads or compiles for it.", ""]  # fmt: skip
+    for arm in report.arms:
+        if arm.traces_added is not None:
+            added = ", ".join(f"{k} {v:g}" for k, v in sorted(arm.traces_added.items())) or "none"
+            out.append(f"- {arm.name}: traces added by the replay "
+                       f"(graphserve_function_traces): {added}")  # fmt: skip
+    if any(arm.traces_added is not None for arm in report.arms):
+        out.append("")
     out += _answers(report)
     if report.gates:
         out += ["## Gates", ""]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from graphserve.core.errors import SloError
+from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.reach import check_tls
 from graphserve.loadtest.generator.targets import check_loopback, dial
 from graphserve.loadtest.replay.answers import (
@@ -116,11 +117,18 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
         check_tls(f"arm {name}", spec.protocol, target, tls, _model_of(requests[0]))
         targets[name] = (target, tls)
     outcomes: dict[str, list[Outcome]] = {}
+    traces: dict[str, dict[str, float] | None] = {}
     for name, (target, tls) in targets.items():
         say(f"{name}: {len(requests)} requests to {target} over {spec.protocol}")
+        before = _traces(spec.metrics.get(name), spec.tls)
         outcomes[name] = send_schedule(
             spec.protocol, target, requests, due, tls=tls,
             max_in_flight=spec.max_in_flight, timeout_s=spec.timeout_s,
+        )  # fmt: skip
+        after = _traces(spec.metrics.get(name), spec.tls)
+        traces[name] = (
+            None if before is None or after is None
+            else {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k)}
         )  # fmt: skip
     tolerances = {**DEFAULT_TOLERANCES, **spec.tolerances}
     baseline = list(spec.arms)[-1]
@@ -140,9 +148,9 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
             if agreement.compared:
                 agreements.append(agreement)
             worst += disagreements
-        arms.append(
-            _arm(name, target, requests, due, outcomes[name], agreements, spec.max_in_flight)
-        )
+        arm = _arm(name, target, requests, due, outcomes[name], agreements, spec.max_in_flight)
+        arm.traces_added = traces[name]
+        arms.append(arm)
     worst.sort(key=lambda pair: -pair[0])
     chosen: list[Disagreement] = []
     for _, disagreement in worst:
@@ -171,6 +179,21 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
     )
     report.gates = [_judge(g, report) for g in gates]
     return report
+
+
+def _traces(url: str | None, tls: ClientTls | None) -> dict[str, float] | None:
+    """The graphserve_function_traces gauge at `url`, by model:version:signature; None without
+    a URL or an answer."""
+    if url is None:
+        return None
+    from graphserve.loadtest.generator.scrape import fetch, samples
+    from graphserve.loadtest.generator.targets import scheme_tls
+
+    text = fetch(url, 5.0, scheme_tls(url, tls))
+    if text is None:
+        return None
+    _, found = samples(text, ["graphserve_function_traces"])
+    return {f"{k['model']}:{k['version']}:{k['signature']}": v for _, k, v in found}
 
 
 def _model_of(request: Prepared) -> str:

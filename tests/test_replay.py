@@ -248,10 +248,10 @@ def test_tf_servings_half_plus_two_replays_every_api(
 
 
 def test_the_parity_rule_is_the_exporters(tmp_path: Path) -> None:
-    """loadtest.replay.answers holds the exporter's rule and tolerances (the layers keep it from
+    """loadtest.results.answers holds the exporter's rule and tolerances (the layers keep it from
     importing them): the same verdicts and errors on the same arrays."""
     from graphserve.exporter.verify import DEFAULT_TOLERANCES, _compare
-    from graphserve.loadtest.replay import answers
+    from graphserve.loadtest.results import answers
 
     assert answers.DEFAULT_TOLERANCES == DEFAULT_TOLERANCES
     rng = np.random.default_rng(0)

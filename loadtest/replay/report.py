@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphserve.core.results import JsonResult
+from graphserve.loadtest.results.answers import Agreement, OutputAgreement
 
 __all__ = [
     "Adherence",
@@ -60,36 +61,6 @@ class ShapeLatency(JsonResult):
     p50_ms: float | None
     p99_ms: float | None
     first_ms: float | None  # the first request of this shape in the schedule
-
-
-@dataclass
-class OutputAgreement(JsonResult):
-    """One output over every request compared."""
-
-    output: str
-    dtype: str
-    compared: int
-    mismatched: int
-    max_abs_error: float
-    max_rel_error: float
-    rows: int
-    top_class_changed: int | None  # rows (None: not an output of classes)
-
-
-@dataclass
-class Agreement(JsonResult):
-    """An arm's answers against a reference's: the log's ("logged") or another arm's."""
-
-    reference: str
-    compared: int  # requests both answered
-    mismatched: int  # of those, with an output past its tolerance (or missing, or reshaped)
-    outputs: list[OutputAgreement] = field(default_factory=list)
-
-    @property
-    def top_class_changed_share(self) -> float | None:
-        counted = [o for o in self.outputs if o.top_class_changed is not None]
-        rows = sum(o.rows for o in counted)
-        return sum(o.top_class_changed or 0 for o in counted) / rows if rows else None
 
 
 @dataclass

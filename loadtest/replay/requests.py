@@ -8,7 +8,7 @@ columnar (`inputs`) body, a classify or regress request's tf.Examples as `exampl
 cannot be sent over REST, and the replay says how many it left out.
 
 Everything is encoded before the load starts, so the send loop only writes bytes. A record's
-logged answer is kept beside it, normalised as graphserve.loadtest.replay.answers reads every
+logged answer is kept beside it, normalised as graphserve.loadtest.results.answers reads every
 answer, for the check against what the server said when the traffic was recorded.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from graphserve.core.client import rest_path
 from graphserve.core.codec import array_from_proto
 from graphserve.loadtest.generator.payloads import rest_body
-from graphserve.loadtest.replay.answers import Answer, grpc_answer
+from graphserve.loadtest.results.answers import Answer, grpc_answer
 from graphserve.model.traffic import Record
 
 __all__ = ["RPCS", "Prepared", "prepare"]

@@ -24,21 +24,11 @@ from graphserve.core.errors import SloError
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.reach import check_tls
 from graphserve.loadtest.generator.targets import check_loopback, dial
-from graphserve.loadtest.replay.answers import (
-    DEFAULT_TOLERANCES,
-    Answer,
-    OutputDiff,
-    compare,
-    grpc_answer,
-    rest_answer,
-)
 from graphserve.loadtest.replay.plan import ON_TIME_S, ReplayError, ReplaySpec, schedule
 from graphserve.loadtest.replay.report import (
     Adherence,
-    Agreement,
     ArmReplay,
     Disagreement,
-    OutputAgreement,
     ReplayGate,
     ReplayReport,
     ShapeLatency,
@@ -47,6 +37,15 @@ from graphserve.loadtest.replay.report import (
 )
 from graphserve.loadtest.replay.requests import Prepared, describe_skipped, prepare
 from graphserve.loadtest.replay.send import Outcome, send_schedule
+from graphserve.loadtest.results.answers import (
+    DEFAULT_TOLERANCES,
+    Agreement,
+    Answer,
+    OutputDiff,
+    agreement,
+    grpc_answer,
+    rest_answer,
+)
 from graphserve.loadtest.results.slo import parse_gate, passes
 from graphserve.loadtest.results.stats import percentile, summarize
 from graphserve.model.traffic import TrafficError, read_traffic
@@ -231,35 +230,9 @@ def _agreement(
     theirs: Sequence[Answer | None],
     tolerances: dict[str, tuple[float, float]],
 ) -> tuple[Agreement, list[tuple[float, Disagreement]]]:
-    outputs: dict[str, OutputAgreement] = {}
-    compared = mismatched = 0
-    bad: list[tuple[float, Disagreement]] = []
-    for request, got, expected in zip(requests, mine, theirs, strict=True):
-        if got is None or expected is None:
-            continue
-        compared += 1
-        diffs = compare(got, expected, tolerances)
-        for d in diffs:
-            _fold(outputs, d)
-        failed = [d for d in diffs if not d.passed]
-        if failed:
-            mismatched += 1
-            worst = max(failed, key=lambda d: d.excess)
-            bad.append((worst.excess, _disagreement(arm, reference, request, worst)))
-    return Agreement(reference, compared, mismatched, list(outputs.values())), bad
-
-
-def _fold(outputs: dict[str, OutputAgreement], d: OutputDiff) -> None:
-    o = outputs.get(d.output)
-    if o is None:
-        o = outputs[d.output] = OutputAgreement(d.output, d.dtype, 0, 0, 0.0, 0.0, 0, None)
-    o.compared += 1
-    o.mismatched += 0 if d.passed else 1
-    o.max_abs_error = max(o.max_abs_error, d.max_abs_error)
-    o.max_rel_error = max(o.max_rel_error, d.max_rel_error)
-    o.rows += d.rows
-    if d.top_class_changed is not None:
-        o.top_class_changed = (o.top_class_changed or 0) + d.top_class_changed
+    found, worst = agreement(reference, zip(mine, theirs, strict=True), tolerances)
+    bad = [(d.excess, _disagreement(arm, reference, requests[i], d)) for i, d in worst]
+    return found, bad
 
 
 def _disagreement(arm: str, reference: str, request: Prepared, d: OutputDiff) -> Disagreement:

@@ -1,4 +1,6 @@
-"""Answers, read alike whatever sent them, and compared within the export's tolerance.
+"""Answers, read alike whatever sent them, and compared within the export's tolerance: for
+`loadtest replay` (against the log and across arms) and `loadtest rollout --traffic` (the new
+version against the old, request by request).
 
 Every answer becomes arrays by name (`Answer`): a PredictResponse's outputs (gRPC), a REST
 predict body's `predictions` or `outputs` (one output unnamed: REST does not name a lone
@@ -24,8 +26,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,8 +36,11 @@ from graphserve.core.results import JsonResult
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "Agreement",
     "Answer",
+    "OutputAgreement",
     "OutputDiff",
+    "agreement",
     "compare",
     "grpc_answer",
     "rest_answer",
@@ -290,3 +295,71 @@ def _top_changed(got: np.ndarray, ref: np.ndarray) -> int | None:
     top_got = np.argmax(np.nan_to_num(got, nan=-np.inf), axis=1)
     top_ref = np.argmax(np.nan_to_num(ref, nan=-np.inf), axis=1)
     return int(np.count_nonzero(top_got != top_ref))
+
+
+@dataclass
+class OutputAgreement(JsonResult):
+    """One output over every request compared."""
+
+    output: str
+    dtype: str
+    compared: int
+    mismatched: int
+    max_abs_error: float
+    max_rel_error: float
+    rows: int
+    top_class_changed: int | None  # rows (None: not an output of classes)
+
+
+@dataclass
+class Agreement(JsonResult):
+    """Answers against a reference's, request by request: the log's ("logged"), another
+    arm's, or the old version's."""
+
+    reference: str
+    compared: int  # requests both answered
+    mismatched: int  # of those, with an output past its tolerance (or missing, or reshaped)
+    outputs: list[OutputAgreement] = field(default_factory=list)
+
+    @property
+    def top_class_changed_share(self) -> float | None:
+        counted = [o for o in self.outputs if o.top_class_changed is not None]
+        rows = sum(o.rows for o in counted)
+        return sum(o.top_class_changed or 0 for o in counted) / rows if rows else None
+
+
+def agreement(
+    reference: str,
+    pairs: Iterable[tuple[Answer | None, Answer | None]],
+    tolerances: Mapping[str, tuple[float, float]] = DEFAULT_TOLERANCES,
+) -> tuple[Agreement, list[tuple[int, OutputDiff]]]:
+    """Every (answer, reference answer) pair both sides have, compared; the agreement, and the
+    worst output of each pair that disagrees, by the pair's place in `pairs`."""
+    outputs: dict[str, OutputAgreement] = {}
+    compared = mismatched = 0
+    worst: list[tuple[int, OutputDiff]] = []
+    for place, (got, expected) in enumerate(pairs):
+        if got is None or expected is None:
+            continue
+        compared += 1
+        diffs = compare(got, expected, tolerances)
+        for d in diffs:
+            _fold(outputs, d)
+        failed = [d for d in diffs if not d.passed]
+        if failed:
+            mismatched += 1
+            worst.append((place, max(failed, key=lambda d: d.excess)))
+    return Agreement(reference, compared, mismatched, list(outputs.values())), worst
+
+
+def _fold(outputs: dict[str, OutputAgreement], d: OutputDiff) -> None:
+    o = outputs.get(d.output)
+    if o is None:
+        o = outputs[d.output] = OutputAgreement(d.output, d.dtype, 0, 0, 0.0, 0.0, 0, None)
+    o.compared += 1
+    o.mismatched += 0 if d.passed else 1
+    o.max_abs_error = max(o.max_abs_error, d.max_abs_error)
+    o.max_rel_error = max(o.max_rel_error, d.max_rel_error)
+    o.rows += d.rows
+    if d.top_class_changed is not None:
+        o.top_class_changed = (o.top_class_changed or 0) + d.top_class_changed

@@ -11,7 +11,6 @@ shapes.png and the requests that disagree most.
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
@@ -38,15 +37,18 @@ from graphserve.loadtest.replay.report import (
 from graphserve.loadtest.replay.requests import Prepared, describe_skipped, prepare
 from graphserve.loadtest.replay.send import Outcome, send_schedule
 from graphserve.loadtest.results.answers import (
+    ANSWERS_GATES,
     DEFAULT_TOLERANCES,
     Agreement,
     Answer,
     OutputDiff,
     agreement,
+    answers_gate,
+    answers_value,
     grpc_answer,
     rest_answer,
 )
-from graphserve.loadtest.results.slo import parse_gate, passes
+from graphserve.loadtest.results.slo import Gate, parse_gate, passes
 from graphserve.loadtest.results.stats import percentile, summarize
 from graphserve.model.traffic import TrafficError, read_traffic
 
@@ -354,61 +356,41 @@ def _warnings(arms: Sequence[ArmReplay]) -> list[str]:
 
 # -- gates ----------------------------------------------------------------------------------
 
-_ANSWERS = re.compile(
-    r"\s*(?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?answers\s*\.\s*(?P<metric>mismatch|top_changed)"
-    r"\s*(?P<op>==|<=|>=|<|>)\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*"
-)
 
-
-def _parse(text: str) -> tuple[str, str | None, str, str, float]:
-    """(expression, arm, metric, op, threshold): the latency, throughput and errors gates of
-    `loadtest compare`, or `[ARM.]answers.mismatch OP N` (requests past tolerance) and
-    `[ARM.]answers.top_changed OP SHARE` (of rows)."""
-    match = _ANSWERS.fullmatch(text)
-    if match is not None:
-        metric = "answers." + match["metric"]
-        return text.strip(), match["arm"], metric, match["op"], float(match["number"])
+def _parse(text: str) -> Gate:
+    """`loadtest compare`'s latency, throughput and errors gates (slo.py), or an answers gate
+    (results.answers); no ratio gates."""
+    gate = answers_gate(text)
+    if gate is not None:
+        return gate
     try:
         gate = parse_gate(text)
     except SloError as exc:
-        raise SloError(
-            f"{exc}; or [ARM.]answers.mismatch==0, [ARM.]answers.top_changed<0.01"
-        ) from None
+        raise SloError(f"{exc}; or {ANSWERS_GATES}") from None
     if gate.ratio:
         raise SloError(f"--slo {text!r}: a replay judges each arm alone, no ratio gates")
-    return gate.expression, gate.arm, gate.metric, gate.op, gate.threshold
+    return gate
 
 
-def _judge(gate: tuple[str, str | None, str, str, float], report: ReplayReport) -> ReplayGate:
-    expression, arm_name, metric, op, threshold = gate
+def _judge(gate: Gate, report: ReplayReport) -> ReplayGate:
     names = [a.name for a in report.arms]
-    if arm_name is not None and arm_name not in names:
-        raise SloError(f"--slo {expression!r} names arm {arm_name!r}; the replay has "
+    if gate.arm is not None and gate.arm not in names:
+        raise SloError(f"--slo {gate.expression!r} names arm {gate.arm!r}; the replay has "
                        f"{', '.join(map(repr, names))}")  # fmt: skip
-    probe = parse_gate("errors==0")  # an operator to compare with, whatever the metric
-    probe = replace(probe, op=op, threshold=threshold)
-    if metric.startswith("answers."):
-        arms = [a for a in report.arms if arm_name in (None, a.name)]
-        compared = sum(g.compared for a in arms for g in a.answers)
-        label = arm_name or "every arm"
-        if not compared:
-            why = "not judged: no answer could be compared (no logged answers, one arm)"
-            return ReplayGate(expression, label, None, threshold, False, why)
-        if metric == "answers.mismatch":
-            value: float | None = float(sum(g.mismatched for a in arms for g in a.answers))
-        else:
-            shares = [g.top_class_changed_share for a in arms for g in a.answers]
-            known = [s for s in shares if s is not None]
-            value = max(known) if known else None
-        return ReplayGate(expression, label, value, threshold, passes(probe, value))
-    arm = next(a for a in report.arms if a.name == (arm_name or names[0]))
-    if metric == "errors":
+    if gate.metric.startswith("answers."):
+        arms = [a for a in report.arms if gate.arm in (None, a.name)]
+        value = answers_value(gate.metric, (g for a in arms for g in a.answers))
+        label = gate.arm or "every arm"
+        why = "" if value is not None else "not judged: no answer could be compared"
+        return ReplayGate(gate.expression, label, value, gate.threshold, passes(gate, value), why)
+    arm = next(a for a in report.arms if a.name == (gate.arm or names[0]))
+    if gate.metric == "errors":
         value = float(arm.failed)
-    elif metric == "throughput":
+    elif gate.metric == "throughput":
         value = arm.throughput_rps
     else:
-        value = arm.latency_ms.get(metric)
-    return ReplayGate(expression, arm.name, value, threshold, passes(probe, value))
+        value = arm.latency_ms.get(gate.metric)
+    return ReplayGate(gate.expression, arm.name, value, gate.threshold, passes(gate, value))
 
 
 # -- files ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,8 @@ __all__ = [
     "OutputAgreement",
     "OutputDiff",
     "agreement",
+    "answers_gate",
+    "answers_value",
     "compare",
     "grpc_answer",
     "rest_answer",
@@ -363,3 +366,43 @@ def _fold(outputs: dict[str, OutputAgreement], d: OutputDiff) -> None:
     o.rows += d.rows
     if d.top_class_changed is not None:
         o.top_class_changed = (o.top_class_changed or 0) + d.top_class_changed
+
+
+# `--slo` gates on answers, beside slo.py's latency, throughput and errors gates
+_ANSWERS_GATE = re.compile(
+    r"\s*(?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?answers\s*\.\s*(?P<metric>mismatch|top_changed)"
+    r"\s*(?P<op>==|<=|>=|<|>)\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*"
+)
+ANSWERS_GATES = "[ARM.]answers.mismatch==0, [ARM.]answers.top_changed<0.01"
+
+
+def answers_gate(text: str) -> Any:
+    """`[ARM.]answers.mismatch OP N` (requests past tolerance) or `[ARM.]answers.top_changed OP
+    SHARE` (the largest share of rows whose top class changed) as slo.py's Gate (metric
+    "answers.mismatch" or "answers.top_changed"); None for any other gate."""
+    from graphserve.loadtest.results.slo import Gate
+
+    match = _ANSWERS_GATE.fullmatch(text)
+    if match is None:
+        return None
+    return Gate(
+        expression=text.strip(),
+        arm=match["arm"],
+        ratio=False,
+        metric="answers." + match["metric"],
+        op=match["op"],
+        threshold=float(match["number"]),
+    )
+
+
+def answers_value(metric: str, agreements: Iterable[Agreement]) -> float | None:
+    """An answers gate's value over `agreements`; None when nothing was compared (a gate that
+    cannot be judged is missed, not passed)."""
+    agreements = list(agreements)
+    if not sum(a.compared for a in agreements):
+        return None
+    if metric == "answers.mismatch":
+        return float(sum(a.mismatched for a in agreements))
+    shares = [a.top_class_changed_share for a in agreements]
+    known = [share for share in shares if share is not None]
+    return max(known) if known else None

@@ -631,6 +631,17 @@ def rollout_command(
     max_in_flight: Annotated[
         int, typer.Option(min=1, help="open loop: threads sending the arrivals")
     ] = 16,
+    traffic: Annotated[
+        Path | None,
+        typer.Option(
+            help="send a traffic file's predict requests, in order, cycling, and judge the new "
+            "version's answers against the old one's"
+        ),
+    ] = None,
+    traffic_model: Annotated[
+        str | None,
+        typer.Option(help="with --traffic: the file's records of this model [default: --model]"),
+    ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("reports/rollout"),
     output: Annotated[
         OutputFormat, typer.Option(help="json: only rollout.json on stdout")
@@ -645,12 +656,15 @@ def rollout_command(
     After --before, the new version is copied into BASE/NAME as the next version number (under
     a temporary name, then renamed: what a TF Serving file-system source needs); with
     --push-existing someone else pushes it. GetModelStatus is asked every 50 ms; the load goes
-    on --after past the swap. Writes OUT/rollout.{md,json,html,png}. Over TLS: a grpcs://
-    address, or the --tls-* options (the load and the status polls alike). Exits 1 when the
-    server cannot be reached (for TLS: why) or the swap did not complete, 2 for bad arguments
-    or a target off loopback, 3 when an --slo gate is missed.
+    on --after past the swap. With --traffic the load sends a traffic file's predict requests in
+    order, cycling, and the report judges each record's answer from the new version against
+    the old one's (gate: --slo answers.mismatch==0). Writes OUT/rollout.{md,json,html,png}.
+    Over TLS: a grpcs:// address, or the --tls-* options (the load and the status polls
+    alike). Exits 1 when the server cannot be reached (for TLS: why) or the swap did not
+    complete, 2 for bad arguments (a traffic file that cannot be sent) or a target off
+    loopback, 3 when an --slo gate is missed.
     """
-    from graphserve.core.errors import LoadTestError, ServerUnreachable
+    from graphserve.core.errors import EXIT_USAGE, GraphserveError, LoadTestError, ServerUnreachable
     from graphserve.loadtest.generator.targets import check_loopback
     from graphserve.loadtest.rollouts.run import RolloutSpec, is_saved_model, rollout
 
@@ -690,6 +704,8 @@ def rollout_command(
         slo=tuple(g.strip() for text in slo or () for g in text.split(",") if g.strip()),
         batch_size=batch_size,
         seed=seed,
+        traffic=traffic,
+        traffic_model=traffic_model,
     )
     quiet = output is OutputFormat.json
     say = (lambda _e: None) if quiet else _rollout_progress
@@ -700,6 +716,9 @@ def rollout_command(
     except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
         stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
+    except GraphserveError as exc:  # the traffic file: a usage error, before any load
+        stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=EXIT_USAGE) from None
     finish_rollout(report, out, quiet)
 
 
@@ -738,11 +757,14 @@ def finish_rollout(report: RolloutReport, out_dir: Path, quiet: bool) -> None:
     if report.slo is not None and not report.slo.passed:
         for gate in report.slo.gates:
             if not gate.passed:
-                stderr.print(
-                    f"[red]SLO missed:[/red] {gate.expression} in the {gate.window} window: "
-                    f"{'no value' if gate.value is None else f'{gate.value:.4g}'}",
-                    highlight=False,
+                where = (
+                    "(the new version's answers against the old one's)"
+                    if gate.window == "answers"
+                    else f"in the {gate.window} window"
                 )
+                value = "no value" if gate.value is None else f"{gate.value:.4g}"
+                stderr.print(f"[red]SLO missed:[/red] {gate.expression} {where}: {value}",
+                             highlight=False)  # fmt: skip
         raise typer.Exit(code=EXIT_SLO)
 
 

@@ -342,3 +342,100 @@ def _bad_deployer(out: Path, server: ServerProcess, new: Path, version_dir: Path
     shutil.copytree(version_dir, staging)
     staging.rename(new)
     server.start()  # loads the newest version only
+
+
+# ---------------------------------------------------------------------------------------------
+# Under recorded traffic
+
+
+@pytest.fixture(scope="module")
+def mixed(mlp_export: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """30 requests of 1 to 4 rows for the mlp (`graphserve traffic make`)."""
+    from graphserve.cli import app as root
+
+    path = tmp_path_factory.mktemp("rollout-traffic") / "mixed.tfrecord"
+    made = CliRunner().invoke(root, ["traffic", "make", str(mlp_export.model_dir),
+                                     "--out", str(path), "--count", "30",
+                                     "--batch-sizes", "1-4"])  # fmt: skip
+    assert made.exit_code == 0, made.output
+    return path
+
+
+def _moved_bias(version_dir: Path, out: Path) -> Path:
+    """A copy of the mlp whose one output bias moved by 1."""
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(version_dir))
+    serving = loaded.signatures["serving_default"]
+    bias = next(v for v in serving.variables if v.shape == (10,))
+    bias.assign_add(tf.one_hot(3, 10))
+    tf.saved_model.save(loaded, str(out), signatures={"serving_default": serving})
+    return out
+
+
+@pytest.mark.slow
+def test_a_rollout_under_recorded_traffic_says_whether_the_new_version_answers_alike(
+    served: tuple[ServerProcess, Path], mlp_export: Any, mixed: Path, tmp_path: Path
+) -> None:
+    server, base = served
+
+    def roll(new: Path, out: Path) -> tuple[int, str]:
+        result = CliRunner().invoke(app, [
+            "rollout", "--address", server.grpc_address, "--model-base-path", str(base),
+            "--new-version", str(new), "--rate", "60", "--before", "2s", "--after", "2s",
+            "--traffic", str(mixed), "--slo", "errors==0", "--slo", "answers.mismatch==0",
+            "--out", str(out),
+        ])  # fmt: skip
+        return result.exit_code, result.output + server.log_tail()
+
+    # the same model again: every record answered alike by both versions
+    code, output = roll(mlp_export.version_dir, tmp_path / "same")
+    assert code == 0, output
+    same = load_rollout(tmp_path / "same" / "rollout.json")
+    assert same.answers is not None and same.answers.records == 30
+    assert same.answers.new_version == same.answers.old_version + 1
+    assert 0 < same.answers.compared <= 30 and same.answers.mismatched == 0
+    assert same.slo is not None and [g.window for g in same.slo.gates] == ["run", "answers"]
+    records = np.load(tmp_path / "same" / "raw" / "records.npz")["record"]
+    assert set(records.tolist()) == set(range(30))  # in order, cycling: every record sent
+    # one bias moved: every record both answered differs, the gate fails (exit 3)
+    code, output = roll(
+        _moved_bias(mlp_export.version_dir, tmp_path / "moved"), tmp_path / "moved-out"
+    )
+    assert code == 3, output
+    assert "answers.mismatch==0" in output
+    moved = load_rollout(tmp_path / "moved-out" / "rollout.json")
+    assert moved.answers is not None and moved.answers.compared > 0
+    assert moved.answers.mismatched == moved.answers.compared
+    assert moved.answers.worst and moved.answers.worst[0]["output"] == "logits"
+    assert 0.99 < moved.answers.outputs[0]["max_abs_error"] < 1.01
+    page = (tmp_path / "moved-out" / "rollout.md").read_text()
+    assert f"## Answers: v{moved.answers.new_version} against v{moved.answers.old_version}" in page
+
+
+def test_rollout_traffic_that_cannot_be_sent_exits_2(
+    mlp_export: Any, mixed: Path, tmp_path: Path
+) -> None:
+    from graphserve.cli import app as root
+
+    with ServerProcess.on_free_ports(
+        ["graph", "--model-base-path", str(mlp_export.model_dir), "--model-name", NAME],
+        NAME, log_path=tmp_path / "server.log",
+    ) as server:  # fmt: skip
+        for args, said in (
+            (["--traffic", str(tmp_path / "none.tfrecord")], "no such file"),
+            (["--traffic", str(mixed), "--traffic-model", "bert"],
+             "no predict request of model 'bert' (it holds 30 predict of 'mlp')"),
+        ):  # fmt: skip
+            result = CliRunner().invoke(root, [
+                "loadtest", "rollout", "--address", server.grpc_address, "--model-base-path",
+                str(mlp_export.model_dir), "--new-version", str(mlp_export.version_dir),
+                "--out", str(tmp_path / "out"), *args,
+            ])  # fmt: skip
+            assert result.exit_code == 2, result.output
+            assert said in result.output
+    result = CliRunner().invoke(app, [
+        "rollout", "--address", "127.0.0.1:1", "--model-base-path", str(mlp_export.model_dir),
+        "--new-version", str(mlp_export.version_dir), "--slo", "answers.mismatch==0",
+    ])  # fmt: skip
+    assert result.exit_code == 2 and "with --traffic FILE only" in result.output

@@ -16,6 +16,7 @@ Only pydantic and the comparison's result types are imported (no TensorFlow, no 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -25,6 +26,7 @@ __all__ = [
     "ROLLOUT_SCHEMA",
     "WINDOWS",
     "FirstRequests",
+    "RolloutAnswers",
     "RolloutGate",
     "RolloutReport",
     "RolloutSettings",
@@ -139,6 +141,21 @@ class FirstRequests(StrictModel):
     first_over_steady: float | None  # first_request_ms / steady_p50_ms
 
 
+class RolloutAnswers(StrictModel):
+    """Under recorded traffic: the new version's first answer to each record against the old
+    version's (loadtest/results/answers.py's rule), and the records that disagree most."""
+
+    old_version: int
+    new_version: int
+    records: int  # in the traffic the load cycled through
+    compared: int  # records both versions answered
+    mismatched: int
+    top_class_changed_share: float | None
+    outputs: list[dict[str, Any]]  # OutputAgreement's JSON, one per output
+    worst: list[dict[str, Any]]  # {record, output, max_abs_error, allowed_abs_error, why}
+    tolerances: dict[str, list[float]]
+
+
 class RolloutGate(StrictModel):
     expression: str
     window: str
@@ -173,6 +190,7 @@ class RolloutReport(StrictModel):
     new_version: FirstRequests | None
     slo: RolloutSlo | None
     files: list[str]
+    answers: RolloutAnswers | None = None  # with --traffic
 
     def window(self, name: str) -> WindowStats | None:
         """The window of this name (one of `WINDOWS`); None when the run has none by it."""

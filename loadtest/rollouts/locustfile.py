@@ -4,7 +4,9 @@
         --rollout-dir OUT/raw --rollout-rate 200
 
 Each user sends the pre-encoded request in OUT/raw/request.bin from a real OS thread over a
-channel of its own (generator/users.py's loop; generator/senders.py says why). Closed loop
+channel of its own (generator/users.py's loop; generator/senders.py says why). Under recorded
+traffic (OUT/raw/requests.bin, rollouts/traffic.py) the users take the file's requests in order,
+cycling, one count for the process, and keep each version's first answer to each record. Closed loop
 (--rollout-rate 0): back to back. Open loop: the users share one schedule of evenly spaced sends
 at the rate, starting together, and a send that goes out late records its lag. Every answer is
 read only as far as its `model_spec` (the version that answered); the outputs are skipped, not
@@ -14,7 +16,9 @@ The controller (loadtest/rollouts/run.py, in the CLI's process) watches OUT/raw:
     started.json   written when the load begins: {"t0": time.time() of the first send}
     stop           the controller creates it to end the run
     records.npz    every request: start (time.time()), latency_ms, lag_ms, code (gRPC status
-                   code number, 0 OK), version (-1: none); written when the users have stopped
+                   code number, 0 OK), version (-1: none), record (the traffic file's request
+                   sent, -1 without one); written when the users have stopped
+    answers.bin    under traffic: each version's first answer to each record
 Locust's `-t` bounds the run if the controller never asks.
 
 Over TLS the host is `grpcs://HOST:PORT`, dialed with the options the controller put in this
@@ -25,6 +29,7 @@ Neither TensorFlow nor the TF Serving protos beyond model.proto are imported.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -49,6 +54,12 @@ from graphserve.loadtest.generator.users import (
     Turn,
     end_run,
 )
+from graphserve.loadtest.rollouts.traffic import (
+    ANSWERS,
+    REQUESTS,
+    read_requests,
+    write_answers,
+)
 
 _RPC_TIMEOUT_S = 10.0
 _WATCH_S = 0.05  # how often the hub looks for the stop file
@@ -70,21 +81,27 @@ class _Run:
     def __init__(self) -> None:
         self.dir = Path()
         self.body = b""
-        self.rows: list[tuple[float, float, float, int, int]] = []  # list.append is atomic
+        self.bodies: list[bytes] = []  # under traffic: the file's requests
+        self.turns = itertools.count()  # the next record to send: next() is atomic
+        self.rows: list[tuple[float, float, float, int, int, int]] = []  # append is atomic
+        self.answers: dict[tuple[int, int], bytes] = {}  # (record, version): first answer
         self.written = False
 
     def write(self) -> None:
         if self.written or not self.dir.parts:
             return
         self.written = True
-        columns = list(zip(*self.rows, strict=True)) if self.rows else [(), (), (), (), ()]
+        columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * 6
         arrays = {
             "start": np.asarray(columns[0], np.float64),
             "latency_ms": np.asarray(columns[1], np.float64),
             "lag_ms": np.asarray(columns[2], np.float64),
             "code": np.asarray(columns[3], np.int16),
             "version": np.asarray(columns[4], np.int64),
+            "record": np.asarray(columns[5], np.int32),
         }
+        if self.bodies:
+            write_answers(self.dir / ANSWERS, dict(self.answers))
         partial = self.dir / "records.partial.npz"
         with partial.open("wb") as f:
             np.savez(f, **arrays)  # type: ignore[arg-type]
@@ -138,7 +155,10 @@ def _on_start(environment: Environment, **_: Any) -> None:
     run.dir = Path(options.rollout_dir)
     host = environment.host or ""
     check_loopback(host)
-    run.body = (run.dir / "request.bin").read_bytes()
+    if (run.dir / REQUESTS).exists():
+        run.bodies = read_requests(run.dir / REQUESTS)
+    else:
+        run.body = (run.dir / "request.bin").read_bytes()
     t0 = time.time() + _START_DELAY_S  # every user starts then, closed loop or open
     traffic.publish(Turn(None, schedule=Schedule(float(options.rollout_rate), t0)))
     (run.dir / "started.json").write_text(json.dumps({"t0": t0, "pid": os.getpid()}))
@@ -158,6 +178,19 @@ def _on_stop(**_: Any) -> None:
     run.write()  # the run ended on locust's own bound (-t) before the controller's stop
 
 
+class _Recorded(GrpcPredict):
+    """GrpcPredict over the traffic file's requests: each send takes the process's next."""
+
+    def __init__(self, address: str, timeout_s: float, **options: Any) -> None:
+        super().__init__(address, b"", timeout_s, **options)
+        self.record = -1  # the last one sent
+
+    def send(self) -> tuple[float, float, int, BaseException | None, bytes]:
+        self.record = next(run.turns) % len(run.bodies)
+        self._body = run.bodies[self.record]
+        return super().send()
+
+
 class RolloutUser(LoopUser):
     """Sends the request to the host until the run stops; every answer is recorded with the
     version that gave it."""
@@ -168,8 +201,11 @@ class RolloutUser(LoopUser):
         super().__init__(environment)
         # Made here, on the hub: a channel of its own (one shared by threads serializes them).
         host = self.host or ""
-        self._sender = GrpcPredict(
-            host, run.body, _RPC_TIMEOUT_S, max_message_bytes=-1, tls=target_tls(host)
+        options: dict[str, Any] = {"max_message_bytes": -1, "tls": target_tls(host)}
+        self._sender: GrpcPredict = (
+            _Recorded(host, _RPC_TIMEOUT_S, **options)
+            if run.bodies
+            else GrpcPredict(host, run.body, _RPC_TIMEOUT_S, **options)
         )
 
     def senders(self) -> list[Sender]:
@@ -180,5 +216,8 @@ class RolloutUser(LoopUser):
             code, version = 0, answered_version(sent.reply)
         else:
             code, version = int(sent.error.code().value[0]), -1  # type: ignore[attr-defined]
-        run.rows.append((sent.start, sent.ms, sent.lag_ms, code, version))
+        record = self._sender.record if isinstance(self._sender, _Recorded) else -1
+        if record >= 0 and code == 0:
+            run.answers.setdefault((record, version), sent.reply)
+        run.rows.append((sent.start, sent.ms, sent.lag_ms, code, version, record))
         return sent.completed(turn.name)

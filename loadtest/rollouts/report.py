@@ -36,7 +36,14 @@ from graphserve.loadtest.report.render import (
     slo_verdict,
 )
 from graphserve.loadtest.results.labels import NONE, fmt_plain, load_label
-from graphserve.loadtest.results.rollout import ROLLOUT_SCHEMA, RolloutReport, RolloutSettings
+from graphserve.loadtest.results.rollout import (
+    ROLLOUT_SCHEMA,
+    RolloutAnswers,
+    RolloutGate,
+    RolloutReport,
+    RolloutSettings,
+    RolloutSlo,
+)
 from graphserve.loadtest.rollouts.analysis import (
     Moments,
     check_gates,
@@ -67,14 +74,24 @@ def build_report(
     moments: Moments,
     gates: Sequence[Gate],
     warmup: tuple[bool | None, str | None],
+    answers: Mapping[tuple[int, int], bytes] | None = None,
 ) -> RolloutReport:
-    """The report of one rollout from its records and the moments the controller saw."""
+    """The report of one rollout from its records and the moments the controller saw; with
+    `answers` (under traffic: each version's first answer to each record), the new version's
+    answers judged against the old one's."""
     from graphserve.loadtest.comparison.run import environment
 
     end = moments.load_end or moments.t0
     open_loop = settings.mode == "open"
     stats = windows(records, moments, end, open_loop)
     new = moments.new_version
+    judged = _answers(answers, records, moments.old_version, new) if answers is not None else None
+    answer_gates = [g for g in gates if g.metric.startswith("answers.")]
+    slo = check_gates([g for g in gates if g not in answer_gates], stats)
+    if answer_gates:
+        rows = [_answer_gate(g, judged) for g in answer_gates]
+        kept = slo.gates if slo is not None else []
+        slo = RolloutSlo(gates=[*kept, *rows], passed=all(r.passed for r in [*kept, *rows]))
     old, arrow = f"v{moments.old_version}", f"v{new}" if new is not None else "no new version"
     return RolloutReport(
         schema=ROLLOUT_SCHEMA,
@@ -94,8 +111,72 @@ def build_report(
             if new is not None
             else None
         ),
-        slo=check_gates(gates, stats),
+        slo=slo,
         files=[],
+        answers=judged,
+    )
+
+
+def _answers(
+    answers: Mapping[tuple[int, int], bytes],
+    records: Mapping[str, Any],
+    old: int,
+    new: int | None,
+) -> RolloutAnswers:
+    """The new version's first answer to each record against the old one's."""
+    from graphserve.loadtest.results.answers import DEFAULT_TOLERANCES, agreement, grpc_answer
+
+    sent = sorted({int(r) for r in records.get("record", []) if r >= 0})
+    newer = -1 if new is None else new  # no version -1 answered: nothing compared
+    pairs = [
+        (
+            grpc_answer("predict", answers[(r, newer)]) if (r, newer) in answers else None,
+            grpc_answer("predict", answers[(r, old)]) if (r, old) in answers else None,
+        )
+        for r in sent
+    ]
+    found, worst = agreement(f"v{old}", pairs, DEFAULT_TOLERANCES)
+    worst.sort(key=lambda pair: -pair[1].excess)
+    return RolloutAnswers(
+        old_version=old,
+        new_version=new if new is not None else -1,
+        records=len(sent),
+        compared=found.compared,
+        mismatched=found.mismatched,
+        top_class_changed_share=found.top_class_changed_share,
+        outputs=[o.to_json() for o in found.outputs],
+        worst=[
+            {
+                "record": sent[i],
+                "output": d.output,
+                "max_abs_error": d.max_abs_error,
+                "allowed_abs_error": d.allowed_abs_error,
+                "why": d.why,
+            }
+            for i, d in worst[:5]
+        ],
+        tolerances={k: list(v) for k, v in sorted(DEFAULT_TOLERANCES.items())},
+    )
+
+
+def _answer_gate(gate: Gate, judged: RolloutAnswers | None) -> RolloutGate:
+    from graphserve.loadtest.results.answers import Agreement, answers_value
+    from graphserve.loadtest.results.slo import passes
+
+    found = (
+        [Agreement(f"v{judged.old_version}", judged.compared, judged.mismatched)]
+        if judged is not None
+        else []
+    )
+    value = answers_value(gate.metric, found)
+    if gate.metric == "answers.top_changed" and judged is not None:
+        value = judged.top_class_changed_share if judged.compared else None
+    return RolloutGate(
+        expression=gate.expression,
+        window="answers",
+        value=value,
+        threshold=gate.threshold,
+        passed=passes(gate, value),
     )
 
 
@@ -169,7 +250,48 @@ def _document(report: RolloutReport) -> list[Block]:
     blocks += [Heading(2, "Before, during and after"), _windows(report)]
     blocks += [Heading(2, "Errors by status"), *_errors(report)]
     blocks += _first(report)
+    blocks += _answers_blocks(report)
     blocks += [Heading(2, "How it was run"), Paragraph(_how(report))]
+    return blocks
+
+
+def _answers_blocks(report: RolloutReport) -> list[Block]:
+    a = report.answers
+    if a is None:
+        return []
+    title = f"Answers: v{a.new_version} against v{a.old_version}"
+    if not a.compared:
+        said = (
+            f"No record of the {fmt_count(a.records)} sent was answered by both versions, so "
+            "no answer could be compared."
+        )
+        return [Heading(2, title), Paragraph(said)]
+    share = a.top_class_changed_share
+    said = (
+        f"{fmt_count(a.mismatched)} of the {fmt_count(a.compared)} records both versions "
+        f"answered (of {fmt_count(a.records)} sent) differ past the export's default "
+        "tolerance (the exporter's parity rule)"
+        + (f"; the top class changed in {100 * share:.2f} % of the rows" if share is not None
+           else "")
+        + "."
+    )  # fmt: skip
+    rows = tuple(
+        (str(o["output"]), str(o["dtype"]), f"{o['mismatched']} of {o['compared']}",
+         f"{o['max_abs_error']:.3g}", f"{o['max_rel_error']:.3g}")
+        for o in a.outputs
+    )  # fmt: skip
+    table = TableBlock(
+        ("output", "dtype", "mismatched", "max abs error", "max rel error"),
+        rows,
+        (False, False, True, True, True),
+    )
+    blocks: list[Block] = [Heading(2, title), Paragraph(said), table]
+    if a.worst:
+        worst = "; ".join(
+            f"record {w['record']} ({w['output']}: {w['why'] or format(w['max_abs_error'], '.3g')})"
+            for w in a.worst
+        )
+        blocks.append(Paragraph(f"The records that differ most: {worst}."))
     return blocks
 
 
@@ -371,9 +493,14 @@ def _statuses(errors: Mapping[str, int]) -> str:
 
 
 def _value(expression: str, value: float | None) -> str:
+    from graphserve.loadtest.results.answers import answers_gate
     from graphserve.loadtest.results.slo import parse_gate
 
-    metric = parse_gate(expression).metric
+    metric = (answers_gate(expression) or parse_gate(expression)).metric
+    if metric == "answers.mismatch":
+        return fmt_count(value)
+    if metric == "answers.top_changed":
+        return "-" if value is None else f"{100 * value:.2f} %"
     if metric == "errors":
         return fmt_count(value)
     if metric == "throughput":

@@ -22,6 +22,11 @@ Over TLS (a `grpcs://` address, or `tls`: the --tls-* options), the load, the me
 status polls all dial with the same options; the locust process gets them in its environment. A
 server that cannot be reached for TLS stops the rollout before any load, saying why.
 
+With `traffic` (a traffic file: a request log, a warm-up file, `traffic make`'s), the load sends
+the file's predict requests in recorded order, cycling, each encoded once; the first answer of
+each version to each record is kept, and the report judges the new version's answers against the
+old one's, request by request (loadtest/results/answers.py: the exporter's parity rule).
+
 Only loopback targets are loaded (loadtest/generator/targets.py). TensorFlow (through the
 payload and metadata modules) is imported when a rollout runs, not at import.
 """
@@ -43,6 +48,7 @@ from graphserve.core.errors import (
     LocustRunError,
     RolloutError,
     ServerUnreachable,
+    SloError,
 )
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.locustrun import (
@@ -56,6 +62,13 @@ from graphserve.loadtest.generator.targets import check_loopback, dial
 from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
 from graphserve.loadtest.rollouts.analysis import Moments
 from graphserve.loadtest.rollouts.spec import RolloutSpec
+from graphserve.loadtest.rollouts.traffic import (
+    ANSWERS,
+    REQUESTS,
+    read_answers,
+    traffic_requests,
+    write_requests,
+)
 
 __all__ = ["ROLLOUT_FILE", "RolloutSpec", "is_saved_model", "rollout", "serving_version"]
 
@@ -78,16 +91,19 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     not complete in time is not raised: report.swap.completed is False and says why; missed
     gates are in report.slo.
     """
+    from graphserve.loadtest.results.answers import answers_gate
     from graphserve.loadtest.results.slo import parse_gate
     from graphserve.loadtest.rollouts.analysis import check_gate_windows
 
     _check(spec)
-    gates = [parse_gate(text) for text in spec.slo]
+    gates = [answers_gate(text) or parse_gate(text) for text in spec.slo]
     check_gate_windows(gates)
+    if spec.traffic is None and any(g.metric.startswith("answers.") for g in gates):
+        raise SloError("--slo answers.*: the answers are compared with --traffic FILE only")
     old = serving_version(spec.address, spec.name, tls=spec.tls)
     raw = out_dir / "raw"
     raw.mkdir(parents=True, exist_ok=True)
-    for stale in ("records.npz", "started.json", "stop", "request.bin"):
+    for stale in ("records.npz", "started.json", "stop", "request.bin", REQUESTS, ANSWERS):
         (raw / stale).unlink(missing_ok=True)
     (out_dir / "events.jsonl").unlink(missing_ok=True)
     say = _Events(out_dir / "events.jsonl", progress)
@@ -102,7 +118,10 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     records = read_records(raw, log)
     from graphserve.loadtest.rollouts.report import build_report, write_rollout
 
-    report = build_report(spec, _settings(spec), records, moments, gates, _warmup_of(spec, moments))
+    answers = read_answers(raw) if spec.traffic is not None else None
+    report = build_report(
+        spec, _settings(spec), records, moments, gates, _warmup_of(spec, moments), answers
+    )
     write_rollout(report, out_dir)
     return report
 
@@ -180,7 +199,10 @@ def _check(spec: RolloutSpec) -> None:
 
 def _payload(spec: RolloutSpec, out_dir: Path) -> None:
     """A fixed-seed request built from the server's metadata, encoded once: OUT/payload.npz
-    and OUT/raw/request.bin."""
+    and OUT/raw/request.bin; with `spec.traffic`, the file's requests in OUT/raw/REQUESTS."""
+    if spec.traffic is not None:
+        write_requests(out_dir / "raw" / REQUESTS, traffic_requests(spec))
+        return
     from graphserve.loadtest.generator.metadata import fetch_specs
     from graphserve.loadtest.generator.payloads import (
         build_payload,

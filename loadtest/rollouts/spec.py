@@ -35,6 +35,8 @@ class RolloutSpec:
     first_requests: int = 20
     steady_requests: int = 200
     tls: ClientTls | None = None  # dial over TLS with these (a grpcs:// address alone: system CAs)
+    traffic: Path | None = None  # a traffic file's predict requests, in order, cycling
+    traffic_model: str | None = None  # its records of this model [default: the rollout's]
 
     @property
     def name(self) -> str:

@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many bench-tls figures soak fuzz test test-peers lint clean
+.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many bench-tls bench-traffic figures soak fuzz test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -75,6 +75,12 @@ bench-families: $(STAMP) ## export, serve and load the models users bring: tools
 # 200 resident, isolation, memory back with four allocators): about 15 min.
 bench-many: $(STAMP) ## many models loaded on demand: tools/bench/results/many.{json,md,png}
 	$(BIN)/python -m tools.bench many --out tools/bench/results
+
+# A tiny keras_hub BERT (1-16 rows, sequence lengths 8-128) and MobileNetV2 (1-32 rows), served
+# graph and eager, replayed one request at a time from traffic files: latency by request shape.
+# About 5 min.
+bench-traffic: $(STAMP) ## graph against eager by request shape (issue 50's T6): tools/bench/results/traffic-shapes.{json,md}
+	$(BIN)/python -m tools.bench shapes --out tools/bench/results
 
 # Three graph servers of the mlp, plaintext, TLS and mutual TLS (certificates made by trustme),
 # over gRPC and REST: keep-alive and new-connection p50, 16 clients' req/s and server CPU per

@@ -504,6 +504,33 @@ def traffic(
         raise typer.Exit(EXIT_MISSED)
 
 
+def shapes(
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="Where traffic-shapes.json and traffic-shapes.md are written."),
+    ] = Path("tools/bench/results"),
+    work_dir: Annotated[
+        Path | None,
+        typer.Option("--work-dir", help="Exports, traffic, server logs (default: temporary)."),
+    ] = None,
+) -> None:
+    """Graph against eager by request shape (issue 50's T6): a tiny keras_hub BERT (1-16 rows,
+    sequence lengths 8-128) and MobileNetV2 (1-32 rows), exported, served graph and eager, and
+    replayed one request at a time; p50, p99 and the first request of each shape. About 5
+    minutes; writes OUT/traffic-shapes.json and .md."""
+    quiet_tensorflow()
+    from tools.bench.shapes import run_shapes, write_shapes
+
+    with tempfile.TemporaryDirectory(prefix="graphserve-shapes-") as tmp:
+        try:
+            results = run_shapes(work_dir or Path(tmp), say=progress)
+        except (GraphserveError, RuntimeError, OSError, ValueError) as exc:
+            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+    paths = write_shapes(results, out)
+    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
+
+
 def frontend(
     out: Annotated[
         Path, typer.Option("--out", help="Where frontend.json and frontend.md are written.")
@@ -689,6 +716,7 @@ app.command("families")(families)
 app.command("tls")(tls)
 app.command("frontend")(frontend)
 app.command("traffic", epilog=STRICT_EPILOG)(traffic)
+app.command("shapes")(shapes)
 app.command("figures")(figures)
 app.command("sample-report")(sample_report)
 app.command("containers")(containers)

@@ -139,6 +139,12 @@ def _traffic_goals(results: Results) -> list[dict[str, Any]]:
     return traffic_goals(results)
 
 
+def _shapes_md(results: Results) -> str:
+    from tools.bench.shapes import render_shapes
+
+    return render_shapes(results)
+
+
 def _frontend_goals(results: Results) -> list[dict[str, Any]]:
     from tools.bench.goals import FRONTEND_GOALS, evaluate
 
@@ -209,8 +215,11 @@ PUBLISHED: tuple[Published, ...] = (
               (*SERVER, *GENERATOR, "loadtest/manymodels/", *MEASURE, "tools/bench/many/"),
               _many_goals, plots=("many.png",)),  # about 15 minutes
     Published("traffic", _bench("traffic"), _traffic_md,
-              (*SERVER, *EXPORT, "loadtest/replay/", "loadtest/traffic/", *MEASURE,
-               "tools/bench/traffic.py"), _traffic_goals),
+              (*SERVER, *EXPORT, "loadtest/replay/", "loadtest/traffic/", "loadtest/results/",
+               *MEASURE, "tools/bench/traffic.py"), _traffic_goals),
+    Published("traffic-shapes", _bench("shapes"), _shapes_md,
+              (*SERVER, *EXPORT, "loadtest/replay/", "loadtest/traffic/", "loadtest/results/",
+               "tools/bench/shapes.py", "tools/bench/mobilenet.py")),
     Published("tls", _bench("tls"), _tls_md,  # no goals: tools/bench/tls.py's NO_GOALS says why
               (*SERVER, *MEASURE, "tools/bench/tls.py")),
     Published("peers", _bench("peers"), _peers_md,

@@ -5,9 +5,9 @@ reference cannot drift from what it describes.
 - reference/report-schema.md: from docs/report.schema.json, which the tests check the report
   models against;
 - benchmarks/{notes,results,peers-results,generator,soak,containers,families,many,tls,
-  frontend,traffic}.md and the plots beside them: tools/bench/README.md and the results `make bench`,
-  `make bench-peers` and friends write, as they are; the notes' links to tools/bench/results/
-  and docs/ point at those pages here;
+  frontend,traffic,traffic-shapes}.md and the plots beside them: tools/bench/README.md and the
+  results `make bench`, `make bench-peers` and friends write, as they are; the notes' links to
+  tools/bench/results/ and docs/ point at those pages here;
 - on every page, the figures and tables that prose names with `{{ figure ... }}` and
   `{{ include ... }}`, read from the committed result files (tools/docsgen/figures.py): one that
   does not resolve is a warning naming the page, so the strict build fails.
@@ -44,6 +44,7 @@ BENCH_PAGES = {
     "tls.md": "tls.md",
     "frontend.md": "frontend.md",
     "traffic.md": "traffic.md",
+    "traffic-shapes.md": "traffic-shapes.md",
 }
 
 

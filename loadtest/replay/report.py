@@ -250,13 +250,11 @@ def shapes_png(report: ReplayReport) -> bytes | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shapes: dict[str, int] = {}
+    order: list[str] = []  # as the arms list them: by rows, then each input's dimensions
     for arm in report.arms:
-        for s in arm.shapes:
-            shapes.setdefault(s.shape, s.rows)
-    if not shapes:
+        order += [s.shape for s in arm.shapes if s.shape not in order]
+    if not order:
         return None
-    order = sorted(shapes, key=lambda label: (shapes[label], label))
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(order) + 3), 4.5))
     for arm in report.arms:
         by: dict[str, Any] = {s.shape: s for s in arm.shapes}

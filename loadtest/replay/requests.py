@@ -28,7 +28,7 @@ from graphserve.loadtest.generator.payloads import rest_body
 from graphserve.loadtest.results.answers import Answer, grpc_answer
 from graphserve.model.traffic import Record
 
-__all__ = ["RPCS", "Prepared", "prepare"]
+__all__ = ["RPCS", "Prepared", "prepare", "shape_label"]
 
 # the RPC of each kind of record, and its REST verb (None: TF Serving's REST API has none)
 RPCS: dict[str, tuple[str, str | None]] = {
@@ -48,6 +48,7 @@ class Prepared:
     kind: str
     rpc: str
     shape: str  # "images [4, 784]": the shape of each input, or the examples' count
+    dims: tuple[tuple[int, ...], ...]  # each input's shape, in the label's order: for sorting
     rows: int
     grpc: bytes
     rest_path: str | None  # None: no REST equivalent (MultiInference)
@@ -112,13 +113,21 @@ def _prepare(index: int, record: Record, model: str | None, columnar: bool | Non
         index=index,
         kind=record.kind,
         rpc=rpc,
-        shape=record.shape_label(),
+        shape=shape_label(record.shapes),
+        dims=tuple(dims for _, dims in record.shapes),
         rows=record.rows,
         grpc=request.SerializeToString(),
         rest_path=path,
         rest_body=body,
         logged=logged,
     )
+
+
+def shape_label(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> str:
+    """`images [4, 784]`; inputs of one shape named together: `ids, mask [2, 128]`."""
+    if len(shapes) > 1 and len({dims for _, dims in shapes}) == 1:
+        return f"{', '.join(name for name, _ in shapes)} {list(shapes[0][1])}"
+    return ", ".join(f"{name} {list(dims)}" for name, dims in shapes) or "-"
 
 
 def _rest_body(kind: str, request: Any, columnar: bool | None) -> bytes:

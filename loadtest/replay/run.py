@@ -283,11 +283,12 @@ def _arm(
     )
     by_shape: dict[str, list[Outcome]] = defaultdict(list)
     rows: dict[str, int] = {}
+    dims: dict[str, tuple[tuple[int, ...], ...]] = {}
     for request, outcome in zip(requests, outcomes, strict=True):
         by_shape[request.shape].append(outcome)
-        rows[request.shape] = request.rows
+        rows[request.shape], dims[request.shape] = request.rows, request.dims
     shapes = []
-    for shape, items in sorted(by_shape.items(), key=lambda kv: (rows[kv[0]], kv[0])):
+    for shape, items in sorted(by_shape.items(), key=lambda kv: (rows[kv[0]], dims[kv[0]])):
         good = np.sort(np.asarray([o.latency_ms for o in items if o.error is None]))
         first = items[0]
         shapes.append(ShapeLatency(

@@ -150,6 +150,7 @@ def _family(family: Family, work: Path, say: Say) -> dict[str, Any]:
 
 def run_shapes(work: Path, say: Say = print, families: tuple[Family, ...] = FAMILIES) -> dict:
     """T6 for every family; the results."""
+    work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results: dict[str, Any] = {"families": [_family(f, work, say) for f in families]}
     results["seconds"] = time.perf_counter() - started

@@ -302,6 +302,8 @@ def test_traffic_that_cannot_be_sent_is_refused_before_anything_is_sent(
         ([str(mlp_log), "--graph", "10.1.2.3:8500"], "is not on this machine"),
         ([str(mlp_log), *arms, "--slo", "answers.mismatched==0"], "expected [ARM.]METRIC"),
         ([str(mlp_log), *arms, "--slo", "ratio.p50<0.5"], "no ratio gates"),
+        ([str(mlp_log), *arms, "--slo", "eager.p99<1s"],
+         "--slo 'eager.p99<1s' names arm 'eager'; the replay has 'graph'"),
     ]  # fmt: skip
     for args, message in cases:
         code, output = _replay(*args, "--out", str(tmp_path / "out"))

@@ -95,6 +95,10 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
     if not spec.arms:
         raise ReplayError("no arm to replay against: give --graph, --eager or --arm NAME=ADDR")
     gates = [_parse(g) for g in spec.slo]
+    for gate in gates:  # before any load
+        if gate.arm is not None and gate.arm not in spec.arms:
+            raise SloError(f"--slo {gate.expression!r} names arm {gate.arm!r}; the replay has "
+                           f"{', '.join(map(repr, spec.arms))}")  # fmt: skip
     numbers, records, total, notes = _selected(spec)
     order, due = schedule(
         records, speed=spec.speed, rate=spec.rate, arrivals=spec.arrivals, seed=spec.seed
@@ -143,11 +147,11 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
         if name != baseline:
             references.append((baseline, answers[baseline]))
         for reference, theirs in references:
-            agreement, disagreements = _agreement(
+            found, disagreements = _agreement(
                 name, reference, requests, answers[name], theirs, tolerances
             )
-            if agreement.compared:
-                agreements.append(agreement)
+            if found.compared:
+                agreements.append(found)
             worst += disagreements
         arm = _arm(name, target, requests, due, outcomes[name], agreements, spec.max_in_flight)
         arm.traces_added = traces[name]

@@ -104,6 +104,23 @@ def dialed_tls(address: str, tls: ClientTls | None, option: str) -> ClientTls | 
         raise typer.BadParameter(str(exc), param_hint=f"'{option}'") from None
 
 
+# Options every command that loads named arms takes alike (compare, replay).
+GraphArm = Annotated[str | None, typer.Option("--graph", help="shorthand for --arm graph=ADDR")]
+EagerArm = Annotated[str | None, typer.Option("--eager", help="shorthand for --arm eager=ADDR")]
+AllowRemote = Annotated[
+    bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
+]
+
+
+def named_arms(arm: list[str] | None, graph: str | None, eager: str | None) -> dict[str, str]:
+    """--arm NAME=ADDRESS (in order), then --graph and --eager: NAME -> address."""
+    addresses = _pairs(arm or [], "--arm")
+    for name, address in (("graph", graph), ("eager", eager)):
+        if address:
+            addresses[name] = address
+    return addresses
+
+
 @app.callback()
 def loadtest() -> None:
     """Load-test TF Serving-compatible servers with locust."""
@@ -122,8 +139,8 @@ def compare(
         list[str] | None,
         typer.Option(help="an arm to load, NAME=HOST:PORT (repeat; the last is the baseline)"),
     ] = None,
-    graph: Annotated[str | None, typer.Option(help="shorthand for --arm graph=ADDR")] = None,
-    eager: Annotated[str | None, typer.Option(help="shorthand for --arm eager=ADDR")] = None,
+    graph: GraphArm = None,
+    eager: EagerArm = None,
     metrics: Annotated[
         list[str] | None,
         typer.Option(help="an arm's Prometheus URL, NAME=URL (server-side time breakdown)"),
@@ -238,9 +255,7 @@ def compare(
         float,
         typer.Option(min=0, help="find-max: stop when held and missed loads are this % apart"),
     ] = 10.0,
-    allow_remote: Annotated[
-        bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
-    ] = False,
+    allow_remote: AllowRemote = False,
     out: Annotated[
         Path | None, typer.Option(help="output directory [default: loadtest-reports/<UTC time>]")
     ] = None,
@@ -273,10 +288,7 @@ def compare(
         check_payload_protocol,
     )
 
-    addresses = _pairs(arm or [], "--arm")
-    for name, address in (("graph", graph), ("eager", eager)):
-        if address:
-            addresses[name] = address
+    addresses = named_arms(arm, graph, eager)
     metrics_urls = _pairs(metrics or [], "--metrics")
     # Self-managed servers: the --serve kinds when asked for, with a source, or without addresses
     # (the source the export recorded serves then), and the null endpoint for --calibrate.
@@ -789,8 +801,8 @@ def replay_command(
             help="an arm to replay against, NAME=HOST:PORT (repeat; the last is the baseline)"
         ),
     ] = None,
-    graph: Annotated[str | None, typer.Option(help="shorthand for --arm graph=ADDR")] = None,
-    eager: Annotated[str | None, typer.Option(help="shorthand for --arm eager=ADDR")] = None,
+    graph: GraphArm = None,
+    eager: EagerArm = None,
     metrics: Annotated[
         list[str] | None,
         typer.Option(help="an arm's Prometheus URL, NAME=URL (the traces the replay added)"),
@@ -842,9 +854,7 @@ def replay_command(
             "'answers.top_changed<0.01' (repeat or separate with commas)"
         ),
     ] = None,
-    allow_remote: Annotated[
-        bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
-    ] = False,
+    allow_remote: AllowRemote = False,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("reports/replay"),
     output: Annotated[
         OutputFormat, typer.Option(help="json: only replay.json on stdout")
@@ -872,10 +882,7 @@ def replay_command(
     from graphserve.loadtest.replay import ReplaySpec, export_tolerances, replay, write_report
     from graphserve.model.traffic import TrafficError
 
-    addresses = _pairs(arm or [], "--arm")
-    for name, address in (("graph", graph), ("eager", eager)):
-        if address:
-            addresses[name] = address
+    addresses = named_arms(arm, graph, eager)
     if not addresses:
         raise typer.BadParameter(
             "name the arms: --arm NAME=HOST:PORT, --graph ADDR, --eager ADDR", param_hint="'--arm'"

@@ -10,12 +10,16 @@ late, and the lateness is recorded, not hidden: a replay that cannot keep its sc
 for answers before sending could never say (coordinated omission).
 
 Python's switch interval is lowered while a replay runs (5 ms by default: a thread woken at its
-time could wait that long for a thread decoding nothing in particular).
+time could wait that long for a thread decoding nothing in particular), and its cyclic garbage
+collector waits until the schedule is over (what exists before is frozen out of its reach): in a
+process that holds a model, as a benchmark's or a script's does, a full collection took long
+enough to send requests late. Nothing the send loop makes is cyclic; reference counting frees it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
 import threading
 import time
@@ -139,6 +143,10 @@ def send_schedule(
     schedule's order."""
     previous = sys.getswitchinterval()
     sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     try:
         if protocol == "grpc":
             with GrpcClient.connect(
@@ -150,6 +158,9 @@ def send_schedule(
         return _threads_schedule(opener, requests, due_s, max_in_flight)
     finally:
         sys.setswitchinterval(previous)
+        gc.unfreeze()
+        if collecting:
+            gc.enable()
 
 
 def _threads_schedule(

@@ -242,6 +242,35 @@ def test_a_load_test_through_the_deployment(
     assert arm["failures"] == 0 and arm["measured_requests"] > 50
 
 
+def test_a_recording_replays_through_the_deployment(
+    standin: tuple[Deployment, dict[str, Any]], mlp_servers: Servers, tmp_path: Path
+) -> None:
+    """Traffic of 1 to 8 rows replayed at its times against the stand-in in its container and
+    the graph server in this process, over gRPC and REST: every answer alike."""
+    deployment, _ = standin
+    traffic = tmp_path / "mlp.tfrecord"
+    made = cli("traffic", "make", deployment.base / "mlp", "--out", traffic, "--count", "40",
+               "--batch-sizes", "1-8", "--rate", "100")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    for protocol, tfserving, graph in (
+        ("grpc", deployment.grpc, mlp_servers.graph_grpc),
+        ("rest", deployment.rest, mlp_servers.graph_rest),
+    ):
+        out = tmp_path / protocol
+        result = cli(
+            "loadtest", "replay", traffic, "--protocol", protocol,
+            "--arm", f"tfserving={tfserving}", "--arm", f"graph={graph}",
+            "--slo", "errors==0", "--slo", "answers.mismatch==0", "--out", out,
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        report = json.loads((out / "replay.json").read_text())
+        assert [(a["name"], a["requests"], a["failed"]) for a in report["arms"]] == [
+            ("tfserving", 40, 0), ("graph", 40, 0),
+        ]  # fmt: skip
+        (across,) = report["arms"][0]["answers"]
+        assert (across["reference"], across["compared"], across["mismatched"]) == ("graph", 40, 0)
+
+
 def test_a_new_version_copied_in_is_served_with_no_failed_request(
     standin: tuple[Deployment, dict[str, Any]],
 ) -> None:
@@ -617,32 +646,3 @@ def test_the_embedded_compose_file_serves_both_arms_for_a_comparison(
                               capture_output=True, text=True)  # fmt: skip
     assert down.returncode == 0, down.stderr
     assert docker().project_leftovers(project) == []
-
-
-def test_a_recording_replays_through_the_deployment(
-    standin: tuple[Deployment, dict[str, Any]], mlp_servers: Servers, tmp_path: Path
-) -> None:
-    """Traffic of 1 to 8 rows replayed at its times against the stand-in in its container and
-    the graph server in this process, over gRPC and REST: every answer alike."""
-    deployment, _ = standin
-    traffic = tmp_path / "mlp.tfrecord"
-    made = cli("traffic", "make", deployment.base / "mlp", "--out", traffic, "--count", "40",
-               "--batch-sizes", "1-8", "--rate", "100")  # fmt: skip
-    assert made.exit_code == 0, made.output
-    for protocol, tfserving, graph in (
-        ("grpc", deployment.grpc, mlp_servers.graph_grpc),
-        ("rest", deployment.rest, mlp_servers.graph_rest),
-    ):
-        out = tmp_path / protocol
-        result = cli(
-            "loadtest", "replay", traffic, "--protocol", protocol,
-            "--arm", f"tfserving={tfserving}", "--arm", f"graph={graph}",
-            "--slo", "errors==0", "--slo", "answers.mismatch==0", "--out", out,
-        )  # fmt: skip
-        assert result.exit_code == 0, result.output
-        report = json.loads((out / "replay.json").read_text())
-        assert [(a["name"], a["requests"], a["failed"]) for a in report["arms"]] == [
-            ("tfserving", 40, 0), ("graph", 40, 0),
-        ]  # fmt: skip
-        (across,) = report["arms"][0]["answers"]
-        assert (across["reference"], across["compared"], across["mismatched"]) == ("graph", 40, 0)

@@ -416,6 +416,13 @@ def test_config_reloads_and_version_churn_under_traffic(stressed: Fixture) -> No
         lambda: not any(t.name.startswith("retire-") for t in threading.enumerate()),
         lambda: f"retire threads to end: {threading.enumerate()}",
     )
+    # A Python thread leaves threading.enumerate() before its OS thread has exited, so /proc
+    # may still count one that just ended (a fresh clone's run once read 108 against 107): the
+    # count is read until it is back, or the wait times out and the assertion below says so.
+    _wait_for(
+        lambda: proc_status(os.getpid())["Threads"] <= before["Threads"],
+        lambda: f"the process's threads back to {before['Threads']}: {threading.enumerate()}",
+    )
     after = proc_status(os.getpid())
 
     measured = [s for s in tally.samples if s["cycle"] > WARMUP_CYCLES]

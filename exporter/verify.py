@@ -1,10 +1,8 @@
 """Parity: the SavedModel as written, reloaded, must compute what the eager model computes.
 
-Every signature is compared output by output: floats element by element within
-`atol * max(scale, 1) + rtol * |eager|`, where `scale` is the output's largest finite |eager|
-value in the batch (so a graph that reassociates float sums passes on logits of 600 as on
-logits of 1), with a tolerance per dtype (half precision gets more room than float64);
-everything else exactly.
+Every signature is compared output by output with graphserve.core.parity's rule: floats element
+by element within `atol * max(scale, 1) + rtol * |eager|`, where `scale` is the output's largest
+finite |eager| value in the batch, with a tolerance per dtype; everything else exactly.
 
 Passing is only worth something when the output depends on the input more than the tolerance
 allows: an untrained softmax answers 0.001 for every input, and any graph near that passes. So
@@ -25,6 +23,7 @@ import tensorflow as tf
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import ParityError
 from graphserve.core.inputs import InputSource, Samples, load_samples, sample_inputs
+from graphserve.core.parity import DEFAULT_TOLERANCES, closeness
 from graphserve.core.results import JsonResult
 from graphserve.model.trace import call_signature
 
@@ -37,16 +36,6 @@ __all__ = [
     "check_parity",
     "load_samples",
 ]
-
-# (atol, rtol) per float dtype, atol relative to the output's scale (at least 1); other dtypes
-# compare exactly. float32's atol is about 1000 ulps at the scale: room for a graph that sums
-# in another order, none for a changed weight.
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (2e-2, 2e-2),
-    "float32": (1e-4, 1e-4),
-    "float64": (1e-9, 1e-7),
-}
 
 # An output that varies across inputs by no more than this many times its allowed absolute
 # error cannot tell a wrong graph from a right one.
@@ -205,29 +194,11 @@ def _compare(
     if got.shape != expected.shape:
         return None
     dtype = tf.as_dtype(expected.dtype).name if expected.dtype != object else "string"
-    if expected.dtype.kind in "fc":
-        atol, rtol = tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
-        wide = np.complex128 if expected.dtype.kind == "c" else np.float64
-        graph, eager = got.astype(wide), expected.astype(wide)
-        magnitude = np.abs(eager)
-        scale = float(np.max(magnitude, where=np.isfinite(magnitude), initial=0.0))
-        allowed = atol * max(scale, 1.0)
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(graph - eager)
-            close = diff <= allowed + rtol * magnitude
-            same = (graph == eager) | (np.isnan(graph) & np.isnan(eager))
-            rel_err = float(np.nanmax(diff / np.maximum(magnitude, 1e-12), initial=0.0))
-        passed = bool(np.all(np.where(np.isfinite(graph) & np.isfinite(eager), close, same)))
-        abs_err = float(np.nanmax(diff, initial=0.0))
-        return OutputParity(
-            signature, name, dtype, abs_err, rel_err, atol, rtol, passed, scale, allowed
-        )
-    passed = bool(np.array_equal(got, expected))
-    if expected.dtype.kind in "iub" and got.dtype.kind in "iub":
-        err = float(np.abs(got.astype(np.float64) - expected.astype(np.float64)).max(initial=0.0))
-    else:
-        err = 0.0 if passed else float("inf")
-    return OutputParity(signature, name, dtype, err, err if not passed else 0.0, None, None, passed)
+    c = closeness(got, expected, dtype, tolerances)
+    return OutputParity(
+        signature, name, dtype, c.max_abs_error, c.max_rel_error, c.atol, c.rtol, c.passed,
+        c.scale, c.allowed_abs_error,
+    )  # fmt: skip
 
 
 class _Spread:

@@ -248,12 +248,13 @@ def test_tf_servings_half_plus_two_replays_every_api(
 
 
 def test_the_parity_rule_is_the_exporters(tmp_path: Path) -> None:
-    """loadtest.results.answers holds the exporter's rule and tolerances (the layers keep it from
-    importing them): the same verdicts and errors on the same arrays."""
+    """The answers check and the exporter's parity check read one rule and one set of
+    tolerances (graphserve.core.parity): the same verdicts and errors on the same arrays."""
+    from graphserve.core import parity
     from graphserve.exporter.verify import DEFAULT_TOLERANCES, _compare
     from graphserve.loadtest.results import answers
 
-    assert answers.DEFAULT_TOLERANCES == DEFAULT_TOLERANCES
+    assert answers.DEFAULT_TOLERANCES is DEFAULT_TOLERANCES is parity.DEFAULT_TOLERANCES
     rng = np.random.default_rng(0)
     base = rng.normal(size=(4, 10)).astype(np.float32) * 600
     cases = [

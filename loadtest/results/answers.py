@@ -6,7 +6,7 @@ Every answer becomes arrays by name (`Answer`): a PredictResponse's outputs (gRP
 predict body's `predictions` or `outputs` (one output unnamed: REST does not name a lone
 output), a classification's `scores` and `classes`, a regression's `value`, a MultiInference's
 results as `TASK/scores` and so on. Two answers to one request are compared output by output with
-the exporter's parity rule (exporter/verify.py): floats element by element within
+the exporter's parity rule (graphserve.core.parity): floats element by element within
 `atol * max(scale, 1) + rtol * |reference|`, `scale` the reference's largest finite |value|, with
 the tolerance of the dtype (the export's own when its manifest gives one); everything else
 exactly. For an output of classes (a float matrix of two or more columns, a classification's
@@ -17,9 +17,6 @@ REST answers carry no dtype: their numbers are read as float64 and judged with t
 the other answer's dtype, float32 when both are REST (TF Serving writes REST numbers from the
 tensors it has, float32 for nearly every model).
 
-The rule lives in exporter/verify.py too; the load test cannot import the exporter (they are
-independent layers, pyproject.toml's import-linter contract), and tests/test_replay.py holds the
-two to the same verdicts on the same arrays until both read it from graphserve.core.
 """
 
 from __future__ import annotations
@@ -27,18 +24,20 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from graphserve.core.parity import DEFAULT_TOLERANCES, closeness
 from graphserve.core.results import JsonResult
 
 __all__ = [
     "DEFAULT_TOLERANCES",
     "Agreement",
     "Answer",
+    "Disagreement",
     "OutputAgreement",
     "OutputDiff",
     "agreement",
@@ -46,19 +45,12 @@ __all__ = [
     "answers_value",
     "compare",
     "grpc_answer",
+    "judge",
     "rest_answer",
 ]
 
 Answer = dict[str, np.ndarray]
 
-# (atol, rtol) per float dtype: exporter/verify.py's DEFAULT_TOLERANCES (tests/test_replay.py
-# checks that they are the same)
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (2e-2, 2e-2),
-    "float32": (1e-4, 1e-4),
-    "float64": (1e-9, 1e-7),
-}
 _UNNAMED = ""  # a REST answer's lone output
 _RESPONSE_MESSAGES = {
     "predict": ("predict_pb2", "PredictResponse"),
@@ -259,36 +251,13 @@ def _compare(
     tolerances: Mapping[str, tuple[float, float]],
 ) -> OutputDiff:
     rows = int(expected.shape[0]) if expected.ndim else 1
-    if dtype == "string" or expected.dtype.kind not in "fc" or actual.dtype.kind not in "fciub":
-        passed = bool(np.array_equal(actual, expected))
-        if expected.dtype.kind in "iub" and actual.dtype.kind in "iub":
-            err = float(np.abs(actual.astype(np.float64) - expected).max(initial=0.0))
-        else:
-            err = 0.0 if passed else float("inf")
-        return OutputDiff(name, dtype, err, err, None, None, passed, rows, None)
-    atol, rtol = tolerances.get(dtype, DEFAULT_TOLERANCES["float32"])
-    wide = np.complex128 if expected.dtype.kind == "c" else np.float64
-    got, ref = actual.astype(wide), expected.astype(wide)
-    magnitude = np.abs(ref)
-    scale = float(np.max(magnitude, where=np.isfinite(magnitude), initial=0.0))
-    allowed = atol * max(scale, 1.0)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(got - ref)
-        close = diff <= allowed + rtol * magnitude
-        same = (got == ref) | (np.isnan(got) & np.isnan(ref))
-        rel = float(np.nanmax(diff / np.maximum(magnitude, 1e-12), initial=0.0))
-    passed = bool(np.all(np.where(np.isfinite(got) & np.isfinite(ref), close, same)))
+    c = closeness(actual, expected, dtype, tolerances)
+    judged = c.atol is not None  # floats, within the tolerance; anything else exactly
     return OutputDiff(
-        name,
-        dtype,
-        float(np.nanmax(diff, initial=0.0)),
-        rel,
-        allowed,
-        rtol,
-        passed,
-        rows,
-        _top_changed(got, ref),
-    )
+        name, dtype, c.max_abs_error, c.max_abs_error if not judged else c.max_rel_error,
+        c.allowed_abs_error, c.rtol, c.passed, rows,
+        _top_changed(actual, expected) if judged else None,
+    )  # fmt: skip
 
 
 def _top_changed(got: np.ndarray, ref: np.ndarray) -> int | None:
@@ -323,6 +292,12 @@ class Agreement(JsonResult):
     compared: int  # requests both answered
     mismatched: int  # of those, with an output past its tolerance (or missing, or reshaped)
     outputs: list[OutputAgreement] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> Agreement:
+        """The inverse of `to_json` (a report's agreements, read back)."""
+        outputs = [OutputAgreement(**o) for o in document.get("outputs", ())]
+        return cls(document["reference"], document["compared"], document["mismatched"], outputs)
 
     @property
     def top_class_changed_share(self) -> float | None:
@@ -366,6 +341,63 @@ def _fold(outputs: dict[str, OutputAgreement], d: OutputDiff) -> None:
     o.rows += d.rows
     if d.top_class_changed is not None:
         o.top_class_changed = (o.top_class_changed or 0) + d.top_class_changed
+
+
+@dataclass
+class Disagreement(JsonResult):
+    """A request whose answers disagree: the worst output, and how to send it again."""
+
+    record: int
+    arm: str
+    reference: str
+    shape: str
+    output: str
+    max_abs_error: float
+    allowed_abs_error: float | None
+    why: str
+    files: list[str] = field(default_factory=list)
+    command: str = ""
+    curl: str | None = None
+
+
+def judge(
+    baseline: str,
+    answers: Mapping[str, Sequence[Answer | None]],
+    logged: Sequence[Answer | None],
+    labels: Sequence[tuple[int, str]],
+    tolerances: Mapping[str, tuple[float, float]] = DEFAULT_TOLERANCES,
+    worst: int = 5,
+) -> tuple[dict[str, list[Agreement]], list[Disagreement]]:
+    """Each arm's answers (by request, None: none) against the log's ("logged") and, but for
+    the baseline's own, the baseline arm's; each arm's agreements (those that compared
+    something) and the `worst` requests that disagree most, one per record. `labels` name each
+    request: its record number and shape."""
+    found: dict[str, list[Agreement]] = {}
+    bad: list[tuple[float, Disagreement]] = []
+    for arm, mine in answers.items():
+        references: list[tuple[str, Sequence[Answer | None]]] = [("logged", logged)]
+        if arm != baseline and baseline in answers:
+            references.append((baseline, answers[baseline]))
+        found[arm] = []
+        for reference, theirs in references:
+            agreed, places = agreement(reference, zip(mine, theirs, strict=True), tolerances)
+            if agreed.compared:
+                found[arm].append(agreed)
+            for place, d in places:
+                record, shape = labels[place]
+                bad.append((d.excess, Disagreement(
+                    record=record, arm=arm, reference=reference, shape=shape, output=d.output,
+                    max_abs_error=d.max_abs_error, allowed_abs_error=d.allowed_abs_error,
+                    why=d.why,
+                )))  # fmt: skip
+    bad.sort(key=lambda pair: -pair[0])
+    chosen: list[Disagreement] = []
+    for _, disagreement in bad:
+        if len(chosen) >= worst:
+            break
+        if all(d.record != disagreement.record for d in chosen):
+            chosen.append(disagreement)
+    return found, chosen
 
 
 # `--slo` gates on answers, beside slo.py's latency, throughput and errors gates

@@ -267,8 +267,10 @@ class DataPlane:
         call this only where `request_logs` is set): hands the messages, or functions making
         them, to the log's writer and returns."""
         logs = self.request_logs
-        settings = logs.sample(measure.model) if logs is not None else None
-        if settings is None or logs is None or measure.servable is None:
+        if logs is None or measure.servable is None:
+            return
+        settings = logs.sample(measure.model)
+        if settings is None:
             return
         logs.record(
             settings,

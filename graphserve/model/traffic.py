@@ -19,13 +19,15 @@ from typing import Any
 
 from tensorflow_serving.apis import prediction_log_pb2
 
-from graphserve.core.errors import GraphserveError
+from graphserve.core.errors import EXIT_USAGE, GraphserveError
 from graphserve.core.predictionlog import arrival_ns
+from graphserve.core.signature import TensorSpec
 
 __all__ = [
     "Record",
     "Traffic",
     "TrafficError",
+    "check_fits",
     "fitting",
     "read_traffic",
     "summary",
@@ -37,7 +39,9 @@ _KINDS = ("predict_log", "classify_log", "regress_log", "multi_inference_log")
 
 class TrafficError(GraphserveError):
     """A traffic file that cannot be used: missing, empty, truncated, corrupt, or holding no
-    request a load can send."""
+    request a load can send (a usage error: exit 2, before any load)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,7 @@ def fitting(records: Iterable[Record], version_dir: Path) -> list[Record]:
     named, of its dtype, and of a shape its declared one takes. Raises TrafficError naming the
     first that does not fit, and what the signature expects."""
     from graphserve.core.savedmodel import signature_defs
-    from graphserve.core.signature import DTYPE_ENUMS, dtype_name, spec_from_tensor_info
+    from graphserve.core.signature import spec_from_tensor_info
 
     defs = signature_defs(version_dir)
     kept = []
@@ -189,31 +193,39 @@ def fitting(records: Iterable[Record], version_dir: Path) -> list[Record]:
         if signature is None:
             raise TrafficError(
                 f"record {index} names signature {record.signature!r}, which {version_dir} does "
-                f"not have: it has {', '.join(sorted(defs))}"
+                f"not have: it has {', '.join(sorted(n for n in defs if not n.startswith('__')))}"
             )
-        specs = {n: spec_from_tensor_info(n, t) for n, t in signature.inputs.items()}
-        inputs = record.log.predict_log.request.inputs
-        if set(inputs) != set(specs):
-            raise TrafficError(
-                f"record {index} sends inputs {sorted(inputs)}; signature {record.signature!r} "
-                f"of {version_dir} takes {sorted(specs)}"
-            )
-        for name, spec in specs.items():
-            tensor = inputs[name]
-            shape = tuple(d.size for d in tensor.tensor_shape.dim)
-            declared = spec.shape
-            fits = declared is None or (
-                len(declared) == len(shape)
-                and all(d is None or d == s for d, s in zip(declared, shape, strict=True))
-            )
-            if tensor.dtype != DTYPE_ENUMS[spec.dtype] or not fits:
-                raise TrafficError(
-                    f"record {index}, input {name!r}: {dtype_name(tensor.dtype)} of shape "
-                    f"{list(shape)}; "
-                    f"signature {record.signature!r} of {version_dir} takes {spec.describe()}"
-                )
+        specs = [spec_from_tensor_info(n, t) for n, t in signature.inputs.items()]
+        check_fits(index, record, specs, f"signature {record.signature!r} of {version_dir}")
         kept.append(record)
     return kept
+
+
+def check_fits(index: int, record: Record, specs: Iterable[TensorSpec], where: str) -> None:
+    """Whether predict `record` (number `index`) sends each input of `specs` (and no other) of
+    its dtype and of a shape its declared one takes; TrafficError naming the first that does
+    not, and what `where` (the signature, and whose) takes."""
+    from graphserve.core.signature import DTYPE_ENUMS, dtype_name
+
+    by_name = {spec.name: spec for spec in specs}
+    inputs = record.log.predict_log.request.inputs
+    if set(inputs) != set(by_name):
+        raise TrafficError(
+            f"record {index} sends inputs {sorted(inputs)}; {where} takes {sorted(by_name)}"
+        )
+    for name, spec in by_name.items():
+        tensor = inputs[name]
+        shape = tuple(d.size for d in tensor.tensor_shape.dim)
+        declared = spec.shape
+        fits = declared is None or (
+            len(declared) == len(shape)
+            and all(d is None or d == s for d, s in zip(declared, shape, strict=True))
+        )
+        if tensor.dtype != DTYPE_ENUMS[spec.dtype] or not fits:
+            raise TrafficError(
+                f"record {index}, input {name!r}: {dtype_name(tensor.dtype)} of shape "
+                f"{list(shape)}; {where} takes {spec.describe()}"
+            )
 
 
 def warmup_selection(records: Sequence[Record], limit: int) -> list[Record]:

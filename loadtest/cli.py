@@ -197,6 +197,17 @@ def compare(
         Path | None, typer.Option(help=".npz of inputs, or a REST .json body")
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the random payload and bootstrap")] = 0,
+    traffic: Annotated[
+        Path | None,
+        typer.Option(
+            help="send a traffic file's predict requests (a request log, a warm-up file, "
+            "`graphserve traffic make`) in order, cycling, and check every arm's answers",
+        ),
+    ] = None,
+    traffic_model: Annotated[
+        str | None,
+        typer.Option(help="with --traffic: the file's records of this model [default: the run's]"),
+    ] = None,
     model_name: Annotated[
         str | None,
         typer.Option(help="model to call [default: the --model-base-path directory's name]"),
@@ -275,6 +286,9 @@ def compare(
     signature flags) the export was given. The model is --model-name, else the directory name
     of --model-base-path (models/mobilenet: mobilenet).
     Writes OUT/report.json, report.md, report.html, PNG plots, locust CSVs and raw/records.npz.
+    With --traffic every arm is sent a traffic file's predict requests in their order, cycling
+    (each encoded once), and its first answer to each is checked against the log's and the
+    baseline's (the report's Answers; --slo answers.mismatch==0 gates them).
     Over TLS: grpcs:// or https:// arms, or the --tls-* options (every address arm; the
     servers started here serve plaintext); https:// metrics URLs are scraped with them.
     Exits 1 when the run fails, an arm cannot be reached for TLS or gets no successful request,
@@ -287,6 +301,7 @@ def compare(
         LoadSpec,
         check_payload_protocol,
     )
+    from graphserve.model.traffic import TrafficError
 
     addresses = named_arms(arm, graph, eager)
     metrics_urls = _pairs(metrics or [], "--metrics")
@@ -355,6 +370,8 @@ def compare(
         baseline=baseline,
         slo=tuple(slo or ()),
         max_failures=max_failures,
+        traffic=traffic,
+        traffic_model=traffic_model,
     )
     out_dir = out or Path("loadtest-reports") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     search = None
@@ -366,7 +383,7 @@ def compare(
     quiet_tensorflow()  # the payload and metadata code import it
     try:
         report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet, search)
-    except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
+    except (LoadTestError, ServerUnreachable, TlsConfigError, TrafficError) as exc:
         stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     finish(report, out_dir, quiet)

@@ -370,3 +370,148 @@ def test_the_eager_function_mode_traces_each_new_shape_and_the_replay_counts_the
     assert arm["traces_added"] == {"mlp:1:serving_default": added}
     page = (tmp_path / "replay.md").read_text()
     assert f"(graphserve_function_traces): mlp:1:serving_default {added:g}" in page
+
+
+# -- loadtest compare --traffic: the locust sweep cycling through the log, answers checked ----
+
+_SHORT = ("--users", "2", "--warmup", "0.5s", "--window", "0.5s", "--min-windows", "1",
+          "--max-windows", "1")  # fmt: skip
+
+
+def _compare(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["loadtest", "compare", "--model-name", "mlp", *args])
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_compare_cycles_through_the_traffic_and_checks_every_answer(
+    protocol: str, mlp_log: Path, mlp_servers: Servers, tmp_path: Path
+) -> None:
+    graph = mlp_servers.graph_grpc if protocol == "grpc" else mlp_servers.graph_rest
+    eager = mlp_servers.eager_grpc if protocol == "grpc" else mlp_servers.eager_rest
+    code, output = _compare(
+        "--graph", graph, "--eager", eager, "--protocol", protocol, "--traffic", str(mlp_log),
+        *_SHORT, "--slo", "answers.mismatch==0", "--slo", "graph.errors==0",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0, output
+    report = json.loads((tmp_path / "report.json").read_text())
+    traffic = report["settings"]["payload"]["traffic"]
+    assert traffic["file"] == str(mlp_log.resolve()) and traffic["model"] == "mlp"
+    assert traffic["records"] == traffic["requests"] == 30
+    assert traffic["shapes"] == {f"images [{n}, 784]": 10 for n in ROWS}
+    assert report["settings"]["payload"]["file"] == "requests.bin"
+    answers = report["answers"]
+    assert answers["requests"] == 30
+    assert answers["answered"] == {"graph": 30, "eager": 30}  # each arm was sent every record
+    assert answers["tolerances_from"] == "the defaults" and answers["worst"] == []
+    graph_checks = {a["reference"]: a for a in answers["agreements"]["graph"]}
+    assert set(graph_checks) == {"logged", "eager"}
+    for found in [*graph_checks.values(), *answers["agreements"]["eager"]]:
+        assert found["compared"] == 30 and found["mismatched"] == 0
+        (out,) = found["outputs"]
+        assert out["rows"] == 10 * sum(ROWS) and out["top_class_changed"] == 0
+    assert [a["reference"] for a in answers["agreements"]["eager"]] == ["logged"]
+    gates = {g["expression"]: g for g in report["slo"]["gates"]}
+    assert gates["answers.mismatch==0"]["value"] == 0.0 and gates["answers.mismatch==0"]["passed"]
+    assert report["slo"]["passed"] is True
+    for arm in report["steps"][0]["arms"].values():
+        assert arm["failures"] == 0 and arm["requests"] > 30  # the file went round more than once
+    page = (tmp_path / "report.md").read_text()
+    assert "## Answers" in page and "30 predict requests of model mlp" in page
+
+
+def test_compare_under_traffic_finds_names_and_gates_a_changed_weight(
+    mlp_log: Path, mlp_servers: Servers, changed_weight: Path, tmp_path: Path
+) -> None:
+    """Over two locust workers: the answers they keep reach the master's report."""
+    options = ServerOptions(host="127.0.0.1", grpc_port=0, rest_port=0)
+    config = ServeConfig(models=[ModelConfig("mlp", changed_weight)], options=options)
+    with build_server(config) as server:
+        changed = f"127.0.0.1:{server.rest_port}"
+        code, output = _compare(
+            "--arm", f"changed={changed}", "--arm", f"graph={mlp_servers.graph_rest}",
+            "--protocol", "rest", "--traffic", str(mlp_log), *_SHORT, "--workers", "2",
+            "--slo", "answers.mismatch==0", "--out", str(tmp_path),
+        )  # fmt: skip
+        assert code == 3, output
+        assert "answers.mismatch==0 missed on every arm: 60" in " ".join(output.split())
+        report = json.loads((tmp_path / "report.json").read_text())
+        answers = report["answers"]
+        assert answers["answered"] == {"changed": 30, "graph": 30}
+        changed_checks = {a["reference"]: a for a in answers["agreements"]["changed"]}
+        for reference in ("logged", "graph"):
+            found = changed_checks[reference]
+            assert found["compared"] == 30 and found["mismatched"] == 30
+            assert 0.99 < found["outputs"][0]["max_abs_error"] < 1.01  # the bias moved by 1
+        (logged,) = answers["agreements"]["graph"]
+        assert logged["reference"] == "logged" and logged["mismatched"] == 0
+        assert len(answers["worst"]) == 5
+        worst = answers["worst"][0]
+        assert worst["arm"] == "changed" and worst["output"] == "logits"
+        record = worst["record"]
+        assert sorted(worst["files"]) == [
+            f"answers/request-{record}.json", f"answers/request-{record}.pb"
+        ]  # fmt: skip
+        body = json.loads((tmp_path / f"answers/request-{record}.json").read_text())
+        assert np.asarray(body["instances"]).shape[1] == 784
+        assert worst["curl"].endswith(f"'http://{changed}/v1/models/mlp:predict'")
+        # the command it names sends that one request again, and fails the same way
+        again = shlex.split(worst["command"])
+        assert again[:3] == ["graphserve", "loadtest", "replay"]
+        code, output = _replay(*again[3:], "--slo", "answers.mismatch==0",
+                               "--out", str(tmp_path / "again"))  # fmt: skip
+        assert code == 3, output
+        one = json.loads((tmp_path / "again" / "replay.json").read_text())
+        assert one["sent"] == 1 and one["worst"][0]["record"] == record
+        page = (tmp_path / "report.md").read_text()
+        assert f"Record {record} (images [" in page and "loadtest replay" in page
+
+
+def test_compare_refuses_traffic_it_cannot_send_before_any_load(
+    mlp_log: Path, mlp_servers: Servers, tmp_path: Path
+) -> None:
+    broken = tmp_path / "cut.tfrecord"
+    broken.write_bytes(mlp_log.read_bytes()[:-7])
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    graph = ("--graph", mlp_servers.graph_grpc)
+    npz = tmp_path / "p.npz"
+    np.savez(npz, images=np.zeros((1, 784), np.float32))
+    for args, said in (
+        (["--traffic", str(tmp_path / "none")], "no such file"),
+        (["--traffic", str(empty)], "is empty"),
+        (["--traffic", str(broken)], "is truncated or corrupt after 29 whole records"),
+        (["--traffic", str(mlp_log), "--traffic-model", "bert"],
+         "no predict request of model 'bert', signature 'serving_default' (the file holds 30 "
+         "predict of 'mlp' (serving_default))"),
+        (["--traffic", str(mlp_log), "--payload-file", str(npz)],
+         "--traffic and --payload-file both say what to send"),
+        (["--slo", "answers.mismatch==0"], "answers are checked under --traffic FILE only"),
+    ):  # fmt: skip
+        code, output = _compare(*graph, *_SHORT, "--out", str(tmp_path / "out"), *args)
+        assert code == 2, (args, output)
+        assert said in " ".join(output.split()), output
+        assert not (tmp_path / "out" / "raw" / "records.npz").exists()  # nothing was sent
+
+
+def test_compare_refuses_records_that_do_not_fit_the_signature(
+    mlp_servers: Servers, tmp_path: Path
+) -> None:
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    log = prediction_log_pb2.PredictionLog()
+    log.predict_log.request.model_spec.name = "mlp"
+    wrong = tf.make_tensor_proto(np.zeros((2, 10), np.float32))
+    log.predict_log.request.inputs["images"].CopyFrom(wrong)
+    path = tmp_path / "wrong.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        writer.write(log.SerializeToString())
+    code, output = _compare(
+        "--graph", mlp_servers.graph_grpc, "--traffic", str(path), *_SHORT,
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2, output
+    said = " ".join(output.split())
+    assert "record 0, input 'images': float32 of shape [2, 10]; signature 'serving_default'" in said
+    assert "of metadata of graph" in said and "[-1, 784]" in said

@@ -30,8 +30,10 @@ from typing import Any
 
 from graphserve.core.errors import LoadTestError, SloError
 from graphserve.loadtest.comparison.run import CompareSpec, compare, environment
+from graphserve.loadtest.results.labels import load_label
 from graphserve.loadtest.results.run import (
     REPORT_SCHEMA,
+    AnswersCheck,
     ArmSearch,
     FindMax,
     GateCheck,
@@ -294,6 +296,7 @@ def _combine(
             failures=failures,
             passed=all(a.max_load is not None for a in arms.values()),
         ),
+        answers=_answers(spec, probes),
         find_max=FindMax(
             slo=list(spec.slo),
             mode=spec.load.mode,
@@ -304,6 +307,36 @@ def _combine(
             arms=arms,
         ),
     )
+
+
+def _answers(spec: CompareSpec, probes: Sequence[tuple[str, Report, Probe]]) -> AnswersCheck | None:
+    """Under --traffic: every probe's answers check, each agreement named by its probe's load
+    ("logged at 8 users"), the disagreements first found kept (their files under the probe's
+    directory)."""
+    checked = [report.answers for _, report, _ in probes if report.answers is not None]
+    if not checked:
+        return None
+    agreements: dict[str, list[dict[str, Any]]] = {arm.name: [] for arm in spec.arms}
+    answered: dict[str, int] = {}
+    unread: dict[str, int] = {}
+    worst: list[dict[str, Any]] = []
+    for index, (arm, report, probe) in enumerate(probes):
+        a = report.answers
+        if a is None:
+            continue
+        at = load_label(probe.load, spec.load.mode)
+        for g in a.agreements.get(arm, []):
+            agreements[arm].append({**g, "reference": f"{g['reference']} at {at}"})
+        answered[arm] = max(answered.get(arm, 0), a.answered.get(arm, 0))
+        unread[arm] = unread.get(arm, 0) + a.unread.get(arm, 0)
+        where = f"probes/{index + 1:02d}-{arm}-{probe.load:g}/"
+        worst += [{**w, "files": [where + f for f in w["files"]]} for w in a.worst]
+    first = checked[0]
+    return AnswersCheck(
+        requests=first.requests, answered=answered, tolerances=first.tolerances,
+        tolerances_from=first.tolerances_from, agreements=agreements, worst=worst[:5],
+        unread={k: v for k, v in unread.items() if v},
+    )  # fmt: skip
 
 
 def _title(probe_title: str, spec: CompareSpec, baseline: str) -> str:

@@ -5,9 +5,13 @@
 
 The payload is built once (from a payload file, the SavedModel's signature or the first arm's
 metadata, with a fixed seed) and encoded once into OUT/request.bin, so every arm gets exactly the
-same bytes. Locust runs in a subprocess on loadtest/generator/sweepfile.py (or as a master with
-N local workers and M that join from other machines: `graphserve loadtest worker --master-host
-...`), alternating the arms window by window; its raw records become the report
+same bytes; or, under `--traffic FILE`, a traffic file's requests are encoded once into
+OUT/requests.bin and every arm is sent them in order, cycling, its answers checked
+(comparison/traffic.py).
+
+Locust runs in a subprocess on loadtest/generator/sweepfile.py (or as a master with N local
+workers and M that join from other machines: `graphserve loadtest worker --master-host ...`),
+alternating the arms window by window; its raw records become the report
 (loadtest/report/analysis.py), rendered by loadtest/report/render.py and checked against the SLO
 gates (loadtest/results/slo.py).
 
@@ -39,11 +43,12 @@ from typing import Any
 from graphserve.core.client import rest_path
 from graphserve.core.contract import SignatureContract
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
-from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError
+from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError, SloError
 from graphserve.core.inputs import InputSource
 from graphserve.core.manifest import read_manifest
 from graphserve.core.signature import SERVING_DEFAULT
 from graphserve.core.tls import ClientTls
+from graphserve.loadtest.generator.framed import REQUESTS
 from graphserve.loadtest.generator.reach import check_metrics_tls, check_tls
 from graphserve.loadtest.generator.targets import check_loopback, dial, scheme_tls, tls_env
 from graphserve.loadtest.results.plan import PLAN_ENV, PLAN_FROM_MASTER, ArmTarget, Plan
@@ -60,6 +65,7 @@ from graphserve.loadtest.results.run import (
     Report,
     Settings,
     Step,
+    TrafficPayload,
     Workers,
 )
 
@@ -150,6 +156,8 @@ class CompareSpec:
     slo: tuple[str, ...] = ()
     max_failures: int | None = None
     cold_start: list[ColdStartRun] | None = None
+    traffic: Path | None = None  # a traffic file's predict requests, cycled, answers checked
+    traffic_model: str | None = None  # the file's model to send [default: the run's model]
 
 
 def compare(
@@ -164,16 +172,25 @@ def compare(
     or leaves no results, ServerUnreachable when TLS is why an arm (or its metrics) cannot be
     reached. A missed SLO is not raised: it is in report.slo.passed.
     """
+    from graphserve.loadtest.comparison.traffic import answers_check
     from graphserve.loadtest.results.slo import parse_gate
 
     spec = replace(spec, model_name=model_name_of(spec))
     _check(spec)
     gates = [parse_gate(text) for text in spec.slo]  # a bad gate fails before any load
+    if spec.traffic is None and any(g.metric.startswith("answers.") for g in gates):
+        raise SloError("--slo answers.*: the answers are checked under --traffic FILE only")
     _check_tls(spec)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda _event: None)
     say({"event": "payload"})
-    inputs, payload_source = _payload(spec, out_dir)
+    requests = None
+    if spec.traffic is not None:
+        requests, traffic = _traffic(spec, out_dir)
+        inputs: dict[str, Any] = {}
+        payload_source = f"--traffic {traffic.file}"
+    else:
+        inputs, payload_source = _payload(spec, out_dir)
     plan = _plan(spec, out_dir)
     plan.dump(out_dir / "plan.json")
     started = time.time()
@@ -190,7 +207,7 @@ def compare(
         schema=REPORT_SCHEMA,
         title=_title(spec, baseline),
         headline=[],  # one sentence per step, written with the report (loadtest/report/render.py)
-        settings=_settings(spec, baseline, inputs, payload_source),
+        settings=_settings(spec, baseline, inputs, payload_source, traffic if requests else None),
         environment=environment(),
         arms={arm.name: _arm_info(arm, spec) for arm in spec.arms},
         steps=steps,
@@ -202,6 +219,8 @@ def compare(
         calibration=_calibration(steps, plan),
         slo=None,
     )
+    if requests is not None:
+        report.answers = answers_check(spec, requests, out_dir, baseline, report.manifest)
     report.slo = evaluate(gates, report, spec.max_failures)
     write_report(report, out_dir, raw.records)
     return report
@@ -336,6 +355,19 @@ def _check(spec: CompareSpec) -> None:
         if arm.metrics_url:
             check_loopback(arm.metrics_url, spec.allow_remote)
     run_tls(spec.arms)
+    _check_traffic(spec)
+
+
+def _check_traffic(spec: CompareSpec) -> None:
+    from graphserve.loadtest.generator.recorded import TrafficLoadError
+
+    if spec.traffic is not None and spec.payload_file is not None:
+        raise TrafficLoadError(
+            "--traffic and --payload-file both say what to send: give one (a traffic file's "
+            "requests, or one payload sent every time)"
+        )
+    if spec.traffic_model is not None and spec.traffic is None:
+        raise TrafficLoadError("--traffic-model picks records of a traffic file: pass --traffic")
 
 
 def run_tls(arms: Sequence[Arm]) -> ClientTls | None:
@@ -391,6 +423,15 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
         body = rest_body(inputs, spec.signature_name, columnar=spec.rest_format == "columnar")
     (out_dir / "request.bin").write_bytes(body)
     return inputs, source
+
+
+def _traffic(spec: CompareSpec, out_dir: Path) -> tuple[list[Any], TrafficPayload]:
+    """The traffic file's requests, checked against the signature and encoded (comparison/
+    traffic.py)."""
+    from graphserve.loadtest.comparison.traffic import traffic_requests
+
+    specs, origin, _ = payload_specs(spec)
+    return traffic_requests(spec, model_name_of(spec), specs, origin, out_dir)
 
 
 def check_payload_protocol(payload_file: Path | None, protocol: str) -> None:
@@ -465,6 +506,7 @@ def _plan(spec: CompareSpec, out_dir: Path) -> Plan:
         arms=arms,
         protocol=spec.protocol,
         body_file=str((out_dir / "request.bin").resolve()),
+        bodies_file=str((out_dir / REQUESTS).resolve()) if spec.traffic is not None else "",
         rest_path=rest_path(model_name_of(spec), "predict"),
         model_name=model_name_of(spec),
         mode=load.mode,
@@ -614,7 +656,11 @@ def _title(spec: CompareSpec, baseline: str) -> str:
 
 
 def _settings(
-    spec: CompareSpec, baseline: str, inputs: dict[str, Any], payload_source: str
+    spec: CompareSpec,
+    baseline: str,
+    inputs: dict[str, Any],
+    payload_source: str,
+    traffic: TrafficPayload | None = None,
 ) -> Settings:
     return Settings(
         protocol=spec.protocol,
@@ -631,11 +677,12 @@ def _settings(
         arm_order=[arm.name for arm in spec.arms],
         payload=Payload(
             source=payload_source,
-            file="payload.npz" if inputs else "request.bin",
+            file="requests.bin" if traffic else "payload.npz" if inputs else "request.bin",
             inputs={
                 name: PayloadInput(dtype=str(array.dtype), shape=list(array.shape))
                 for name, array in inputs.items()
             },
+            traffic=traffic,
         ),
         locust={"stop_timeout_s": _STOP_TIMEOUT_S, "sweepfile": SWEEPFILE.name},
     )

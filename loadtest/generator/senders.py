@@ -30,8 +30,9 @@ as before.
 from __future__ import annotations
 
 import collections
+import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Protocol
@@ -46,6 +47,7 @@ from graphserve.core.httpclient import HttpConnection, blocking_connector
 from graphserve.core.tls import ClientTls
 
 __all__ = [
+    "Bodies",
     "Completed",
     "Completions",
     "HttpSender",
@@ -55,6 +57,7 @@ __all__ = [
     "http_connection",
     "real_sleep",
     "timed_call",
+    "timed_exchange",
     "timed_post",
 ]
 
@@ -173,6 +176,36 @@ class Posting(Protocol):
     def post(self) -> tuple[int, bytes]: ...
 
 
+class Bodies:
+    """The requests a load cycles through, in their recorded order: a traffic file's, each
+    encoded once for its protocol before the load. Every sender given the same Bodies takes the
+    next one in turn (a process's users share one per arm, so each arm is sent the file in the
+    same order); `take` is itertools.count's next, atomic across threads.
+
+    Over REST each body is framed as its whole HTTP request once per address (`requests`),
+    not once per connection: the users of an arm share the bytes.
+    """
+
+    def __init__(self, bodies: Sequence[bytes]) -> None:
+        if not bodies:
+            raise ValueError("no request to cycle through")
+        self.bodies = list(bodies)
+        self._turns = itertools.count()
+        self._framed: dict[tuple[str, str], list[bytes]] = {}
+        self._lock = RealLock()
+
+    def take(self) -> int:
+        """The next record's number (from 0), cycling."""
+        return next(self._turns) % len(self.bodies)
+
+    def requests(self, key: tuple[str, str], frame: Callable[[bytes], bytes]) -> list[bytes]:
+        """Every body framed by `frame` (an HTTP request), once per `key` (address, path)."""
+        with self._lock:
+            if key not in self._framed:
+                self._framed[key] = [frame(body) for body in self.bodies]
+            return self._framed[key]
+
+
 class HttpSender:
     """POSTs one pre-encoded request again and again on one lean keep-alive HttpConnection
     (graphserve.core.httpclient, no headers kept) over the operating system's socket: the
@@ -186,18 +219,32 @@ class HttpSender:
 
     post: Callable[[], tuple[int, bytes]]
     """Send the request, read the whole answer: (status, body)."""
+    record: int = -1
+    """With Bodies: the record the last `post` sent."""
 
     def __init__(
         self,
         address: str,
         path: str,
-        body: bytes,
+        body: bytes | Bodies,
         headers: Mapping[str, str],
         timeout: float,
         tls: ClientTls | None = None,
     ) -> None:
         connection = http_connection(address, timeout, tls=tls)
         self._connection = connection
+        if isinstance(body, Bodies):
+            requests = body.requests(
+                (address, path), lambda b: connection.encode("POST", path, b, headers)
+            )
+            take, send = body.take, connection.send
+
+            def post() -> tuple[int, bytes]:
+                self.record = record = take()
+                return send(requests[record])
+
+            self.post = post
+            return
         # the connection's own send: a Python call less on every request than a method here
         self.post = partial(connection.send, connection.encode("POST", path, body, headers))
 
@@ -208,16 +255,22 @@ class HttpSender:
 def timed_post(sender: Posting) -> tuple[float, float, int, BaseException | None]:
     """One POST: (time.time() at the send, milliseconds, reply bytes, the failure). Anything but
     a 200 fails with `HTTP <status>: <start of the body>`, as locust's catch_response reports."""
+    start, ms, body, error = timed_exchange(sender)
+    return start, ms, len(body), error
+
+
+def timed_exchange(sender: Posting) -> tuple[float, float, bytes, BaseException | None]:
+    """`timed_post`, with the answer's body kept: (start, milliseconds, body, the failure)."""
     start, t0 = time.time(), time.perf_counter()
     try:
         status, body = sender.post()
     except OSError as exc:
-        return start, (time.perf_counter() - t0) * 1000, 0, exc
+        return start, (time.perf_counter() - t0) * 1000, b"", exc
     ms = (time.perf_counter() - t0) * 1000
     if status != 200:
         failure = http_failure(status, body.decode(errors="replace"))
-        return start, ms, len(body), CatchResponseError(failure)
-    return start, ms, len(body), None
+        return start, ms, body, CatchResponseError(failure)
+    return start, ms, body, None
 
 
 class LoopThread:

@@ -24,9 +24,12 @@ Distributed (`--workers N` on this machine, `--expect-workers N` from anywhere),
 master and workers, and everything travels over locust's messaging:
 
     worker -> master   graphserve_hello    host, pid, CPUs, versions (on joining)
-    master -> worker   graphserve_plan     the plan, the request body and the current phase
+    master -> worker   graphserve_plan     the plan, the request body (or a traffic file's
+                                           bodies) and the current phase
     master -> worker   graphserve_phase    each phase as it starts
-    worker -> master   graphserve_records  its requests, errors and CPU, every half second
+    worker -> master   graphserve_records  its requests, errors, CPU and (under traffic) the
+                                           first answer of each arm to each record, every
+                                           half second
     worker -> master   graphserve_refused  the plan's targets are remote and it may not load them
 
 The master runs the controller. A worker that stops sending heartbeats is lost: its users move to
@@ -38,6 +41,11 @@ TLS: a target of the plan says by its scheme whether it is dialed over TLS (`grp
 `loadtest worker` was given: ClientTls.to_env); a remote worker dials with its own command
 line's options, as its files are on its own machine. The master scrapes `https://` metrics URLs
 with the same options.
+
+Under a traffic file (`compare --traffic`, plan.bodies_file), each arm is sent the file's
+requests in their order, cycling (a process's users take the next in turn), and the first answer
+of each arm to each record is kept, unparsed, for the report's answers check: OUT/raw/answers.bin
+(generator/framed.py), keyed by record and arm.
 
 This file imports neither TensorFlow nor the TF Serving protos: the request is pre-encoded.
 """
@@ -65,8 +73,9 @@ from graphserve import __version__
 from graphserve.core.client import grpc_error_text
 from graphserve.core.errors import RemoteTargetError
 from graphserve.core.tls import ClientTls, split_scheme
+from graphserve.loadtest.generator.framed import ANSWERS, read_requests, write_answers
 from graphserve.loadtest.generator.scrape import scrape
-from graphserve.loadtest.generator.senders import Completed, RealLock
+from graphserve.loadtest.generator.senders import Bodies, Completed, RealLock
 from graphserve.loadtest.generator.targets import check_loopback, scheme_tls
 from graphserve.loadtest.generator.users import (
     LoopUser,
@@ -111,6 +120,9 @@ def _read_plan() -> Plan | None:
 # before: users idle while no phase names an arm, and phases are entered only with a plan.
 PLAN: Plan = _read_plan()  # type: ignore[assignment]
 BODY = Path(PLAN.body_file).read_bytes() if PLAN is not None else b""
+BODIES: list[bytes] = (
+    read_requests(Path(PLAN.bodies_file)) if PLAN is not None and PLAN.bodies_file else []
+)
 OUT = Path(PLAN.out_dir) if PLAN is not None else Path()
 
 
@@ -150,6 +162,26 @@ class Local:
         self.machine_cpu: dict[int, float] = {}  # seq -> the machine's CPU % during that phase
         self._cpu_mark = (time.process_time(), time.time())
         self._machine_mark = _machine_times()
+        self.cycles: list[Bodies] = []  # under traffic: each arm's place in the file
+        self.answered: set[tuple[int, int]] = set()  # (record, arm) whose answer is kept
+        self.answers: list[tuple[int, int, bytes]] = []  # kept since the last drain
+
+    def bodies(self, arm: int) -> Bodies:
+        """Arm `arm`'s cycle through the traffic file's requests, shared by this process's
+        users (made on the hub, where every user's senders are)."""
+        if not self.cycles:
+            self.cycles = [Bodies(BODIES) for _ in PLAN.arms]
+        return self.cycles[arm]
+
+    def answer(self, arm: int, record: int, reply: bytes) -> None:
+        """Keep `reply` if it is the first answer of `arm` to `record` (on a user's thread)."""
+        key = (record, arm)
+        if key in self.answered:
+            return
+        with self.lock:
+            if key not in self.answered:
+                self.answered.add(key)
+                self.answers.append((record, arm, reply))
 
     def enter(self, phase: Phase) -> None:
         cpu, wall, machine = time.process_time(), time.time(), _machine_times()
@@ -219,6 +251,8 @@ class Local:
             "done_through": self.done_through(),
             "spent": self.spent(),
         }
+        with self.lock:
+            batch["answers"], self.answers = self.answers, []
         self.columns = {k: [] for k in _COLUMNS}
         self.errors = Counter()
         self.cpu, self.machine_cpu = {}, {}
@@ -283,13 +317,13 @@ class SweepUser(LoopUser):
             predict_sender(
                 PLAN.protocol,
                 arm.target,
-                BODY,
+                local.bodies(index) if BODIES else BODY,
                 timeout_s=PLAN.request_timeout_s,
                 rest_path=PLAN.rest_path,
                 max_message_bytes=-1,
                 tls=scheme_tls(arm.target, TLS),
             )
-            for arm in PLAN.arms
+            for index, arm in enumerate(PLAN.arms)
         ]
 
     def sending(self, turn: Turn[Phase]) -> None:
@@ -297,6 +331,8 @@ class SweepUser(LoopUser):
 
     def record(self, turn: Turn[Phase], sent: Sent) -> Completed:
         phase = turn.tag  # a request belongs to the phase in which it started
+        if sent.record >= 0 and sent.error is None:
+            local.answer(phase.arm, sent.record, sent.reply)
         tag = {"graphserve": (phase.arm, phase.seq, sent.lag_ms)}
         return sent.completed(turn.name, tag, lambda: local.end(phase.seq))  # once recorded
 
@@ -319,6 +355,7 @@ class Collector:
         default_factory=lambda: defaultdict(list)
     )  # (arm, seq) -> chunks of (latency from the arrival in ms, ok)
     errors: Counter[tuple[int, int, str]] = field(default_factory=Counter)
+    answers: dict[tuple[int, int], bytes] = field(default_factory=dict)  # (record, arm): first
     cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     machine_cpu: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     done: dict[str, int] = field(default_factory=dict)  # process -> done_through
@@ -332,6 +369,8 @@ class Collector:
         self._file(columns)
         for arm, seq, message, count in batch["errors"]:
             self.errors[(int(arm), int(seq), str(message))] += int(count)
+        for record, arm, reply in batch.get("answers", ()):
+            self.answers.setdefault((int(record), int(arm)), bytes(reply))
         for seq, pct in batch["cpu"].items():
             self.cpu[int(seq)][node] = float(pct)
         for seq, pct in batch.get("machine_cpu", {}).items():
@@ -412,7 +451,7 @@ def _whoami() -> dict[str, Any]:
 
 def _on_plan(environment: Environment, msg: Any, **_: Any) -> None:
     """The master's plan and body: check the targets, set the budget, join the current phase."""
-    global PLAN, BODY
+    global PLAN, BODY, BODIES
     plan = Plan.from_dict(msg.data["plan"])
     allowed = plan.allow_remote and os.environ.get(WORKER_ALLOW_REMOTE_ENV) == "1"
     try:
@@ -423,6 +462,7 @@ def _on_plan(environment: Environment, msg: Any, **_: Any) -> None:
         environment.runner.send_message("graphserve_refused", {**_whoami(), "message": refusal})  # type: ignore[union-attr]
         return
     PLAN, BODY = plan, bytes(msg.data["body"])
+    BODIES = [bytes(body) for body in msg.data.get("bodies") or ()]
     if plan.max_requests:
         local.traffic.budget = RequestBudget(max(1, plan.max_requests // max(1, plan.workers)))
     if msg.data.get("phase"):
@@ -451,7 +491,12 @@ def _flush_forever(runner: WorkerRunner) -> None:
 def _on_hello(environment: Environment, msg: Any, **_: Any) -> None:
     node = str(msg.node_id)
     collector.nodes[node] = {**msg.data, "joined": time.time(), "last_seen": time.time()}
-    reply = {"plan": PLAN.to_dict(), "body": BODY, "phase": dict(_current) or None}
+    reply = {
+        "plan": PLAN.to_dict(),
+        "body": BODY,
+        "bodies": BODIES,
+        "phase": dict(_current) or None,
+    }
     environment.runner.send_message("graphserve_plan", reply, client_id=node)  # type: ignore[union-attr]
     emit(
         "worker",
@@ -744,6 +789,8 @@ class Controller:
                 for worker, node in collector.nodes.items()
             },
         }
+        if PLAN.bodies_file:
+            write_answers(raw / ANSWERS, collector.answers)
         (raw / "phases.json").write_text(json.dumps(document, indent=1))
         self._emit("done", truncated=self.truncated)
 

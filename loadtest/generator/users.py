@@ -34,6 +34,7 @@ from locust.exception import StopUser
 from graphserve.core.client import JSON_HEADERS, GrpcClient
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.senders import (
+    Bodies,
     Completed,
     Completions,
     HttpSender,
@@ -41,10 +42,12 @@ from graphserve.loadtest.generator.senders import (
     RealLock,
     real_sleep,
     timed_call,
+    timed_exchange,
     timed_post,
 )
 
 __all__ = [
+    "Bodies",
     "GrpcPredict",
     "LoopUser",
     "RequestBudget",
@@ -217,7 +220,8 @@ class Sent:
     length: int  # the answer's bytes
     error: BaseException | None
     lag_ms: float  # open loop: how long after its arrival it went out
-    reply: bytes  # gRPC: the answer, unparsed (b"" on failure); REST: b"" (not kept)
+    reply: bytes  # gRPC: the answer, unparsed (b"" on failure); REST: b"" (kept with Bodies)
+    record: int = -1  # with Bodies: the record sent
 
     def completed(
         self,
@@ -235,6 +239,11 @@ class Sender(Protocol):
     request_type: str  # locust's request_type: "grpc" | "POST"
     timeout_s: float
 
+    @property
+    def record(self) -> int:
+        """With Bodies: the record the last send sent (-1: one body, sent every time)."""
+        ...
+
     def send(self) -> tuple[float, float, int, BaseException | None, bytes]:
         """(time.time() at the send, milliseconds, answer bytes, the failure, the answer)."""
         ...
@@ -248,11 +257,12 @@ class GrpcPredict:
     with `tls` (a grpcs:// address alone: the system's CAs)."""
 
     request_type = "grpc"
+    record = -1
 
     def __init__(
         self,
         address: str,
-        body: bytes,
+        body: bytes | Bodies,
         timeout_s: float,
         *,
         max_message_bytes: int | None = None,
@@ -263,7 +273,8 @@ class GrpcPredict:
             address, timeout=timeout_s, max_message_bytes=max_message_bytes, tls=tls
         )
         self._predict = self._client.raw("Predict")  # bytes in, bytes out
-        self._body = body
+        self._bodies = body if isinstance(body, Bodies) else None
+        self._body = body if isinstance(body, bytes) else b""
         self._reply = b""
 
     def _call(self, body: bytes, timeout: float) -> bytes:
@@ -272,6 +283,9 @@ class GrpcPredict:
 
     def send(self) -> tuple[float, float, int, BaseException | None, bytes]:
         self._reply = b""
+        if self._bodies is not None:
+            self.record = self._bodies.take()
+            self._body = self._bodies.bodies[self.record]
         start, ms, length, error = timed_call(self._call, self._body, self.timeout_s)
         return start, ms, length, error, self._reply
 
@@ -280,18 +294,32 @@ class GrpcPredict:
 
 
 class RestPredict:
-    """POSTs one pre-encoded JSON body over a keep-alive connection; anything but 200 fails.
-    Over TLS with `tls` (an https:// address alone: the system's CAs)."""
+    """POSTs one pre-encoded JSON body over a keep-alive connection (or, with Bodies, the next
+    one, its answer kept); anything but 200 fails. Over TLS with `tls` (an https:// address
+    alone: the system's CAs)."""
 
     request_type = "POST"
 
     def __init__(
-        self, address: str, path: str, body: bytes, timeout_s: float, tls: ClientTls | None = None
+        self,
+        address: str,
+        path: str,
+        body: bytes | Bodies,
+        timeout_s: float,
+        tls: ClientTls | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self._http = HttpSender(address, path, body, JSON_HEADERS, timeout_s, tls)
+        self._cycles = isinstance(body, Bodies)
+
+    @property
+    def record(self) -> int:
+        return self._http.record
 
     def send(self) -> tuple[float, float, int, BaseException | None, bytes]:
+        if self._cycles:
+            start, ms, body, error = timed_exchange(self._http)
+            return start, ms, len(body), error, body if error is None else b""
         return *timed_post(self._http), b""
 
     def close(self) -> None:
@@ -301,7 +329,7 @@ class RestPredict:
 def predict_sender(
     protocol: str,
     address: str,
-    body: bytes,
+    body: bytes | Bodies,
     *,
     timeout_s: float,
     rest_path: str = "",
@@ -387,8 +415,10 @@ class LoopUser(User):
             lag_ms = schedule.lag_ms(due)
         budget.spend()
         self.sending(turn)
-        start, ms, length, error, reply = self._senders[turn.arm].send()
-        completed = self.record(turn, Sent(start, ms, length, error, lag_ms, reply))
+        sender = self._senders[turn.arm]
+        start, ms, length, error, reply = sender.send()
+        sent = Sent(start, ms, length, error, lag_ms, reply, sender.record)
+        completed = self.record(turn, sent)
         assert self._completions is not None  # set before the thread started
         self._completions.put(completed)
         return True

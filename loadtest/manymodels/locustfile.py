@@ -216,6 +216,7 @@ class GrpcModels:
     go out as they are; the answer is read only for its trailing metadata."""
 
     request_type = "grpc"
+    record = -1  # no traffic file: one request per signature
 
     def __init__(self, address: str, timeout_s: float, tls: ClientTls | None = None) -> None:
         self.timeout_s = timeout_s
@@ -250,6 +251,7 @@ class RestModels:
     of this user's own; anything but 200 fails. The answer's headers are kept for the mark."""
 
     request_type = "POST"
+    record = -1
 
     def __init__(self, address: str, timeout_s: float, tls: ClientTls | None = None) -> None:
         self.timeout_s = timeout_s

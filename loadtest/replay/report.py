@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphserve.core.results import JsonResult
-from graphserve.loadtest.results.answers import Agreement, OutputAgreement
+from graphserve.loadtest.results.answers import Agreement, Disagreement, OutputAgreement
 
 __all__ = [
     "Adherence",
@@ -80,23 +80,6 @@ class ArmReplay(JsonResult):
     # with --metrics: traces of each signature's tf.function the replay added (an eager server
     # in function mode: one per new shape); None without a metrics URL or the gauge
     traces_added: dict[str, float] | None = None
-
-
-@dataclass
-class Disagreement(JsonResult):
-    """A request whose answers disagree: the worst output, and how to send it again."""
-
-    record: int
-    arm: str
-    reference: str
-    shape: str
-    output: str
-    max_abs_error: float
-    allowed_abs_error: float | None
-    why: str
-    files: list[str]
-    command: str
-    curl: str | None
 
 
 @dataclass

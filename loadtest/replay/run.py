@@ -22,30 +22,26 @@ import numpy as np
 from graphserve.core.errors import SloError
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.reach import check_tls
+from graphserve.loadtest.generator.recorded import Prepared, describe_skipped, prepare
 from graphserve.loadtest.generator.targets import check_loopback, dial
 from graphserve.loadtest.replay.plan import ON_TIME_S, ReplayError, ReplaySpec, schedule
 from graphserve.loadtest.replay.report import (
     Adherence,
     ArmReplay,
-    Disagreement,
     ReplayGate,
     ReplayReport,
     ShapeLatency,
     render_markdown,
     shapes_png,
 )
-from graphserve.loadtest.replay.requests import Prepared, describe_skipped, prepare
 from graphserve.loadtest.replay.send import Outcome, send_schedule
 from graphserve.loadtest.results.answers import (
-    ANSWERS_GATES,
     DEFAULT_TOLERANCES,
     Agreement,
     Answer,
-    OutputDiff,
-    agreement,
-    answers_gate,
     answers_value,
     grpc_answer,
+    judge,
     rest_answer,
 )
 from graphserve.loadtest.results.slo import Gate, parse_gate, passes
@@ -138,31 +134,17 @@ def replay(spec: ReplaySpec, say: Say = lambda _: None) -> ReplayReport:
     tolerances = {**DEFAULT_TOLERANCES, **spec.tolerances}
     baseline = list(spec.arms)[-1]
     answers = {name: _answers(spec.protocol, requests, got) for name, got in outcomes.items()}
-    arms, worst = [], []
+    agreements, chosen = judge(
+        baseline, answers, [r.logged for r in requests], [(r.index, r.shape) for r in requests],
+        tolerances, spec.worst,
+    )  # fmt: skip
+    arms = []
     for name, (target, _) in targets.items():
-        agreements = []
-        references: list[tuple[str, list[Answer | None]]] = [
-            ("logged", [r.logged for r in requests])
-        ]
-        if name != baseline:
-            references.append((baseline, answers[baseline]))
-        for reference, theirs in references:
-            found, disagreements = _agreement(
-                name, reference, requests, answers[name], theirs, tolerances
-            )
-            if found.compared:
-                agreements.append(found)
-            worst += disagreements
-        arm = _arm(name, target, requests, due, outcomes[name], agreements, spec.max_in_flight)
+        arm = _arm(
+            name, target, requests, due, outcomes[name], agreements[name], spec.max_in_flight
+        )
         arm.traces_added = traces[name]
         arms.append(arm)
-    worst.sort(key=lambda pair: -pair[0])
-    chosen: list[Disagreement] = []
-    for _, disagreement in worst:
-        if len(chosen) >= spec.worst:
-            break
-        if all(d.record != disagreement.record for d in chosen):
-            chosen.append(disagreement)
     warnings = notes + _warnings(arms)
     report = ReplayReport(
         traffic=str(spec.traffic),
@@ -226,35 +208,6 @@ def _answers(protocol: str, requests: Sequence[Prepared], got: Sequence[Outcome]
             outcome.error = f"answer not readable as a {request.kind} answer: {exc}"
             out.append(None)
     return out
-
-
-def _agreement(
-    arm: str,
-    reference: str,
-    requests: Sequence[Prepared],
-    mine: Sequence[Answer | None],
-    theirs: Sequence[Answer | None],
-    tolerances: dict[str, tuple[float, float]],
-) -> tuple[Agreement, list[tuple[float, Disagreement]]]:
-    found, worst = agreement(reference, zip(mine, theirs, strict=True), tolerances)
-    bad = [(d.excess, _disagreement(arm, reference, requests[i], d)) for i, d in worst]
-    return found, bad
-
-
-def _disagreement(arm: str, reference: str, request: Prepared, d: OutputDiff) -> Disagreement:
-    return Disagreement(
-        record=request.index,
-        arm=arm,
-        reference=reference,
-        shape=request.shape,
-        output=d.output,
-        max_abs_error=d.max_abs_error,
-        allowed_abs_error=d.allowed_abs_error,
-        why=d.why,
-        files=[],
-        command="",
-        curl=None,
-    )
 
 
 def _arm(
@@ -365,13 +318,7 @@ def _warnings(arms: Sequence[ArmReplay]) -> list[str]:
 def _parse(text: str) -> Gate:
     """`loadtest compare`'s latency, throughput and errors gates (slo.py), or an answers gate
     (results.answers); no ratio gates."""
-    gate = answers_gate(text)
-    if gate is not None:
-        return gate
-    try:
-        gate = parse_gate(text)
-    except SloError as exc:
-        raise SloError(f"{exc}; or {ANSWERS_GATES}") from None
+    gate = parse_gate(text)
     if gate.ratio:
         raise SloError(f"--slo {text!r}: a replay judges each arm alone, no ratio gates")
     return gate

@@ -31,7 +31,7 @@ from typing import Any
 from graphserve.core.client import JSON_HEADERS, GrpcClient, http_failure, rest_error_text
 from graphserve.core.httpclient import HttpConnection
 from graphserve.core.tls import ClientTls
-from graphserve.loadtest.replay.requests import Prepared
+from graphserve.loadtest.generator.recorded import Prepared
 
 __all__ = ["Outcome", "send_schedule"]
 

@@ -409,6 +409,7 @@ def _document(report: Report) -> list[Block]:
                 )
             )
             blocks.append(_ratio_table(step.ratios))
+    blocks += _answers(report)
     blocks += _cold_start(report) + _calibration(report) + _workers(report) + _slo(report)
     warnings = _warnings(report) + _lost_workers(report)
     if warnings:
@@ -503,6 +504,15 @@ def _how_it_was_run(report: Report) -> str:
     else:
         loop = f"closed loop with {loads} concurrent users"
     inputs = "; ".join(f"{k} {v.dtype} {v.shape}" for k, v in s.payload.inputs.items())
+    traffic = s.payload.traffic
+    if traffic is not None:
+        shapes = ", ".join(f"{shape} ×{n}" for shape, n in list(traffic.shapes.items())[:8])
+        more = len(traffic.shapes) - 8
+        inputs = (
+            f"{fmt_count(traffic.requests)} predict requests of model {traffic.model} (of "
+            f"{fmt_count(traffic.records)} records), sent in order, cycling: {shapes}"
+            + (f" and {more} more shapes" if more > 0 else "")
+        )
     versions = ", ".join(f"{k} {v}" for k, v in env.versions.items())
     workers = s.workers + s.expect_workers
     sentences = [
@@ -512,8 +522,11 @@ def _how_it_was_run(report: Report) -> str:
         f"{fmt_plain(s.window_s)} s windows ({fmt_plain(s.min_windows)}–"
         f"{fmt_plain(s.max_windows)} per arm) until the last windows agree within "
         f"{fmt_plain(s.stability_pct)} %.",
-        f"Model {s.model_name} ({s.signature_name}), batch size {fmt_plain(s.batch_size)}, "
-        f"payload {s.payload.file}: {s.payload.source}" + (f"; {inputs}" if inputs else "") + ".",
+        f"Model {s.model_name} ({s.signature_name}), "
+        + ("" if traffic else f"batch size {fmt_plain(s.batch_size)}, ")
+        + f"payload {s.payload.file}: {s.payload.source}"
+        + (f"; {inputs}" if inputs else "")
+        + ".",
         f"Locust workers: {fmt_plain(workers)}, seed {fmt_plain(s.seed)}"
         + (f", at most {s.max_requests} requests" if s.max_requests else "")
         + ".",
@@ -574,6 +587,54 @@ def _ratio_table(ratios: Mapping[str, Ratio]) -> TableBlock:
     keys = ("throughput", *_PERCENTILE_KEYS, "mean")
     rows = tuple((name, *(_fmt_ratio(r.of(k)) for k in keys)) for name, r in ratios.items())
     return TableBlock(("arm / baseline", *keys), rows, (False, *(True for _ in keys)))
+
+
+def _answers(report: Report) -> list[Block]:
+    """`--traffic`: each arm's answers against the log's and the baseline's, and the requests
+    that disagree most, with the command that sends each again."""
+    a = report.answers
+    if a is None:
+        return []
+    answered = ", ".join(f"{name} {fmt_count(n)}" for name, n in a.answered.items())
+    said = (
+        f"Each arm's first answer to each of the {fmt_count(a.requests)} requests of the "
+        f"traffic file (answered: {answered}), judged with the exporter's parity rule and "
+        f"{a.tolerances_from}'s tolerances against the answer the log holds and the "
+        f"{report.settings.baseline} arm's."
+    )
+    rows = []
+    for arm, agreements in a.agreements.items():
+        for g in agreements:
+            changed = [o["top_class_changed"] for o in g["outputs"]
+                       if o.get("top_class_changed") is not None]  # fmt: skip
+            counted = sum(o["rows"] for o in g["outputs"] if o.get("top_class_changed") is not None)
+            worst_abs = max((o["max_abs_error"] for o in g["outputs"]), default=None)
+            worst_rel = max((o["max_rel_error"] for o in g["outputs"]), default=None)
+            rows.append((
+                arm, g["reference"], f"{fmt_count(g['mismatched'])} of {fmt_count(g['compared'])}",
+                _fmt_sig(worst_abs), _fmt_sig(worst_rel),
+                f"{100 * sum(changed) / counted:.2f} %" if counted else "-",
+            ))  # fmt: skip
+    blocks: list[Block] = [Heading(2, "Answers"), Paragraph(said)]
+    if rows:
+        blocks.append(TableBlock(
+            ("arm", "against", "mismatched", "max abs error", "max rel error", "top class changed"),
+            tuple(rows), (False, False, True, True, True, True),
+        ))  # fmt: skip
+    else:
+        blocks.append(Paragraph("No answer could be compared: no request had two answers."))
+    unread = ", ".join(f"{name} {fmt_count(n)}" for name, n in a.unread.items())
+    if unread:
+        blocks.append(Paragraph(f"Answers that could not be read as predict answers: {unread}."))
+    for w in a.worst:
+        why = w["why"] or f"max abs error {_fmt_sig(w['max_abs_error'])}"
+        text = (
+            f"Record {w['record']} ({w['shape']}), {w['arm']} against {w['reference']}, "
+            f"output {w['output']}: {why}. Saved as {', '.join(w['files'])}; sent again by "
+            f"`{w['command']}`" + (f", or `{w['curl']}`" if w.get("curl") else "") + "."
+        )
+        blocks.append(Paragraph(text))
+    return blocks
 
 
 def _cold_start(report: Report) -> list[Block]:
@@ -682,13 +743,14 @@ def _slo(report: Report) -> list[Block]:
         return []
     rows, classes = [], []
     for gate in slo.gates:
+        plain = gate.step < 0  # an answers gate: a count or a share, once over the run
         rows.append(
             (
                 gate.expression,
                 gate.arm or "all",
                 load_label(gate.load, report.settings.mode) if gate.load is not None else "all",
-                fmt_ms(gate.value),
-                fmt_ms(gate.threshold),
+                _fmt_sig(gate.value) if plain else fmt_ms(gate.value),
+                _fmt_sig(gate.threshold) if plain else fmt_ms(gate.threshold),
                 fmt_check(gate.passed),
             )
         )

@@ -65,6 +65,9 @@ class Plan:
     workers_timeout_s: float = 60.0  # how long the master waits for its workers to join
     request_timeout_s: float = 30.0
     allow_remote: bool = False
+    # a traffic file's requests, encoded once (generator/framed.py's REQUESTS), sent in order,
+    # cycling, in place of body_file's one; "": one request, sent every time
+    bodies_file: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def users(self, load: float) -> int:

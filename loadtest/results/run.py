@@ -34,6 +34,7 @@ from graphserve.core.errors import LoadTestError
 __all__ = [
     "READABLE_SCHEMAS",
     "REPORT_SCHEMA",
+    "AnswersCheck",
     "ArmInfo",
     "ArmSearch",
     "ArmStep",
@@ -62,6 +63,7 @@ __all__ = [
     "Stability",
     "Step",
     "StrictModel",
+    "TrafficPayload",
     "Window",
     "WorkerNode",
     "Workers",
@@ -332,8 +334,34 @@ class Payload(StrictModel):
     # "--payload-file /abs/path", or "generated with seed N from SavedModel V" (or "from metadata
     # of ARM (ADDRESS)"); reports before these words: "file PATH", "SavedModel V", "metadata of"
     source: str
-    file: str  # payload.npz, or request.bin for a REST body given as it is
+    file: str  # payload.npz, request.bin for a REST body given as it is, requests.bin (traffic)
     inputs: dict[str, PayloadInput]
+    traffic: TrafficPayload | None = None  # `--traffic FILE`: the requests cycled through
+
+
+class TrafficPayload(StrictModel):
+    """`--traffic FILE`: a traffic file's predict requests, sent to every arm in their order,
+    cycling (generator/framed.py's requests.bin, each encoded once)."""
+
+    file: str  # the traffic file, absolute
+    model: str  # the model whose records were sent (to the run's model)
+    records: int  # in the file
+    requests: int  # cycled through
+    shapes: dict[str, int]  # requests by shape: "images [4, 784]" -> 12
+
+
+class AnswersCheck(StrictModel):
+    """`--traffic`: each arm's first answer to each request against the log's and the baseline
+    arm's (loadtest/results/answers.py, the exporter's parity rule), and the requests that
+    disagree most, saved under OUT/answers with the command that sends each again."""
+
+    requests: int  # cycled through
+    answered: dict[str, int]  # per arm: requests with a kept answer
+    tolerances: dict[str, list[float]]
+    tolerances_from: str
+    agreements: dict[str, list[dict[str, Any]]]  # per arm: Agreement's JSON, one per reference
+    worst: list[dict[str, Any]]  # Disagreement's JSON
+    unread: dict[str, int] = Field(default_factory=dict)  # per arm: answers not readable
 
 
 class Settings(StrictModel):
@@ -454,6 +482,7 @@ class Report(StrictModel):
     calibration: Calibration | None
     slo: SloResult | None
     find_max: FindMax | None = None  # `--find-max`: the searches; the probes are the steps
+    answers: AnswersCheck | None = None  # `--traffic`: every arm's answers checked
     files: ReportFiles | None = None
 
     def arm_order(self) -> list[str]:

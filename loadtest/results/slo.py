@@ -74,7 +74,8 @@ _GATE = re.compile(
 _EXPECTED = (
     "expected [ARM.]METRIC<VALUE such as p99<50ms, graph.p50<=2ms, throughput>500, "
     "ratio.p50<0.6, errors==0 (METRIC: p50, p90, p95, p99, p99.9, mean, min, max, throughput, "
-    "errors; OP: <, <=, >, >=, ==)"
+    "errors; OP: <, <=, >, >=, ==), or under --traffic answers.mismatch==0, "
+    "answers.top_changed<0.01"
 )
 
 
@@ -102,6 +103,11 @@ def parse_gate(text: str) -> Gate:
     Raises SloError naming the text and the expected forms when it does not fit the grammar,
     uses a unit the metric does not take, or asks a ratio of min or max.
     """
+    from graphserve.loadtest.results.answers import answers_gate
+
+    answers = answers_gate(text)  # under a traffic file: the answers check's gates
+    if answers is not None:
+        return answers  # type: ignore[no-any-return]
     match = _GATE.fullmatch(text)
     if match is None:
         raise _bad(text)
@@ -198,8 +204,9 @@ def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) ->
     """
     arm_order = report.settings.arm_order
     baseline = report.settings.baseline
+    rows: list[GateCheck] = [_answers_row(gate, report) for gate in gates if _on_answers(gate)]
+    gates = [gate for gate in gates if not _on_answers(gate)]
     arms = [_resolve_arm(gate, arm_order, baseline) for gate in gates]
-    rows: list[GateCheck] = []
     for step in report.steps:
         for gate, arm in zip(gates, arms, strict=True):
             value = _value(step, gate, arm, baseline)
@@ -225,6 +232,32 @@ def evaluate(gates: Sequence[Gate], report: Report, max_failures: int | None) ->
     )
 
 
+def _on_answers(gate: Gate) -> bool:
+    return gate.metric.startswith("answers.")
+
+
+def _answers_row(gate: Gate, report: Report) -> GateCheck:
+    """An answers gate, judged once over the run (load None: all): its arm's agreements, or
+    every arm's; not judged (None, missed) when the run checked no answer."""
+    from graphserve.loadtest.results.answers import Agreement, answers_value
+
+    check = report.answers
+    if check is None:
+        raise SloError(f"--slo {gate.expression!r}: answers are checked under --traffic FILE only")
+    if gate.arm is not None and gate.arm not in check.agreements:
+        raise SloError(
+            f"--slo {gate.expression!r} names arm {gate.arm!r}; the report has "
+            + ", ".join(map(repr, check.agreements))
+        )
+    chosen = [gate.arm] if gate.arm is not None else list(check.agreements)
+    found = [Agreement.from_json(a) for arm in chosen for a in check.agreements[arm]]
+    value = answers_value(gate.metric, found)
+    return GateCheck(
+        expression=gate.expression, arm=gate.arm, step=-1, load=None, value=value,
+        threshold=gate.threshold, passed=passes(gate, value),
+    )  # fmt: skip
+
+
 def passes(gate: Gate, value: float | None) -> bool:
     """Whether `value` meets the gate; a missing value (None) never does."""
     return value is not None and _OPS[gate.op](value, gate.threshold)
@@ -246,6 +279,10 @@ def describe(result: SloResult, *, mode: str) -> list[str]:
             continue
         gate = parse_gate(row.expression)
         value = row.value
+        if _on_answers(gate):
+            said = "no answer compared" if value is None else _number(value)
+            lines.append(f"{row.expression} missed on {row.arm or 'every arm'}: {said}")
+            continue
         if value is None:
             shown = "no value (no successful request)"
         elif gate.ratio:

@@ -5,7 +5,7 @@
 
 Each user sends the pre-encoded request in OUT/raw/request.bin from a real OS thread over a
 channel of its own (generator/users.py's loop; generator/senders.py says why). Under recorded
-traffic (OUT/raw/requests.bin, rollouts/traffic.py) the users take the file's requests in order,
+traffic (OUT/raw/requests.bin, generator/framed.py) the users take the file's requests in order,
 cycling, one count for the process, and keep each version's first answer to each record. Closed loop
 (--rollout-rate 0): back to back. Open loop: the users share one schedule of evenly spaced sends
 at the rate, starting together, and a send that goes out late records its lag. Every answer is
@@ -29,7 +29,6 @@ Neither TensorFlow nor the TF Serving protos beyond model.proto are imported.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import time
@@ -42,7 +41,13 @@ from locust import events
 from locust.env import Environment
 from tensorflow_serving.apis import model_pb2
 
-from graphserve.loadtest.generator.senders import Completed
+from graphserve.loadtest.generator.framed import (
+    ANSWERS,
+    REQUESTS,
+    read_requests,
+    write_answers,
+)
+from graphserve.loadtest.generator.senders import Bodies, Completed
 from graphserve.loadtest.generator.targets import check_loopback, target_tls
 from graphserve.loadtest.generator.users import (
     GrpcPredict,
@@ -53,12 +58,6 @@ from graphserve.loadtest.generator.users import (
     Traffic,
     Turn,
     end_run,
-)
-from graphserve.loadtest.rollouts.traffic import (
-    ANSWERS,
-    REQUESTS,
-    read_requests,
-    write_answers,
 )
 
 _RPC_TIMEOUT_S = 10.0
@@ -81,8 +80,7 @@ class _Run:
     def __init__(self) -> None:
         self.dir = Path()
         self.body = b""
-        self.bodies: list[bytes] = []  # under traffic: the file's requests
-        self.turns = itertools.count()  # the next record to send: next() is atomic
+        self.bodies: Bodies | None = None  # under traffic: the file's requests
         self.rows: list[tuple[float, float, float, int, int, int]] = []  # append is atomic
         self.answers: dict[tuple[int, int], bytes] = {}  # (record, version): first answer
         self.written = False
@@ -100,7 +98,7 @@ class _Run:
             "version": np.asarray(columns[4], np.int64),
             "record": np.asarray(columns[5], np.int32),
         }
-        if self.bodies:
+        if self.bodies is not None:
             write_answers(self.dir / ANSWERS, dict(self.answers))
         partial = self.dir / "records.partial.npz"
         with partial.open("wb") as f:
@@ -156,7 +154,7 @@ def _on_start(environment: Environment, **_: Any) -> None:
     host = environment.host or ""
     check_loopback(host)
     if (run.dir / REQUESTS).exists():
-        run.bodies = read_requests(run.dir / REQUESTS)
+        run.bodies = Bodies(read_requests(run.dir / REQUESTS))
     else:
         run.body = (run.dir / "request.bin").read_bytes()
     t0 = time.time() + _START_DELAY_S  # every user starts then, closed loop or open
@@ -178,19 +176,6 @@ def _on_stop(**_: Any) -> None:
     run.write()  # the run ended on locust's own bound (-t) before the controller's stop
 
 
-class _Recorded(GrpcPredict):
-    """GrpcPredict over the traffic file's requests: each send takes the process's next."""
-
-    def __init__(self, address: str, timeout_s: float, **options: Any) -> None:
-        super().__init__(address, b"", timeout_s, **options)
-        self.record = -1  # the last one sent
-
-    def send(self) -> tuple[float, float, int, BaseException | None, bytes]:
-        self.record = next(run.turns) % len(run.bodies)
-        self._body = run.bodies[self.record]
-        return super().send()
-
-
 class RolloutUser(LoopUser):
     """Sends the request to the host until the run stops; every answer is recorded with the
     version that gave it."""
@@ -202,11 +187,8 @@ class RolloutUser(LoopUser):
         # Made here, on the hub: a channel of its own (one shared by threads serializes them).
         host = self.host or ""
         options: dict[str, Any] = {"max_message_bytes": -1, "tls": target_tls(host)}
-        self._sender: GrpcPredict = (
-            _Recorded(host, _RPC_TIMEOUT_S, **options)
-            if run.bodies
-            else GrpcPredict(host, run.body, _RPC_TIMEOUT_S, **options)
-        )
+        body = run.bodies if run.bodies is not None else run.body
+        self._sender = GrpcPredict(host, body, _RPC_TIMEOUT_S, **options)
 
     def senders(self) -> list[Sender]:
         return [self._sender]
@@ -216,8 +198,7 @@ class RolloutUser(LoopUser):
             code, version = 0, answered_version(sent.reply)
         else:
             code, version = int(sent.error.code().value[0]), -1  # type: ignore[attr-defined]
-        record = self._sender.record if isinstance(self._sender, _Recorded) else -1
-        if record >= 0 and code == 0:
-            run.answers.setdefault((record, version), sent.reply)
-        run.rows.append((sent.start, sent.ms, sent.lag_ms, code, version, record))
+        if sent.record >= 0 and code == 0:
+            run.answers.setdefault((sent.record, version), sent.reply)
+        run.rows.append((sent.start, sent.ms, sent.lag_ms, code, version, sent.record))
         return sent.completed(turn.name)

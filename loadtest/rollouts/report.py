@@ -164,13 +164,11 @@ def _answer_gate(gate: Gate, judged: RolloutAnswers | None) -> RolloutGate:
     from graphserve.loadtest.results.slo import passes
 
     found = (
-        [Agreement(f"v{judged.old_version}", judged.compared, judged.mismatched)]
+        [Agreement.from_json({"reference": f"v{judged.old_version}", **judged.model_dump()})]
         if judged is not None
         else []
     )
     value = answers_value(gate.metric, found)
-    if gate.metric == "answers.top_changed" and judged is not None:
-        value = judged.top_class_changed_share if judged.compared else None
     return RolloutGate(
         expression=gate.expression,
         window="answers",
@@ -493,10 +491,9 @@ def _statuses(errors: Mapping[str, int]) -> str:
 
 
 def _value(expression: str, value: float | None) -> str:
-    from graphserve.loadtest.results.answers import answers_gate
     from graphserve.loadtest.results.slo import parse_gate
 
-    metric = (answers_gate(expression) or parse_gate(expression)).metric
+    metric = parse_gate(expression).metric
     if metric == "answers.mismatch":
         return fmt_count(value)
     if metric == "answers.top_changed":

@@ -51,6 +51,12 @@ from graphserve.core.errors import (
     SloError,
 )
 from graphserve.core.tls import ClientTls
+from graphserve.loadtest.generator.framed import (
+    ANSWERS,
+    REQUESTS,
+    read_answers,
+    write_requests,
+)
 from graphserve.loadtest.generator.locustrun import (
     log_tail,
     read_records,
@@ -62,13 +68,7 @@ from graphserve.loadtest.generator.targets import check_loopback, dial
 from graphserve.loadtest.results.rollout import RolloutReport, RolloutSettings
 from graphserve.loadtest.rollouts.analysis import Moments
 from graphserve.loadtest.rollouts.spec import RolloutSpec
-from graphserve.loadtest.rollouts.traffic import (
-    ANSWERS,
-    REQUESTS,
-    read_answers,
-    traffic_requests,
-    write_requests,
-)
+from graphserve.loadtest.rollouts.traffic import traffic_requests
 
 __all__ = ["ROLLOUT_FILE", "RolloutSpec", "is_saved_model", "rollout", "serving_version"]
 
@@ -91,12 +91,11 @@ def rollout(spec: RolloutSpec, out_dir: Path, progress: Say | None = None) -> Ro
     not complete in time is not raised: report.swap.completed is False and says why; missed
     gates are in report.slo.
     """
-    from graphserve.loadtest.results.answers import answers_gate
     from graphserve.loadtest.results.slo import parse_gate
     from graphserve.loadtest.rollouts.analysis import check_gate_windows
 
     _check(spec)
-    gates = [answers_gate(text) or parse_gate(text) for text in spec.slo]
+    gates = [parse_gate(text) for text in spec.slo]
     check_gate_windows(gates)
     if spec.traffic is None and any(g.metric.startswith("answers.") for g in gates):
         raise SloError("--slo answers.*: the answers are compared with --traffic FILE only")

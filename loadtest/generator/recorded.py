@@ -24,11 +24,12 @@ import numpy as np
 
 from graphserve.core.client import rest_path
 from graphserve.core.codec import array_from_proto
+from graphserve.core.errors import LoadTestError
 from graphserve.loadtest.generator.payloads import rest_body
 from graphserve.loadtest.results.answers import Answer, grpc_answer
 from graphserve.model.traffic import Record
 
-__all__ = ["RPCS", "Prepared", "prepare", "shape_label"]
+__all__ = ["RPCS", "Prepared", "TrafficLoadError", "predict_records", "prepare", "shape_label"]
 
 # the RPC of each kind of record, and its REST verb (None: TF Serving's REST API has none)
 RPCS: dict[str, tuple[str, str | None]] = {
@@ -37,6 +38,36 @@ RPCS: dict[str, tuple[str, str | None]] = {
     "regress": ("Regress", "regress"),
     "multi_inference": ("MultiInference", None),
 }
+
+
+class TrafficLoadError(LoadTestError):
+    """A traffic file a load cannot send (exit 2, before any load)."""
+
+    exit_code = 2
+
+
+def predict_records(
+    records: Sequence[Record], model: str, flag: str, signature: str | None = None
+) -> list[int]:
+    """The numbers of `records`' predict requests of `model` (and of `signature`, when given):
+    what a load that sends Predict cycles through. TrafficLoadError, naming what the file holds
+    and `flag` (the option that picks another model), when there is none."""
+    from collections import Counter
+
+    kept = [
+        n
+        for n, r in enumerate(records)
+        if r.kind == "predict" and r.model == model and signature in (None, r.signature)
+    ]
+    if kept:
+        return kept
+    held = Counter(f"{r.kind} of {r.model!r} ({r.signature})" for r in records)
+    wanted = f"model {model!r}" + (f", signature {signature!r}" if signature else "")
+    raise TrafficLoadError(
+        f"no predict request of {wanted} (the file holds "
+        + ", ".join(f"{n} {what}" for what, n in held.most_common(6))
+        + f"): this load sends Predict; name the file's model with {flag}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1091,6 +1091,17 @@ def many_command(
     seed: Annotated[int, typer.Option(help="seed of the model picks and the payloads")] = 0,
     signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
     batch_size: Annotated[int, typer.Option(min=1, help="rows per request")] = 1,
+    traffic: Annotated[
+        Path | None,
+        typer.Option(
+            help="send a traffic file's predict requests in place of one payload: each model "
+            "those that fit its signature, in order, cycling"
+        ),
+    ] = None,
+    traffic_model: Annotated[
+        str | None,
+        typer.Option(help="with --traffic: only the file's records of this model [default: all]"),
+    ] = None,
     slo: Annotated[
         list[str] | None,
         typer.Option(help="gates, e.g. 'warm.p99<20ms', 'cold.p99<2s', 'errors==0' (repeat)"),
@@ -1124,6 +1135,7 @@ def many_command(
     """
     from graphserve.core.errors import LoadTestError, ServerUnreachable
     from graphserve.loadtest.manymodels.run import ManySpec, many
+    from graphserve.model.traffic import TrafficError
 
     if weights is not None and zipf is not None:
         raise typer.BadParameter("--zipf or --weights, not both", param_hint="'--weights'")
@@ -1147,6 +1159,8 @@ def many_command(
         seed=seed,
         signature_name=signature_name,
         batch_size=batch_size,
+        traffic=traffic,
+        traffic_model=traffic_model,
         slo=tuple(slo or ()),
         max_failure_ratio=max_failure_ratio,
         min_hit_ratio=min_hit_ratio,
@@ -1156,7 +1170,7 @@ def many_command(
     try:
         quiet_tensorflow()  # the payload and metadata code import it
         report = many(spec, out, None if quiet else _many_progress)
-    except (LoadTestError, ServerUnreachable, TlsConfigError) as exc:
+    except (LoadTestError, ServerUnreachable, TlsConfigError, TrafficError) as exc:
         stderr.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=exc.exit_code) from None
     from graphserve.loadtest.manymodels.report import render_table

@@ -238,6 +238,44 @@ def test_a_bad_weights_file_or_target_exits_2_before_any_load(
 # Real runs
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_many_sends_a_traffic_files_requests_to_every_model(
+    protocol: str, mlp_export: Any, copies: CopiesResult, warm_server: Any, tmp_path: Path
+) -> None:
+    """The file's requests (of 1 and 3 rows) go to every copy, each model's name in its head
+    (gRPC) or path (REST): all answered; a file with no request of the model named exits 2."""
+    from graphserve.loadtest.traffic.make import MakeSpec, make_traffic, parse_distribution
+
+    traffic = tmp_path / "mixed.tfrecord"
+    make_traffic(MakeSpec(mlp_export.version_dir, traffic, count=8,
+                          batch_sizes=parse_distribution("1,3", "--batch-sizes")))  # fmt: skip
+    port = warm_server.grpc_port if protocol == "grpc" else warm_server.rest_port
+    target = f"grpc://127.0.0.1:{port}" if protocol == "grpc" else f"http://127.0.0.1:{port}"
+    base = ["many", "--target", target, "--models-from", str(copies.config), "--users", "2",
+            "--traffic", str(traffic)]  # fmt: skip
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [*base, "--max-requests", "48", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = load_many(out / "many.json")
+    assert (report.totals.requests, report.totals.answered, report.totals.failures) == (48, 48, 0)
+    (group,) = report.settings.payloads
+    assert group.models == MODELS and group.traffic_requests == 8
+    from collections import Counter
+
+    from graphserve.model.traffic import read_traffic
+
+    held = Counter(r.shape_label() for r in read_traffic(traffic).records)
+    assert group.traffic_shapes == dict(held) and set(held) <= {
+        "images [1, 784]",
+        "images [3, 784]",
+    }
+    assert "a traffic file's 8 requests that fit it" in (out / "many.md").read_text()
+    refused = CliRunner().invoke(app, [*base, "--traffic-model", "bert", "--out", str(out / "x")])
+    assert refused.exit_code == 2, refused.output
+    said = _said(refused.output)
+    assert "no predict request of model 'bert' of signature 'serving_default' fits" in said, said
+
+
 @pytest.fixture(scope="module")
 def warm_server(copies: CopiesResult) -> Iterator[Any]:
     """The graph server of the copies' config, every model loaded at start, with metrics."""

@@ -14,7 +14,9 @@ metadata) and otherwise not parsed.
 
 The controller (loadtest/manymodels/run.py) writes and watches OUT/raw:
     plan.json      protocol, names, weights, seed, rate, max_requests (written before the start)
-    requests.npz   the requests, encoded once: one body per distinct signature ("body_<g>"), the
+    requests.npz   the requests, encoded once: the bodies of each distinct signature ("body_<g>",
+                   their lengths "body_lengths_<g>": one payload, or under --traffic the file's
+                   requests that fit it, taken in order, cycling), the
                    model's group ("group") and, for gRPC, each model's PredictRequest head
                    ("heads", "head_lengths"): a PredictRequest is its fields' bytes, so the head
                    (model_spec.name) followed by the body (model_spec.signature_name, inputs) is
@@ -102,7 +104,8 @@ class _Run:
         self.picks = Picks([1.0], 0)
         self.sent = itertools.count()  # next() is atomic: the picks' index
         self.groups = np.zeros(0, np.int64)
-        self.bodies: list[bytes] = []
+        self.bodies: list[list[bytes]] = []  # each group's: one payload, or a traffic file's
+        self.turns: list[itertools.count[int]] = []  # each group's place in its bodies
         self.heads: list[bytes] = []
         self.paths: list[str] = []
         self.http = HttpConnection("127.0.0.1:1")  # only encodes: the users' own connections send
@@ -117,7 +120,11 @@ class _Run:
         self.picks = Picks(plan["weights"], int(plan["seed"]))
         with np.load(directory / "requests.npz", allow_pickle=False) as npz:
             self.groups = npz["group"]
-            self.bodies = [npz[f"body_{g}"].tobytes() for g in range(int(self.groups.max()) + 1)]
+            for g in range(int(self.groups.max()) + 1):
+                data, ends = npz[f"body_{g}"].tobytes(), np.cumsum(npz[f"body_lengths_{g}"])
+                starts = [0, *ends[:-1].tolist()]
+                self.bodies.append([data[a:b] for a, b in zip(starts, ends.tolist(), strict=True)])
+            self.turns = [itertools.count() for _ in self.bodies]
             if self.protocol == "grpc":
                 heads, ends = npz["heads"].tobytes(), np.cumsum(npz["head_lengths"]).tolist()
                 self.heads = [heads[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
@@ -125,12 +132,18 @@ class _Run:
             self.http = HttpConnection(host)
             self.paths = [rest_path(name, "predict") for name in self.names]
 
+    def body(self, model: int) -> bytes:
+        """The next body of `model`'s group: its one payload, or under --traffic the next of
+        the file's requests that fit it (next() is atomic)."""
+        group = self.groups[model]
+        bodies = self.bodies[group]
+        return bodies[next(self.turns[group]) % len(bodies)] if len(bodies) > 1 else bodies[0]
+
     def grpc_request(self, model: int) -> bytes:
-        return self.heads[model] + self.bodies[self.groups[model]]
+        return self.heads[model] + self.body(model)
 
     def rest_request(self, model: int) -> bytes:
-        body = self.bodies[self.groups[model]]
-        return self.http.encode("POST", self.paths[model], body, JSON_HEADERS)
+        return self.http.encode("POST", self.paths[model], self.body(model), JSON_HEADERS)
 
     def error_index(self, error: BaseException | None) -> int:
         if error is None:

@@ -309,7 +309,17 @@ def _how(report: ManyReport) -> str:
     bound = f"{fmt_plain(s.duration_s)} s" + (
         f" or {fmt_count(s.max_requests)} requests" if s.max_requests else ""
     )
-    payloads = "; ".join(f"{p.models:,} models: {p.source}" for p in s.payloads)
+    payloads = "; ".join(
+        f"{p.models:,} models: {p.source}"
+        + (
+            f", a traffic file's {p.traffic_requests:,} requests that fit it, cycling ("
+            + ", ".join(f"{shape} ×{n}" for shape, n in list(p.traffic_shapes.items())[:6])
+            + ")"
+            if p.traffic_requests and p.traffic_shapes
+            else ""
+        )
+        for p in s.payloads
+    )
     protocol = "gRPC Predict" if s.protocol == "grpc" else "REST :predict"
     return (
         f"{protocol} to {s.target}, {s.models:,} models chosen by {popularity} (seed {s.seed}), "

@@ -28,8 +28,9 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,9 @@ def _check(spec: ManySpec) -> None:
 class _Group:
     inputs: dict[str, Any]
     source: str
+    specs: tuple[Any, ...] = ()
     models: int = 0
+    shapes: list[str] = field(default_factory=list)  # --traffic: each request's shape
 
 
 def _payloads(spec: ManySpec, target: Target, out_dir: Path) -> list[PayloadGroup]:
@@ -186,13 +189,17 @@ def _payloads(spec: ManySpec, target: Target, out_dir: Path) -> list[PayloadGrou
         groups[group].models += 1
         member.append(group)
     arrays: dict[str, Any] = {"group": np.asarray(member, np.int32)}
+    recorded = _recorded(spec, target, groups) if spec.traffic is not None else None
     for index, made in enumerate(groups):
         save_payload(out_dir / f"payload-{index}.npz", made.inputs)
-        if target.protocol == "grpc":
-            body = grpc_request_bytes(made.inputs, "", spec.signature_name)
+        if recorded is not None:
+            bodies = recorded[index]
+        elif target.protocol == "grpc":
+            bodies = [grpc_request_bytes(made.inputs, "", spec.signature_name)]
         else:
-            body = rest_body(made.inputs, spec.signature_name)
-        arrays[f"body_{index}"] = np.frombuffer(body, np.uint8)
+            bodies = [rest_body(made.inputs, spec.signature_name)]
+        arrays[f"body_{index}"] = np.frombuffer(b"".join(bodies), np.uint8)
+        arrays[f"body_lengths_{index}"] = np.asarray([len(b) for b in bodies], np.int64)
     if target.protocol == "grpc":
         heads = [predict_request(name, {}).SerializeToString() for name in popularity.names]
         arrays["heads"] = np.frombuffer(b"".join(heads), np.uint8)
@@ -217,9 +224,65 @@ def _payloads(spec: ManySpec, target: Target, out_dir: Path) -> list[PayloadGrou
                 n: PayloadInput(dtype=str(a.dtype), shape=list(a.shape))
                 for n, a in made.inputs.items()
             },
+            traffic_requests=len(made.shapes) if spec.traffic is not None else None,
+            traffic_shapes=dict(Counter(made.shapes).most_common()) if made.shapes else None,
         )
         for index, made in enumerate(groups)
     ]
+
+
+def _recorded(spec: ManySpec, target: Target, groups: list[_Group]) -> list[list[bytes]]:
+    """Under --traffic: each group's bodies, the file's predict requests (of --traffic-model,
+    else of any model) whose inputs fit the group's signature, encoded once with no model
+    named (gRPC: each model's head names it; REST: its path). TrafficError for a file that
+    cannot be read, TrafficLoadError for a group no request fits."""
+    from graphserve.core.signature import SERVING_DEFAULT
+    from graphserve.loadtest.generator.recorded import TrafficLoadError, prepare
+    from graphserve.model.traffic import TrafficError, check_fits, read_traffic
+
+    assert spec.traffic is not None
+    records = read_traffic(spec.traffic).records
+    signature = spec.signature_name or SERVING_DEFAULT
+    numbers = [
+        n for n, r in enumerate(records)
+        if r.kind == "predict" and r.signature == signature
+        and spec.traffic_model in (None, r.model)
+    ]  # fmt: skip
+    out = []
+    for group in groups:
+        fits = []
+        for n in numbers:
+            try:
+                check_fits(n, records[n], group.specs, "")
+            except TrafficError:
+                continue
+            fits.append(n)
+        if not fits:
+            whose = f"of model {spec.traffic_model!r} " if spec.traffic_model else ""
+            raise TrafficLoadError(
+                f"--traffic {spec.traffic}: no predict request {whose}of signature "
+                f"{signature!r} fits the inputs of the models read from {group.source} ("
+                + ", ".join(s.describe() for s in group.specs)
+                + "): name the file's model with --traffic-model, or leave --traffic out"
+            )
+        prepared = prepare([records[n] for n in fits], indices=fits, model="")
+        group.shapes = [p.shape for p in prepared]
+        if target.protocol == "grpc":
+            out.append([_unnamed(p.grpc) for p in prepared])
+        else:
+            out.append([p.rest_body or b"" for p in prepared])
+    return out
+
+
+def _unnamed(request: bytes) -> bytes:
+    """A serialized PredictRequest without its model's name, version or label: each model's
+    head names the model (the locustfile sends head + body)."""
+    from tensorflow_serving.apis import predict_pb2
+
+    message = predict_pb2.PredictRequest.FromString(request)
+    message.model_spec.ClearField("name")
+    message.model_spec.ClearField("version_choice")
+    return message.SerializeToString()
 
 
 def _file_key(base: Path | None) -> tuple[int, int] | None:
@@ -264,7 +327,7 @@ def _group_of(
         signature = spec.signature_name or SERVING_DEFAULT
         inputs = build_payload(specs, spec.batch_size, spec.seed, recorded, signature)
         by_specs[key] = len(groups)
-        groups.append(_Group(inputs, origin))
+        groups.append(_Group(inputs, origin, key))
     return by_specs[key]
 
 

@@ -4,6 +4,7 @@ controller (manymodels.run) takes them, and the analysis reads them for the repo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.manymodels.popularity import Popularity
@@ -45,3 +46,7 @@ class ManySpec:
     min_hit_ratio: float | None = None
     top: int = 20  # model rows the pages show one by one
     tls: ClientTls | None = None  # how the target is dialed: the --tls-* options, or None
+    # a traffic file's predict requests (of traffic_model; None: every model's), each group of
+    # models sent those that fit its signature, in order, cycling, in place of one payload
+    traffic: Path | None = None
+    traffic_model: str | None = None

@@ -60,6 +60,10 @@ class PayloadGroup(StrictModel):
     source: str  # where the signature was read: "SavedModel PATH" or "metadata of NAME"
     file: str  # payload-N.npz
     inputs: dict[str, PayloadInput]
+    # --traffic: the traffic file's requests that fit the signature, sent in place of the one
+    # payload, in order, cycling (the file's record numbers; their shapes and counts)
+    traffic_requests: int | None = None
+    traffic_shapes: dict[str, int] | None = None
 
 
 class ManySettings(StrictModel):

@@ -32,10 +32,10 @@ from graphserve.loadtest.generator.recorded import (
     prepare,
 )
 from graphserve.loadtest.results.answers import (
-    DEFAULT_TOLERANCES,
     Answer,
     grpc_answer,
     judge,
+    manifest_tolerances,
     rest_answer,
 )
 from graphserve.loadtest.results.run import AnswersCheck, TrafficPayload
@@ -110,7 +110,7 @@ def answers_check(
                 except (ValueError, KeyError, TypeError):
                     unread[arm.name] = unread.get(arm.name, 0) + 1
             answers[arm.name].append(answer)
-    tolerances, where = _tolerances(manifest)
+    tolerances, where = manifest_tolerances(manifest)
     found, worst = judge(
         baseline, answers, [r.logged for r in requests], [(r.index, r.shape) for r in requests],
         tolerances, _WORST,
@@ -139,13 +139,6 @@ def answers_check(
         worst=[d.to_json() for d in worst],
         unread=unread,
     )
-
-
-def _tolerances(manifest: Mapping[str, Any] | None) -> tuple[dict[str, tuple[float, float]], str]:
-    given = ((manifest or {}).get("options") or {}).get("tolerances") or {}
-    tolerances = {**DEFAULT_TOLERANCES}
-    tolerances.update({dtype: (float(v[0]), float(v[1])) for dtype, v in given.items()})
-    return tolerances, "the export's manifest" if given else "the defaults"
 
 
 def _again(spec: CompareSpec, record: int) -> str:

@@ -46,6 +46,7 @@ __all__ = [
     "compare",
     "grpc_answer",
     "judge",
+    "manifest_tolerances",
     "rest_answer",
 ]
 
@@ -358,6 +359,17 @@ class Disagreement(JsonResult):
     files: list[str] = field(default_factory=list)
     command: str = ""
     curl: str | None = None
+
+
+def manifest_tolerances(
+    manifest: Mapping[str, Any] | None,
+) -> tuple[dict[str, tuple[float, float]], str]:
+    """The tolerances an export was checked with (its manifest's `options.tolerances`, over the
+    defaults), and whose they are: "the export's manifest" or "the defaults"."""
+    given = ((manifest or {}).get("options") or {}).get("tolerances") or {}
+    tolerances = {**DEFAULT_TOLERANCES}
+    tolerances.update({dtype: (float(v[0]), float(v[1])) for dtype, v in given.items()})
+    return tolerances, "the export's manifest" if given else "the defaults"
 
 
 def judge(

@@ -85,7 +85,11 @@ def build_report(
     open_loop = settings.mode == "open"
     stats = windows(records, moments, end, open_loop)
     new = moments.new_version
-    judged = _answers(answers, records, moments.old_version, new) if answers is not None else None
+    judged = (
+        _answers(answers, records, moments.old_version, new, _new_manifest(spec))
+        if answers is not None
+        else None
+    )
     answer_gates = [g for g in gates if g.metric.startswith("answers.")]
     slo = check_gates([g for g in gates if g not in answer_gates], stats)
     if answer_gates:
@@ -117,14 +121,30 @@ def build_report(
     )
 
 
+def _new_manifest(spec: Any) -> dict[str, Any] | None:
+    """The manifest of the version the rollout pushed (None: none, or pushed from the base)."""
+    from graphserve.core.manifest import read_manifest
+
+    if spec.new_version is None:
+        return None
+    try:
+        return read_manifest(spec.new_version)
+    except (OSError, ValueError):
+        return None
+
+
 def _answers(
     answers: Mapping[tuple[int, int], bytes],
     records: Mapping[str, Any],
     old: int,
     new: int | None,
+    manifest: Mapping[str, Any] | None = None,
 ) -> RolloutAnswers:
-    """The new version's first answer to each record against the old one's."""
-    from graphserve.loadtest.results.answers import DEFAULT_TOLERANCES, agreement, grpc_answer
+    """The new version's first answer to each record against the old one's, within the
+    tolerances the new version was exported with (its manifest's; the defaults without)."""
+    from graphserve.loadtest.results.answers import agreement, grpc_answer, manifest_tolerances
+
+    tolerances, _ = manifest_tolerances(manifest)
 
     sent = sorted({int(r) for r in records.get("record", []) if r >= 0})
     newer = -1 if new is None else new  # no version -1 answered: nothing compared
@@ -135,7 +155,7 @@ def _answers(
         )
         for r in sent
     ]
-    found, worst = agreement(f"v{old}", pairs, DEFAULT_TOLERANCES)
+    found, worst = agreement(f"v{old}", pairs, tolerances)
     worst.sort(key=lambda pair: -pair[1].excess)
     return RolloutAnswers(
         old_version=old,
@@ -155,7 +175,7 @@ def _answers(
             }
             for i, d in worst[:5]
         ],
-        tolerances={k: list(v) for k, v in sorted(DEFAULT_TOLERANCES.items())},
+        tolerances={k: list(v) for k, v in sorted(tolerances.items())},
     )
 
 
@@ -267,8 +287,9 @@ def _answers_blocks(report: RolloutReport) -> list[Block]:
     share = a.top_class_changed_share
     said = (
         f"{fmt_count(a.mismatched)} of the {fmt_count(a.compared)} records both versions "
-        f"answered (of {fmt_count(a.records)} sent) differ past the export's default "
-        "tolerance (the exporter's parity rule)"
+        f"answered (of {fmt_count(a.records)} sent) differ past the tolerance the new "
+        "version was exported with (the defaults where its manifest names none; the exporter's "
+        "parity rule)"
         + (f"; the top class changed in {100 * share:.2f} % of the rows" if share is not None
            else "")
         + "."

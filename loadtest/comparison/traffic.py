@@ -21,7 +21,7 @@ import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from graphserve.core.signature import SERVING_DEFAULT
 from graphserve.loadtest.generator.framed import REQUESTS, read_answers, write_requests
@@ -40,16 +40,15 @@ from graphserve.loadtest.results.answers import (
 )
 from graphserve.loadtest.results.run import AnswersCheck, TrafficPayload
 
-if TYPE_CHECKING:
-    from graphserve.loadtest.comparison.run import CompareSpec
-
 __all__ = ["answers_check", "traffic_requests"]
+
+# `spec` below is comparison/run.py's CompareSpec (not imported: run imports this module).
 
 _WORST = 5
 
 
 def traffic_requests(
-    spec: CompareSpec, model: str, specs: Sequence[Any], origin: str, out_dir: Path
+    spec: Any, model: str, specs: Sequence[Any], origin: str, out_dir: Path
 ) -> tuple[list[Prepared], TrafficPayload]:
     """The requests to cycle through, written to OUT/requests.bin (and the first to
     OUT/request.bin); TrafficError for a file that cannot be read or holds a request that does
@@ -87,7 +86,7 @@ def traffic_requests(
 
 
 def answers_check(
-    spec: CompareSpec,
+    spec: Any,
     requests: Sequence[Prepared],
     out_dir: Path,
     baseline: str,
@@ -141,7 +140,7 @@ def answers_check(
     )
 
 
-def _again(spec: CompareSpec, record: int) -> str:
+def _again(spec: Any, record: int) -> str:
     """The command that sends `record` alone to the same arms again."""
     words = ["graphserve", "loadtest", "replay", str(spec.traffic), "--records", str(record),
              "--rate", "1", "--protocol", spec.protocol]  # fmt: skip

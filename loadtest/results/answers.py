@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +40,6 @@ __all__ = [
     "OutputAgreement",
     "OutputDiff",
     "agreement",
-    "answers_gate",
     "answers_value",
     "compare",
     "grpc_answer",
@@ -410,33 +408,6 @@ def judge(
         if all(d.record != disagreement.record for d in chosen):
             chosen.append(disagreement)
     return found, chosen
-
-
-# `--slo` gates on answers, beside slo.py's latency, throughput and errors gates
-_ANSWERS_GATE = re.compile(
-    r"\s*(?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?answers\s*\.\s*(?P<metric>mismatch|top_changed)"
-    r"\s*(?P<op>==|<=|>=|<|>)\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*"
-)
-ANSWERS_GATES = "[ARM.]answers.mismatch==0, [ARM.]answers.top_changed<0.01"
-
-
-def answers_gate(text: str) -> Any:
-    """`[ARM.]answers.mismatch OP N` (requests past tolerance) or `[ARM.]answers.top_changed OP
-    SHARE` (the largest share of rows whose top class changed) as slo.py's Gate (metric
-    "answers.mismatch" or "answers.top_changed"); None for any other gate."""
-    from graphserve.loadtest.results.slo import Gate
-
-    match = _ANSWERS_GATE.fullmatch(text)
-    if match is None:
-        return None
-    return Gate(
-        expression=text.strip(),
-        arm=match["arm"],
-        ratio=False,
-        metric="answers." + match["metric"],
-        op=match["op"],
-        threshold=float(match["number"]),
-    )
 
 
 def answers_value(metric: str, agreements: Iterable[Agreement]) -> float | None:

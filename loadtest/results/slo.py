@@ -8,6 +8,9 @@ Grammar, whitespace allowed around the parts:
     [ARM.]METRIC OP NUMBER[UNIT]     p99<50ms, graph.p99.9 <= 2.5ms, throughput>500
     ratio[.ARM].METRIC OP NUMBER     ratio.p50<0.6, ratio.graph.p99<0.7
     [ARM.]errors OP COUNT            errors==0, graph.errors<=5
+    [ARM.]answers.mismatch OP N      answers.mismatch==0 (under a traffic file: requests whose
+    [ARM.]answers.top_changed OP S   answers were past tolerance; the share of rows whose top
+                                     class changed), judged once over the run
 
 METRIC is p50, p90, p95, p99, p99.9, mean, min or max (latency: ms by default, or s or us) or
 throughput / rps (req/s; unit rps or /s optional). Ratios take p50 ... p99.9, mean or throughput
@@ -71,6 +74,13 @@ _GATE = re.compile(
     """,
     re.VERBOSE,
 )
+# `[ARM.]answers.mismatch OP N` (requests past tolerance) or `[ARM.]answers.top_changed OP SHARE`
+# (the largest share of rows whose top class changed): judged once over a run under a traffic
+# file, from loadtest/results/answers.py's agreements
+_ANSWERS_GATE = re.compile(
+    r"\s*(?:(?P<arm>[A-Za-z0-9_-]+)\s*\.\s*)?answers\s*\.\s*(?P<metric>mismatch|top_changed)"
+    r"\s*(?P<op>==|<=|>=|<|>)\s*(?P<number>\d+(?:\.\d*)?|\.\d+)\s*"
+)
 _EXPECTED = (
     "expected [ARM.]METRIC<VALUE such as p99<50ms, graph.p50<=2ms, throughput>500, "
     "ratio.p50<0.6, errors==0 (METRIC: p50, p90, p95, p99, p99.9, mean, min, max, throughput, "
@@ -103,11 +113,16 @@ def parse_gate(text: str) -> Gate:
     Raises SloError naming the text and the expected forms when it does not fit the grammar,
     uses a unit the metric does not take, or asks a ratio of min or max.
     """
-    from graphserve.loadtest.results.answers import answers_gate
-
-    answers = answers_gate(text)  # under a traffic file: the answers check's gates
+    answers = _ANSWERS_GATE.fullmatch(text)  # under a traffic file: the answers check's gates
     if answers is not None:
-        return answers  # type: ignore[no-any-return]
+        return Gate(
+            expression=text.strip(),
+            arm=answers["arm"],
+            ratio=False,
+            metric="answers." + answers["metric"],
+            op=answers["op"],
+            threshold=float(answers["number"]),
+        )
     match = _GATE.fullmatch(text)
     if match is None:
         raise _bad(text)

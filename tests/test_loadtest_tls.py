@@ -419,6 +419,31 @@ def test_replay_over_tls_and_mutual_tls(
     assert across["mismatched"] == 0
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "rest"])
+def test_compare_under_traffic_over_tls_and_mutual_tls(
+    protocol: str, servers: dict[str, Served], certs: Certs, recorded: Path, tmp_path: Path
+) -> None:
+    """The traffic file's requests over TLS and mutual TLS, every answer kept and compared."""
+    scheme = "grpcs" if protocol == "grpc" else "https"
+    port = "grpc" if protocol == "grpc" else "rest"
+    result = _loadtest(
+        "loadtest", "compare", "--model-name", NAME, "--protocol", protocol, "--users", "2",
+        *_SHORT, "--traffic", str(recorded),
+        "--arm", f"tls={scheme}://{getattr(servers['tls'], port)}",
+        "--arm", f"mutual={getattr(servers['mutual'], port)}", *_client(certs),
+        "--slo", "errors==0", "--slo", "answers.mismatch==0", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, _said(result)
+    report = json.loads((tmp_path / "report.json").read_text())
+    answers = report["answers"]
+    assert answers["requests"] == 20 and answers["answered"] == {"tls": 20, "mutual": 20}
+    (across,) = answers["agreements"]["tls"]  # the file holds no answers: against mutual's
+    assert across["reference"] == "mutual" and across["compared"] == 20
+    assert across["mismatched"] == 0
+    for arm in report["steps"][0]["arms"].values():
+        assert arm["failures"] == 0 and arm["requests"] > 20
+
+
 def test_replay_without_a_client_certificate_stops_before_any_load(
     servers: dict[str, Served], certs: Certs, recorded: Path, tmp_path: Path
 ) -> None:

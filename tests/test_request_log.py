@@ -43,7 +43,7 @@ from graphserve.core.predictionlog import arrival_ns
 from graphserve.core.processes import free_ports, model_available
 from graphserve.serving import ServeConfig, ServerOptions, build_server
 from graphserve.serving.build import EagerModel
-from graphserve.serving.requestlog import LogLimits, RequestLogs, log_settings
+from graphserve.serving.requestlog import LogLimits, RequestLogs, _frame, log_settings
 from graphserve.serving.server import ModelServer
 from tests.conftest import MlpExport
 
@@ -270,6 +270,22 @@ def test_every_api_is_logged_as_tf_serving_defines_it(
         _metric(server, "written") == 2 and _metric(server, "written", model="half_plus_two") == 5
     )
     assert _metric(server, "dropped", "queue_full") == 0
+
+
+def test_records_are_framed_byte_for_byte_as_tensorflows_writer_frames_them(
+    tmp_path: Path,
+) -> None:
+    """The log frames its own records (one write a drain): TensorFlow's TFRecordWriter, given
+    the same records, writes the same bytes, and its reader reads them back."""
+    records = [b"", b"x", os.urandom(7000), os.urandom(1 << 17)]
+    theirs = tmp_path / "theirs.tfrecord"
+    with tf.io.TFRecordWriter(str(theirs)) as writer:
+        for record in records:
+            writer.write(record)
+    ours = tmp_path / "ours.tfrecord"
+    ours.write_bytes(b"".join(_frame(record) for record in records))
+    assert ours.read_bytes() == theirs.read_bytes()
+    assert list(tf.data.TFRecordDataset(str(ours)).as_numpy_iterator()) == records
 
 
 def test_files_are_the_owners_alone(logged_server: tuple[ModelServer, Path]) -> None:

@@ -51,11 +51,18 @@ class RunTime:
     __slots__ = ("mean",)
 
     WEIGHT = 0.1  # of the newest run
+    # A run counts this long at most: one held up waiting for the GIL (another thread's Python,
+    # such as the request log's writer) moves the mean by a fifth of a millisecond at most,
+    # not by its wait, while a model that runs longer still averages past any threshold below
+    # this (REST's 1 ms). Uncapped, the request log's writer sent 28 % of the REST predicts of
+    # a 0.3 ms model to worker threads (T1 of `bench traffic`).
+    LONGEST = 0.002
 
     def __init__(self) -> None:
         self.mean: float | None = None
 
     def observe(self, seconds: float) -> None:
+        seconds = min(seconds, self.LONGEST)
         mean = self.mean
         self.mean = seconds if mean is None else mean + self.WEIGHT * (seconds - mean)
 

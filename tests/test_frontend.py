@@ -178,6 +178,20 @@ def test_run_time_is_a_moving_average_of_the_runs() -> None:
     assert run_time.mean == pytest.approx(0.001 + RunTime.WEIGHT * 0.001)
 
 
+def test_a_run_held_up_moves_the_run_time_little_and_a_slow_model_still_leaves_the_loop() -> None:
+    """A 0.3 ms model whose one run waited 50 ms for the GIL stays on the event loop; a model
+    that runs 5 ms every time averages past HERE_MAX_RUN_S all the same."""
+    quick = RunTime()
+    for _ in range(20):
+        quick.observe(0.0003)
+    quick.observe(0.050)
+    assert quick.mean is not None and quick.mean < HERE_MAX_RUN_S
+    slow = RunTime()
+    for _ in range(20):
+        slow.observe(0.005)
+    assert slow.mean is not None and slow.mean > HERE_MAX_RUN_S
+
+
 def test_a_perf_report_is_grouped_by_library() -> None:
     """A report captured from perf (tests/fixtures/perf/README.md) of `serve graph` under
     16 clients: every sample lands in a group, the shares add up to the report's total."""

@@ -96,10 +96,12 @@ def schedule(
 
 def export_tolerances(model_dir: Path) -> tuple[dict[str, tuple[float, float]], str]:
     """The parity tolerances the newest version under `model_dir` (BASE/NAME) was exported
-    with (its manifest's, over the defaults), and where they came from. ReplayError when
-    there is no version, or it has no manifest of graphserve's."""
+    with (results.answers.manifest_tolerances: its manifest's, over the defaults), and where
+    they came from. ReplayError when there is no version, or it has no manifest of
+    graphserve's."""
     from graphserve.core.manifest import read_manifest
     from graphserve.core.versions import version_dirs
+    from graphserve.loadtest.results.answers import manifest_tolerances
 
     versions = version_dirs(Path(model_dir))
     if not versions:
@@ -112,6 +114,5 @@ def export_tolerances(model_dir: Path) -> tuple[dict[str, tuple[float, float]], 
             "the tolerances it was checked with are unknown (leave the option out: the "
             "defaults apply)"
         )
-    given = (manifest.get("options") or {}).get("tolerances") or {}
-    tolerances = {dtype: (float(v[0]), float(v[1])) for dtype, v in given.items()}
+    tolerances, _ = manifest_tolerances(manifest)
     return tolerances, f"the export of {model_dir} version {newest}"

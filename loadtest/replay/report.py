@@ -44,6 +44,8 @@ class Adherence(JsonResult):
     planned_rps: float | None  # the schedule's rate over its span
     sent_rps: float | None  # the rate the requests went out at
     late_senders_busy: int = 0  # late requests whose time came with every sender in flight
+    # late requests whose sender waited for a CPU half their lateness or more (None: not known)
+    late_cpu_wait: int | None = None
 
     @property
     def on_time_share(self) -> float | None:
@@ -153,6 +155,10 @@ def render_markdown(report: ReplayReport) -> str:
     out += ["", f"On time: sent within {report.arms[0].adherence.on_time_ms:g} ms of its "
             "time." if report.arms else "", ""]  # fmt: skip
     for arm in report.arms:
+        a = arm.adherence
+        if a.sent > a.on_time:
+            out.append(f"- {arm.name}: {_late_causes(a)}")
+    for arm in report.arms:
         for error, count in sorted(arm.errors.items(), key=lambda kv: -kv[1])[:5]:
             out.append(f"- {arm.name}: {count} × {error}")
     out += ["## Latency by request shape", "", "![latency by shape](shapes.png)", ""]
@@ -255,3 +261,15 @@ def shapes_png(report: ReplayReport) -> bytes | None:
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return buffer.getvalue()
+
+
+def _late_causes(a: Adherence) -> str:
+    """What the late requests of an arm went out late for."""
+    late = a.sent - a.on_time
+    said = f"{late} late; {a.late_senders_busy} with every sender in flight (the server behind)"
+    if a.late_cpu_wait is None:
+        return said + "; this system does not say how long a thread waited for a CPU"
+    return (
+        f"{said}, {a.late_cpu_wait} waiting for a CPU half their lateness or more (this "
+        "machine's cores busy)"
+    )

@@ -237,6 +237,7 @@ def _arm(
         planned_rps=(len(due) - 1) / planned_span if planned_span > 0 else None,
         sent_rps=(len(outcomes) - 1) / span if span > 0 else None,
         late_senders_busy=_late_and_busy(outcomes, senders),
+        late_cpu_wait=_late_waiting_for_cpu(outcomes),
     )
     by_shape: dict[str, list[Outcome]] = defaultdict(list)
     rows: dict[str, int] = {}
@@ -284,6 +285,20 @@ def _late_and_busy(outcomes: Sequence[Outcome], senders: int) -> int:
     return busy
 
 
+def _late_waiting_for_cpu(outcomes: Sequence[Outcome]) -> int | None:
+    """The late requests whose sending thread waited for a CPU at least half their lateness;
+    None when the waits are not known (no schedstat)."""
+    known = [(o, o.cpu_wait_ms) for o in outcomes if o.cpu_wait_ms is not None]
+    if not outcomes or len(known) < len(outcomes):
+        return None
+    on_time_ms = ON_TIME_S * 1e3
+    return sum(
+        1
+        for o, wait in known
+        if (late_ms := (o.sent_s - o.due_s) * 1e3) > on_time_ms and wait >= late_ms / 2
+    )
+
+
 def _warnings(arms: Sequence[ArmReplay]) -> list[str]:
     out = []
     for arm in arms:
@@ -296,11 +311,18 @@ def _warnings(arms: Sequence[ArmReplay]) -> list[str]:
                     f"for {a.late_senders_busy} of the {late} late, every sender was waiting on "
                     "an answer (the server fell behind: raise --max-in-flight to keep sending)"
                 )
+            elif (
+                a.late_cpu_wait is not None and a.late_cpu_wait >= (late - a.late_senders_busy) / 2
+            ):
+                why = (
+                    f"{a.late_cpu_wait} of the {late} late waited for a CPU at least half their "
+                    "lateness: this machine's cores were busy (the server's among them, on one "
+                    "machine; replay from another, or at a lower rate)"
+                )
             else:
                 why = (
                     f"{late - a.late_senders_busy} of the {late} late went out late with a "
-                    "sender free: the replaying process itself fell behind (its CPU, shared "
-                    "with the server on one machine)"
+                    "sender free and a CPU to run on: the replaying process itself fell behind"
                 )
             out.append(
                 f"{arm.name} kept the schedule for {100 * share:.1f} % of its requests only "

@@ -7,7 +7,10 @@ threads each take the next request, sleep until its time and send it on a keep-a
 connection of their own. When `max_in_flight` requests are already out, the next goes out
 late, and the lateness is recorded, not hidden: a replay that cannot keep its schedule says so
 (the share sent on time, lateness p50 and p99) beside the latencies, as a closed loop that waits
-for answers before sending could never say (coordinated omission).
+for answers before sending could never say (coordinated omission). Each send also notes how long
+its thread waited for a CPU on the way (Linux's schedstat), so that a late request can be told
+apart: every sender in flight (the server fell behind), no CPU free (the machine's cores were
+busy, the server's among them), or neither (the replaying process itself).
 
 Python's switch interval is lowered while a replay runs (5 ms by default: a thread woken at its
 time could wait that long for a thread decoding nothing in particular), and its cyclic garbage
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import sys
 import threading
 import time
@@ -42,7 +46,8 @@ _SWITCH_INTERVAL_S = 0.0005
 @dataclass(slots=True)
 class Outcome:
     """One request as sent: its place in the schedule, when it was due and when it went out
-    (s after the start), how long its answer took, and the answer's bytes or the failure."""
+    (s after the start), how long its answer took, the answer's bytes or the failure, and how
+    long its sending thread waited for a CPU on its way to sending it (None: not known)."""
 
     position: int
     due_s: float
@@ -50,6 +55,37 @@ class Outcome:
     latency_ms: float
     answer: bytes | None
     error: str | None
+    cpu_wait_ms: float | None = None
+
+
+class _RunQueue:
+    """How long the calling thread has waited for a CPU, runnable and not running (ns, Linux's
+    /proc/thread-self/schedstat, its second field; the kernel adds a wait when the thread gets
+    its CPU): a late send whose thread waited so is the machine's cores being busy (the
+    server's, on one machine), not the replay. None where there is no such file."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def waited_ns(self) -> int | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 96, 0).split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _waited_ms(before: int | None, after: int | None) -> float | None:
+    return None if before is None or after is None else (after - before) / 1e6
 
 
 Send = Callable[[Prepared], tuple[bytes | None, str | None]]
@@ -79,25 +115,33 @@ def _grpc_schedule(
     finished = threading.Semaphore(0)
     start = time.perf_counter() + _START_DELAY_S
 
-    def answered(future: grpc.Future, position: int, sent: float) -> None:
+    def answered(future: grpc.Future, position: int, sent: float, waited: float | None) -> None:
         took = time.perf_counter() - sent
         error = future.exception()
         answer = None if error is not None else future.result()
         outcomes[position] = Outcome(
             position, due_s[position], sent - start, took * 1e3, answer,
-            None if error is None else client.error_text(error),
+            None if error is None else client.error_text(error), waited,
         )  # fmt: skip
         slots.release()
         finished.release()
 
-    for position, request in enumerate(requests):
-        wait = start + due_s[position] - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        slots.acquire()  # every slot in flight: this request goes out late, and says so
-        sent = time.perf_counter()
-        future = methods[request.rpc].future(request.grpc, timeout=timeout_s)
-        future.add_done_callback(partial(answered, position=position, sent=sent))
+    # The CPU wait from one send to the next: the call before, the sleep, a slot.
+    run_queue = _RunQueue()
+    last = run_queue.waited_ns()
+    try:
+        for position, request in enumerate(requests):
+            wait = start + due_s[position] - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            slots.acquire()  # every slot in flight: this request goes out late, and says so
+            sent = time.perf_counter()
+            now = run_queue.waited_ns()
+            waited, last = _waited_ms(last, now), now
+            future = methods[request.rpc].future(request.grpc, timeout=timeout_s)
+            future.add_done_callback(partial(answered, position=position, sent=sent, waited=waited))
+    finally:
+        run_queue.close()
     for _ in requests:
         finished.acquire()
     return [o for o in outcomes if o is not None]
@@ -188,19 +232,27 @@ def _threads_schedule(
         finally:
             ready.wait()
         start = clock[0]
-        while True:
-            with claim:
-                position = next(upcoming, None)
-            if position is None:
-                return
-            due = due_s[position]
-            wait = start + due - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)
-            sent = time.perf_counter()
-            answer, error = send(requests[position])
-            took = time.perf_counter() - sent
-            outcomes[position] = Outcome(position, due, sent - start, took * 1e3, answer, error)
+        run_queue = _RunQueue()  # the CPU wait from taking a request to sending it
+        try:
+            while True:
+                with claim:
+                    position = next(upcoming, None)
+                if position is None:
+                    return
+                before = run_queue.waited_ns()
+                due = due_s[position]
+                wait = start + due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                sent = time.perf_counter()
+                waited = _waited_ms(before, run_queue.waited_ns())
+                answer, error = send(requests[position])
+                took = time.perf_counter() - sent
+                outcomes[position] = Outcome(
+                    position, due, sent - start, took * 1e3, answer, error, waited
+                )
+        finally:
+            run_queue.close()
 
     threads = [threading.Thread(target=run, name=f"replay-{n}", daemon=True) for n in range(count)]
     for thread in threads:

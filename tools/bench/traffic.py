@@ -517,15 +517,20 @@ def render_traffic(results: dict[str, Any]) -> str:
             )
     t3 = results["t3"]
     lines += ["", f"## T3: replay of {t3['requests']} requests at {t3['rate']:g} req/s", "",
-              "| protocol | on time | late p50 ms | late p99 ms | late max ms | p50 ms | p99 ms |",
-              "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+              "| protocol | on time | late p50 ms | late p99 ms | late max ms | p50 ms | p99 ms "
+              "| late | every sender in flight | waited for a CPU |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for protocol in PROTOCOLS:
         a, lat = t3[protocol]["adherence"], t3[protocol]["latency_ms"]
         lines.append(
             f"| {protocol} | {100 * a['on_time_share']:.2f} % | {_number(a['lateness_p50_ms'])} "
             f"| {_number(a['lateness_p99_ms'])} | {_number(a['lateness_max_ms'])} "
-            f"| {_number(lat['p50'])} | {_number(lat['p99'])} |"
+            f"| {_number(lat['p50'])} | {_number(lat['p99'])} | {a['sent'] - a['on_time']} "
+            f"| {a['late_senders_busy']} | {_number(a.get('late_cpu_wait'))} |"
         )
+    lines += ["", "A late request waited for a CPU when its sending thread was runnable and not "
+              "running (Linux's schedstat) for half its lateness or more: the machine's two cores "
+              "were busy, the server's threads among them.", ""]  # fmt: skip
     t4 = results["t4"]
     lines += ["", "## T4: logging to a full disk", ""]
     if t4["measured"]:

@@ -110,6 +110,16 @@ EagerArm = Annotated[str | None, typer.Option("--eager", help="shorthand for --a
 AllowRemote = Annotated[
     bool, typer.Option("--allow-remote", help="allow targets that are not on this machine")
 ]
+# compare, rollout and many (what each checks of the answers, its docstring says)
+TrafficFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--traffic",
+        help="send a traffic file's predict requests (a request log, a warm-up file, "
+        "`graphserve traffic make`) in place of one payload, in order, cycling",
+        show_default=False,
+    ),
+]
 
 
 def named_arms(arm: list[str] | None, graph: str | None, eager: str | None) -> dict[str, str]:
@@ -197,13 +207,7 @@ def compare(
         Path | None, typer.Option(help=".npz of inputs, or a REST .json body")
     ] = None,
     seed: Annotated[int, typer.Option(help="seed of the random payload and bootstrap")] = 0,
-    traffic: Annotated[
-        Path | None,
-        typer.Option(
-            help="send a traffic file's predict requests (a request log, a warm-up file, "
-            "`graphserve traffic make`) in order, cycling, and check every arm's answers",
-        ),
-    ] = None,
+    traffic: TrafficFile = None,
     traffic_model: Annotated[
         str | None,
         typer.Option(help="with --traffic: the file's records of this model [default: the run's]"),
@@ -660,13 +664,7 @@ def rollout_command(
     max_in_flight: Annotated[
         int, typer.Option(min=1, help="open loop: threads sending the arrivals")
     ] = 16,
-    traffic: Annotated[
-        Path | None,
-        typer.Option(
-            help="send a traffic file's predict requests, in order, cycling, and judge the new "
-            "version's answers against the old one's"
-        ),
-    ] = None,
+    traffic: TrafficFile = None,
     traffic_model: Annotated[
         str | None,
         typer.Option(help="with --traffic: the file's records of this model [default: --model]"),
@@ -1091,13 +1089,7 @@ def many_command(
     seed: Annotated[int, typer.Option(help="seed of the model picks and the payloads")] = 0,
     signature_name: Annotated[str, typer.Option(help="signature to call")] = "serving_default",
     batch_size: Annotated[int, typer.Option(min=1, help="rows per request")] = 1,
-    traffic: Annotated[
-        Path | None,
-        typer.Option(
-            help="send a traffic file's predict requests in place of one payload: each model "
-            "those that fit its signature, in order, cycling"
-        ),
-    ] = None,
+    traffic: TrafficFile = None,
     traffic_model: Annotated[
         str | None,
         typer.Option(help="with --traffic: only the file's records of this model [default: all]"),
@@ -1128,6 +1120,8 @@ def many_command(
 
     A request is cold when the server marks it as one that waited for its model to load
     (x-graphserve-cold-load). Writes OUT/many.{json,md,html}, many_models.csv and the plots.
+    With --traffic each model is sent the file's predict requests that fit its signature, in
+    order, cycling; their answers are counted, not compared (compare --traffic does that).
     Over TLS: a grpcs:// or https:// target, or the --tls-* options; the metrics are scraped
     over HTTPS then (the REST port's certificate). Exits 1 when the run fails, the server
     cannot be reached for TLS or no request was answered, 2 for bad arguments or input files

@@ -398,50 +398,47 @@ def recorded(mlp_export: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "rest"])
-def test_replay_over_tls_and_mutual_tls(
-    protocol: str, servers: dict[str, Served], certs: Certs, recorded: Path, tmp_path: Path
+@pytest.mark.parametrize("command", ["replay", "compare"])
+def test_traffic_over_tls_and_mutual_tls(
+    command: str,
+    protocol: str,
+    servers: dict[str, Served],
+    certs: Certs,
+    recorded: Path,
+    tmp_path: Path,
 ) -> None:
+    """The traffic file's requests, replayed or under compare's load, over TLS and mutual TLS:
+    every one answered, every answer kept and compared across the arms."""
     scheme = "grpcs" if protocol == "grpc" else "https"
     port = "grpc" if protocol == "grpc" else "rest"
+    if command == "replay":
+        load = ["replay", str(recorded)]
+    else:
+        load = ["compare", "--model-name", NAME, "--users", "2", *_SHORT,
+                "--traffic", str(recorded)]  # fmt: skip
     result = _loadtest(
-        "loadtest", "replay", str(recorded), "--protocol", protocol,
+        "loadtest", *load, "--protocol", protocol,
         "--arm", f"tls={scheme}://{getattr(servers['tls'], port)}",
         "--arm", f"mutual={getattr(servers['mutual'], port)}", *_client(certs),
         "--slo", "errors==0", "--slo", "answers.mismatch==0", "--out", str(tmp_path),
     )  # fmt: skip
     assert result.returncode == 0, _said(result)
-    report = json.loads((tmp_path / "replay.json").read_text())
-    assert [(a["name"], a["requests"], a["failed"]) for a in report["arms"]] == [
-        ("tls", 20, 0), ("mutual", 20, 0),
-    ]  # fmt: skip
-    (across,) = report["arms"][0]["answers"]  # the file holds no answers: against mutual's
+    if command == "replay":
+        report = json.loads((tmp_path / "replay.json").read_text())
+        assert [(a["name"], a["requests"], a["failed"]) for a in report["arms"]] == [
+            ("tls", 20, 0), ("mutual", 20, 0),
+        ]  # fmt: skip
+        (across,) = report["arms"][0]["answers"]
+    else:
+        report = json.loads((tmp_path / "report.json").read_text())
+        answers = report["answers"]
+        assert answers["requests"] == 20 and answers["answered"] == {"tls": 20, "mutual": 20}
+        for arm in report["steps"][0]["arms"].values():
+            assert arm["failures"] == 0 and arm["requests"] > 20
+        (across,) = answers["agreements"]["tls"]
+    # the file holds no answers: tls's are compared against mutual's
     assert across["reference"] == "mutual" and across["compared"] == 20
     assert across["mismatched"] == 0
-
-
-@pytest.mark.parametrize("protocol", ["grpc", "rest"])
-def test_compare_under_traffic_over_tls_and_mutual_tls(
-    protocol: str, servers: dict[str, Served], certs: Certs, recorded: Path, tmp_path: Path
-) -> None:
-    """The traffic file's requests over TLS and mutual TLS, every answer kept and compared."""
-    scheme = "grpcs" if protocol == "grpc" else "https"
-    port = "grpc" if protocol == "grpc" else "rest"
-    result = _loadtest(
-        "loadtest", "compare", "--model-name", NAME, "--protocol", protocol, "--users", "2",
-        *_SHORT, "--traffic", str(recorded),
-        "--arm", f"tls={scheme}://{getattr(servers['tls'], port)}",
-        "--arm", f"mutual={getattr(servers['mutual'], port)}", *_client(certs),
-        "--slo", "errors==0", "--slo", "answers.mismatch==0", "--out", str(tmp_path),
-    )  # fmt: skip
-    assert result.returncode == 0, _said(result)
-    report = json.loads((tmp_path / "report.json").read_text())
-    answers = report["answers"]
-    assert answers["requests"] == 20 and answers["answered"] == {"tls": 20, "mutual": 20}
-    (across,) = answers["agreements"]["tls"]  # the file holds no answers: against mutual's
-    assert across["reference"] == "mutual" and across["compared"] == 20
-    assert across["mismatched"] == 0
-    for arm in report["steps"][0]["arms"].values():
-        assert arm["failures"] == 0 and arm["requests"] > 20
 
 
 def test_replay_without_a_client_certificate_stops_before_any_load(

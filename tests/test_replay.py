@@ -123,6 +123,28 @@ def changed_weight(mlp_export: MlpExport, tmp_path_factory: pytest.TempPathFacto
     return base
 
 
+def _check_worst(worst: dict, changed: str, out: Path) -> int:
+    """The request that disagrees most, as a report saves it under `out`: the changed arm's
+    logits, its request as JSON and as a message, the curl to the changed arm, and the replay
+    command that sends it again and fails the same way; its record number."""
+    record = worst["record"]
+    assert worst["arm"] == "changed" and worst["output"] == "logits"
+    assert sorted(worst["files"]) == [
+        f"answers/request-{record}.json", f"answers/request-{record}.pb"
+    ]  # fmt: skip
+    body = json.loads((out / f"answers/request-{record}.json").read_text())
+    assert np.asarray(body["instances"]).shape[1] == 784
+    assert worst["curl"].endswith(f"'http://{changed}/v1/models/mlp:predict'")
+    again = shlex.split(worst["command"])
+    assert again[:3] == ["graphserve", "loadtest", "replay"]
+    code, output = _replay(*again[3:], "--slo", "answers.mismatch==0",
+                           "--out", str(out / "again"))  # fmt: skip
+    assert code == 3, output
+    one = json.loads((out / "again" / "replay.json").read_text())
+    assert one["sent"] == 1 and one["worst"][0]["record"] == record
+    return record
+
+
 def test_a_version_with_one_weight_changed_is_found_named_and_fails_the_gate(
     mlp_log: Path, mlp_servers: Servers, changed_weight: Path, tmp_path: Path
 ) -> None:
@@ -146,22 +168,7 @@ def test_a_version_with_one_weight_changed_is_found_named_and_fails_the_gate(
             assert found["compared"] == 30 and found["mismatched"] == 30
             assert 0.99 < found["outputs"][0]["max_abs_error"] < 1.01  # the bias moved by 1
         assert len(report["worst"]) == 2
-        worst = report["worst"][0]
-        assert worst["arm"] == "changed" and worst["output"] == "logits"
-        assert sorted(worst["files"]) == [
-            f"answers/request-{worst['record']}.json", f"answers/request-{worst['record']}.pb"
-        ]  # fmt: skip
-        body = json.loads((tmp_path / f"answers/request-{worst['record']}.json").read_text())
-        assert np.asarray(body["instances"]).shape[1] == 784
-        assert worst["curl"].endswith(f"'http://{changed}/v1/models/mlp:predict'")
-        # the command it names sends that one request again, and fails the same way
-        again = shlex.split(worst["command"])
-        assert again[:3] == ["graphserve", "loadtest", "replay"]
-        code, output = _replay(*again[3:], "--slo", "answers.mismatch==0",
-                               "--out", str(tmp_path / "again"))  # fmt: skip
-        assert code == 3, output
-        one = json.loads((tmp_path / "again" / "replay.json").read_text())
-        assert one["sent"] == 1 and one["worst"][0]["record"] == worst["record"]
+        _check_worst(report["worst"][0], changed, tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -447,23 +454,7 @@ def test_compare_under_traffic_finds_names_and_gates_a_changed_weight(
         (logged,) = answers["agreements"]["graph"]
         assert logged["reference"] == "logged" and logged["mismatched"] == 0
         assert len(answers["worst"]) == 5
-        worst = answers["worst"][0]
-        assert worst["arm"] == "changed" and worst["output"] == "logits"
-        record = worst["record"]
-        assert sorted(worst["files"]) == [
-            f"answers/request-{record}.json", f"answers/request-{record}.pb"
-        ]  # fmt: skip
-        body = json.loads((tmp_path / f"answers/request-{record}.json").read_text())
-        assert np.asarray(body["instances"]).shape[1] == 784
-        assert worst["curl"].endswith(f"'http://{changed}/v1/models/mlp:predict'")
-        # the command it names sends that one request again, and fails the same way
-        again = shlex.split(worst["command"])
-        assert again[:3] == ["graphserve", "loadtest", "replay"]
-        code, output = _replay(*again[3:], "--slo", "answers.mismatch==0",
-                               "--out", str(tmp_path / "again"))  # fmt: skip
-        assert code == 3, output
-        one = json.loads((tmp_path / "again" / "replay.json").read_text())
-        assert one["sent"] == 1 and one["worst"][0]["record"] == record
+        record = _check_worst(answers["worst"][0], changed, tmp_path)
         page = (tmp_path / "report.md").read_text()
         assert f"Record {record} (images [" in page and "loadtest replay" in page
 

@@ -77,6 +77,7 @@ ALLOWED: dict[str, dict[str, str]] = {
     "docs/guides/serve.md": {
         "64 MiB": "the request size limit's default, and the request log file size's",
         "1 GiB": "the request log's disk cap default (serving.requestlog.DEFAULT_TOTAL_BYTES)",
+        "25 ms": "how often the request log writer wakes (requestlog._DRAIN_S): a setting",
         "10 s": "the REST head timeout's default",
         "60 s": "the REST body timeout's default",
     },

@@ -506,3 +506,30 @@ def test_compare_refuses_records_that_do_not_fit_the_signature(
     said = " ".join(output.split())
     assert "record 0, input 'images': float32 of shape [2, 10]; signature 'serving_default'" in said
     assert "of metadata of graph" in said and "[-1, 784]" in said
+
+
+def test_late_requests_say_whether_they_waited_for_a_cpu() -> None:
+    """A late send whose thread waited for a CPU half its lateness or more is counted so, and
+    the warning names the busy cores when they explain most of the late."""
+    from graphserve.loadtest.replay.report import Adherence, ArmReplay
+    from graphserve.loadtest.replay.run import _late_waiting_for_cpu, _warnings
+    from graphserve.loadtest.replay.send import Outcome
+
+    def sent(position: int, late_ms: float, waited_ms: float | None) -> Outcome:
+        due = position * 0.002
+        return Outcome(position, due, due + late_ms / 1e3, 1.0, b"", None, waited_ms)
+
+    outcomes = [sent(0, 0.1, 0.0), sent(1, 5.0, 4.0), sent(2, 5.0, 1.0), sent(3, 3.0, 2.0)]
+    assert _late_waiting_for_cpu(outcomes) == 2  # 4 of 5 ms and 2 of 3 ms; not 1 of 5
+    assert _late_waiting_for_cpu([*outcomes, sent(4, 0.0, None)]) is None  # not known
+    adherence = Adherence(
+        scheduled=4, sent=4, on_time=1, on_time_ms=2.0, lateness_p50_ms=4.0,
+        lateness_p99_ms=5.0, lateness_max_ms=5.0, planned_rps=500.0, sent_rps=500.0,
+        late_senders_busy=0, late_cpu_wait=2,
+    )  # fmt: skip
+    arm = ArmReplay(
+        name="graph", address="127.0.0.1:1", requests=4, failed=0, errors={},
+        latency_ms={}, throughput_rps=None, adherence=adherence, shapes=[], answers=[],
+    )  # fmt: skip
+    (warning,) = _warnings([arm])
+    assert "2 of the 3 late waited for a CPU" in warning and "cores were busy" in warning

@@ -488,7 +488,8 @@ def traffic(
     plan = TrafficPlan()
     if quick:
         plan = TrafficPlan(clients=4, window_s=0.5, rounds=1, warmup_s=0.2, replay_rate=200.0,
-                           replay_s=1.0, disk_s=1.0, mixed_requests=20)  # fmt: skip
+                           replay_s=1.0, disk_s=1.0, mixed_requests=20, t2_rounds=2,
+                           t2_windows=1)  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="graphserve-traffic-") as tmp:
         try:
             results = run_traffic(plan, work_dir or Path(tmp), say=progress)

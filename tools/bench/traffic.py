@@ -9,8 +9,10 @@ mlp; this process is the client (so the client's CPU is not the server's).
         windows whose order reverses each round (the CPU window of tools/bench/measure.py)
     T2  the locust generator's req/s per core (`loadtest compare`'s sweep, one locust process)
         with a traffic file of distinct requests (`traffic make`, batch 1) against one payload,
-        sent every time: 16 closed-loop users against the graph server, over gRPC and REST, the
-        two runs of each protocol in turn, the generator's CPU per request from the report
+        sent every time: 16 closed-loop users against the graph server, over gRPC and REST, an
+        untimed run of each, then three rounds of the two in an order reversed each round (one
+        run after the other favoured the second by as much as the goal's margin), the
+        generator's CPU per request from the report, the median of the rounds' ratios
     T3  `graphserve loadtest replay` (a process of its own, as a user runs it) of a 500 req/s
         recording (`traffic make --rate 500`) against the graph server, over gRPC and REST,
         after an untimed replay of its first second: the share of requests sent within 2 ms of
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -65,6 +68,8 @@ class TrafficPlan:
     disk_s: float = 10.0
     mixed_requests: int = 300
     distinct_requests: int = 1000
+    t2_rounds: int = 3
+    t2_windows: int = 2
 
 
 def _stem(arm: str) -> str:
@@ -204,30 +209,41 @@ def _t3(models: Path, work: Path, plan: TrafficPlan, say: Say) -> dict:
     return out
 
 
+T2_ARMS = ("one payload", "traffic file")
+
+
 def _t2(models: Path, work: Path, plan: TrafficPlan, say: Say) -> dict:
+    """Each protocol: an untimed run of each arm, then `plan.t2_rounds` rounds of the two, their
+    order reversed each round (AB BA AB), so that a machine slowing or speeding up over the
+    minutes favours neither: the goal is the median of the rounds' ratios."""
     from graphserve.loadtest.comparison.run import Arm, CompareSpec, LoadSpec, compare
     from graphserve.loadtest.traffic.make import MakeSpec, make_traffic
 
     distinct = work / "t2.tfrecord"
     make_traffic(MakeSpec(models / MODEL, distinct, count=plan.distinct_requests, seed=2))
+    files = {"one payload": None, "traffic file": distinct}
     load = LoadSpec(loads=(plan.clients,), warmup_s=plan.warmup_s, window_s=plan.window_s,
-                    min_windows=plan.rounds, max_windows=plan.rounds)  # fmt: skip
-    out: dict[str, Any] = {"requests": plan.distinct_requests, "users": plan.clients}
+                    min_windows=plan.t2_windows, max_windows=plan.t2_windows)  # fmt: skip
+    untimed = LoadSpec(loads=(plan.clients,), warmup_s=plan.warmup_s, window_s=plan.window_s,
+                       min_windows=1, max_windows=1)  # fmt: skip
+    out: dict[str, Any] = {"requests": plan.distinct_requests, "users": plan.clients,
+                           "rounds": plan.t2_rounds, "windows": plan.t2_windows}  # fmt: skip
     graph = ["graph", "--model-base-path", str(models / MODEL), "--model-name", MODEL]
     with _servers({"graph": graph}, work) as servers:
         server = servers["graph"]
         for protocol in PROTOCOLS:
             address = server.grpc_address if protocol == "grpc" else server.rest_address
             assert address is not None
-            runs = {}
-            for name, traffic in (("one payload", None), ("traffic file", distinct)):
-                say(f"T2 {protocol}: {name}")
-                spec = CompareSpec(arms=(Arm("graph", address),), protocol=protocol,
-                                   model_name=MODEL, load=load, traffic=traffic)  # fmt: skip
-                report = compare(spec, work / f"t2-{protocol}-{_stem(name)}")
+
+            def run(name: str, label: str, spec_load: LoadSpec, to: str = str(address),
+                    p: str = protocol) -> dict[str, Any]:  # fmt: skip
+                say(f"T2 {p}: {name}, {label}")
+                spec = CompareSpec(arms=(Arm("graph", to),), protocol=p, model_name=MODEL,
+                                   load=spec_load, traffic=files[name])  # fmt: skip
+                report = compare(spec, work / f"t2-{p}-{_stem(name)}-{_stem(label)}")
                 arm = report.steps[0].arms["graph"]
                 us = arm.generator.cpu_us_per_request if arm.generator else None
-                runs[name] = {
+                return {
                     "throughput_rps": arm.throughput_rps,
                     "generator_cpu_us_per_request": us,
                     "rps_per_core": 1e6 / us if us else None,
@@ -237,7 +253,17 @@ def _t2(models: Path, work: Path, plan: TrafficPlan, say: Say) -> dict:
                         if report.answers else None
                     ),
                 }  # fmt: skip
-            out[protocol] = runs
+
+            for name in T2_ARMS:
+                run(name, "untimed", untimed)
+            rounds = []
+            for index in range(plan.t2_rounds):
+                order = T2_ARMS if index % 2 == 0 else T2_ARMS[::-1]
+                runs = {name: run(name, f"round {index + 1}", load) for name in order}
+                one, many = (runs[name]["rps_per_core"] for name in T2_ARMS)
+                ratio = many / one if many is not None and one else None
+                rounds.append({"order": list(order), **runs, "ratio": ratio})
+            out[protocol] = rounds
     return out
 
 
@@ -405,9 +431,8 @@ def not_run(results: dict[str, Any]) -> list[str]:
 
 
 def _t2_ratio(results: dict[str, Any], protocol: str) -> float | None:
-    runs = results["t2"][protocol]
-    one, many = runs["one payload"]["rps_per_core"], runs["traffic file"]["rps_per_core"]
-    return many / one if many is not None and one else None
+    ratios = [r["ratio"] for r in results["t2"][protocol] if r["ratio"] is not None]
+    return statistics.median(ratios) if ratios else None
 
 
 def traffic_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -428,7 +453,8 @@ def traffic_goals(results: dict[str, Any]) -> list[dict[str, Any]]:
         goals.append({
             "key": f"T2 {protocol}",
             "what": f"the generator's req/s per core with {results['t2']['requests']:,} distinct "
-                    "requests over its figure with one payload",
+                    "requests over its figure with one payload (median of "
+                    f"{results['t2']['rounds']} rounds)",
             "value": value, "goal": f">= {GOAL_T2:g}x",
             "passed": value is not None and value >= GOAL_T2,
         })  # fmt: skip
@@ -505,16 +531,25 @@ def render_traffic(results: dict[str, Any]) -> str:
     t2 = results["t2"]
     lines += ["", f"## T2: the generator with {t2['requests']:,} distinct requests, "
               f"{t2['users']} users", "",
-              "| protocol | sending | req/s | generator CPU µs/req | req/s per core | failed "
-              "| answers mismatched |", "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+              f"Each protocol: an untimed run of each, then {t2['rounds']} rounds of "
+              f"{t2['windows']} window{'s' * (t2['windows'] != 1)} each, the order reversed each "
+              "round; the goal is the "
+              "median of the rounds' ratios (the traffic file's req/s per core over one "
+              "payload's).", "",
+              "| protocol | round | sending | req/s | generator CPU µs/req | req/s per core "
+              "| failed | answers mismatched | ratio |",
+              "|---|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for protocol in PROTOCOLS:
-        for name, row in t2[protocol].items():
-            lines.append(
-                f"| {protocol} | {name} | {_number(row['throughput_rps'])} "
-                f"| {_number(row['generator_cpu_us_per_request'])} "
-                f"| {_number(row['rps_per_core'])} | {_number(row['failures'])} "
-                f"| {_number(row['answers_mismatched'])} |"
-            )
+        for index, run in enumerate(t2[protocol], 1):
+            for name in run["order"]:
+                row = run[name]
+                ratio = f"{run['ratio']:.3f}×" if name == "traffic file" and run["ratio"] else ""
+                lines.append(
+                    f"| {protocol} | {index} | {name} | {_number(row['throughput_rps'])} "
+                    f"| {_number(row['generator_cpu_us_per_request'])} "
+                    f"| {_number(row['rps_per_core'])} | {_number(row['failures'])} "
+                    f"| {_number(row['answers_mismatched'])} | {ratio} |"
+                )
     t3 = results["t3"]
     lines += ["", f"## T3: replay of {t3['requests']} requests at {t3['rate']:g} req/s", "",
               "| protocol | on time | late p50 ms | late p99 ms | late max ms | p50 ms | p99 ms "

@@ -14,6 +14,7 @@ from rich.markup import escape
 from graphserve.clikit import progress, stderr
 from graphserve.core.errors import EXIT_FAILED, EXIT_MISSED, GraphserveError, exit_epilog
 from graphserve.core.logs import quiet_tensorflow
+from tools.bench.published import PUBLISHED
 
 STRICT_EPILOG = exit_epilog({EXIT_MISSED: "with --strict, a goal was missed."})
 
@@ -612,8 +613,9 @@ def figures(
         str,
         typer.Option(
             "--skip",
-            help="Results not to regenerate: results, frontend, generator, families, soak, many, "
-            "tls, peers, containers, fuzz-http, cancel, sample-report.",
+            help="Results not to regenerate: "
+            + ", ".join([p.name for p in PUBLISHED] + ["sample-report"])
+            + ".",
         ),
     ] = "",
     soak_duration: Annotated[
@@ -625,7 +627,7 @@ def figures(
     run, TLS's cost, the peers, the containers, the fuzzers) and the manual's sample report
     (docs/loadtest). Each command is the one its page names."""
     from graphserve.clikit import option_seconds
-    from tools.bench.published import PUBLISHED, run_figures
+    from tools.bench.published import run_figures
 
     skipped = tuple(n.strip() for n in skip.split(",") if n.strip())
     known = {p.name for p in PUBLISHED} | {"sample-report"}

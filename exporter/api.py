@@ -30,7 +30,7 @@ from graphserve.core.versions import (
     next_version,
     prune_versions,
 )
-from graphserve.model.sources import load_source, resolve_contracts
+from graphserve.model.sources import load_source, resolve_contracts, signature_origin
 
 if TYPE_CHECKING:  # these import TensorFlow; export_model imports them when called
     from graphserve.core.compat import TFServingCheck
@@ -172,6 +172,8 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         output_names=spec.output_names,
         extra=spec.signatures,
     )
+    origin = signature_origin(source, file=spec.signature_file, inputs=spec.inputs)
+    log(f"input signature from {origin}")
     variants = [v for c in contracts for v in batch_variants(c, spec.batch_sizes)]
     samples = load_samples(spec.samples_file, contracts) if spec.samples_file else None
     _check_ranges(spec.input_ranges, contracts)

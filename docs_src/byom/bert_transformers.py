@@ -1,11 +1,10 @@
 """A BERT sequence classifier as Hugging Face transformers builds it for TensorFlow, tiny and
 untrained: in your module, load your trained one instead
-(TFBertForSequenceClassification.from_pretrained("path/to/checkpoint")). Its call takes keyword
-tensors, which the command names:
+(TFBertForSequenceClassification.from_pretrained("path/to/checkpoint")). It declares its serving
+signature (`model.input_signature`: input_ids, attention_mask and token_type_ids), which the
+export reads:
 
-    graphserve export bert_transformers:build --name bert_transformers \
-        --input input_ids:int32:-1,-1 --input attention_mask:int32:-1,-1 \
-        --input token_type_ids:int32:-1,-1
+    graphserve export bert_transformers:build --name bert_transformers
 """
 
 import tf_keras

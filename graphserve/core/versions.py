@@ -19,7 +19,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from graphserve.core.errors import VersionExistsError
@@ -190,17 +190,26 @@ def ensure_version_free(model_dir: Path, version: int) -> None:
 def atomic_version_dir(model_dir: Path, version: int, *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory; on normal exit it becomes `model_dir/version`.
 
-    On an exception the temporary directory is removed and nothing appears. Without `overwrite`,
-    raises VersionExistsError if the version exists (before writing, and again at the rename).
-    With `overwrite`, an existing version is replaced where it is (`00000007` stays its name).
+    On an exception the temporary directory is removed and nothing appears: not even the model
+    directory (or its parents), if this call made it. Without `overwrite`, raises
+    VersionExistsError if the version exists (before writing, and again at the rename). With
+    `overwrite`, an existing version is replaced where it is (`00000007` stays its name).
     """
     final = version_path(model_dir, version)
     if not overwrite:
         ensure_version_free(model_dir, version)
+    made = [d for d in (model_dir, *model_dir.parents) if not d.exists()]  # deepest first
     model_dir.mkdir(parents=True, exist_ok=True)
     tmp = model_dir / f"{TMP_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        yield tmp
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            for directory in made:
+                with suppress(OSError):  # not empty: someone else wrote there
+                    directory.rmdir()
+            raise
         _fsync_tree(tmp)
         if overwrite and final.exists():
             if not _exchange(tmp, final):  # two renames: the version is briefly absent

@@ -7,6 +7,7 @@ source declares, if any. TensorFlow and Keras are imported here, late, so the CL
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,7 +19,14 @@ from graphserve.core.contract import SignatureContract, contracts_from_mapping, 
 from graphserve.core.errors import SignatureError, SourceError
 from graphserve.core.signature import PREDICT_METHOD, SERVING_DEFAULT, TensorSpec, parse_input_spec
 
-__all__ = ["ModelSource", "available_examples", "load_source", "resolve_contracts"]
+__all__ = [
+    "ModelSource",
+    "available_examples",
+    "load_source",
+    "own_signature",
+    "resolve_contracts",
+    "signature_origin",
+]
 
 _EXAMPLES_PACKAGE = "graphserve.model.examples"
 
@@ -32,6 +40,8 @@ class ModelSource:
     model: Any
     declared: list[SignatureContract] = field(default_factory=list)
     unsafe: bool = False  # loaded with Keras safe mode off
+    declared_by: str | None = None  # where `declared` was read, in words
+    refused: str | None = None  # why the callable's own signature cannot be served as it is
     warnings: list[str] = field(default_factory=list)  # what loading left out, and why
 
 
@@ -90,20 +100,114 @@ def _from_factory(text: str, kind: str, module: Any, attr: str) -> ModelSource:
             f"factory {text!r} returned {type(model).__name__}, which is not callable: expected a "
             "Keras model, a tf.Module with __call__, or a function of tensors"
         )
-    return ModelSource(text, kind, model, _declared(module, text))
+    declared, origin = _declared(module, text)
+    refused = None
+    if not declared:
+        try:
+            declared, origin = own_signature(model)
+        except SignatureError as exc:  # raised if nothing stronger (--input, a file) replaces it
+            refused = str(exc)
+    return ModelSource(text, kind, model, declared, declared_by=origin, refused=refused)
 
 
-def _declared(module: Any, where: str) -> list[SignatureContract]:
-    """The module's `SIGNATURES` (the signature-file schema) or `INPUT_SIGNATURE`."""
+def own_signature(model: Any) -> tuple[list[SignatureContract], str | None]:
+    """The input signature a callable carries itself, and where it was read: a `tf.function`'s
+    `input_signature` (the model's, or its `__call__`'s, as in a `tf.Module`), or the
+    `input_signature` a transformers TF model declares (a dict of `tf.TensorSpec`s). Empty
+    when it carries none. Raises SignatureError for one graphserve cannot serve as it is
+    (nested tensors, an input of unknown rank), naming the input and the fix."""
+    import tensorflow as tf
+
+    function_type = tf.types.experimental.PolymorphicFunction
+    for target in (model, model.__call__):
+        if isinstance(target, function_type) and target.input_signature is not None:
+            name = getattr(getattr(target, "python_function", None), "__qualname__", None)
+            origin = f"the input_signature of tf.function {name or type(model).__name__!r}"
+            return [_signed(target, origin)], origin
+    declared = getattr(model, "input_signature", None)
+    if (
+        isinstance(declared, Mapping)
+        and declared
+        and all(isinstance(spec, tf.TensorSpec) for spec in declared.values())
+    ):
+        origin = f"the input_signature of {type(model).__name__}"
+        specs = tuple(_own_spec(spec, name, origin) for name, spec in declared.items())
+        return [SignatureContract(SERVING_DEFAULT, specs)], origin
+    return [], None
+
+
+def _signed(function: Any, origin: str) -> SignatureContract:
+    """`function`'s input_signature as one signature: its tensors positional (named by the spec,
+    else by the parameter it fills), or one dict of them (named by their keys)."""
+    signature = tuple(function.input_signature)
+    if len(signature) == 1 and isinstance(signature[0], Mapping):
+        items = list(signature[0].items())
+    else:
+        try:
+            names = [p.name for p in inspect.signature(function.python_function).parameters
+                     .values() if p.name != "self"]  # fmt: skip
+        except (TypeError, ValueError):
+            names = []
+        items = [(getattr(spec, "name", None) or (names[i] if i < len(names) else f"input_{i}"),
+                  spec) for i, spec in enumerate(signature)]  # fmt: skip
+    return SignatureContract(SERVING_DEFAULT, tuple(_own_spec(s, n, origin) for n, s in items))
+
+
+def _own_spec(spec: Any, name: str, origin: str) -> TensorSpec:
+    import tensorflow as tf
+
+    if isinstance(spec, tf.RaggedTensorSpec | tf.SparseTensorSpec):
+        kind = "ragged" if isinstance(spec, tf.RaggedTensorSpec) else "sparse"
+        raise SignatureError(
+            composite_refusal(origin, name, kind, spec.dtype.name, spec.shape.rank)
+        )
+    if not isinstance(spec, tf.TensorSpec):
+        raise SignatureError(
+            f"{origin} nests its tensors ({name!r} is {type(spec).__name__}): a graphserve "
+            "signature is flat named tensors. Take them as separate arguments or as one dict "
+            "of tf.TensorSpec, or pass --input NAME:DTYPE:SHAPE for each"
+        )
+    if spec.shape.rank is None:
+        raise SignatureError(
+            f"{origin}: input {name!r} has an unknown rank, and a graphserve signature fixes "
+            f"each input's rank: pass --input {name}:{spec.dtype.name}:SHAPE (-1 for a free "
+            "dimension)"
+        )
+    return TensorSpec(name, spec.dtype.name, tuple(spec.shape.as_list()))
+
+
+def composite_refusal(where: str, name: str, kind: str, dtype: str, rank: int | None) -> str:
+    """Why a ragged or sparse input cannot be served, and the pattern that can."""
+    said = (f"{where}: input {name!r} is a {kind} tensor, and TF Serving's Predict API (REST and "
+            "gRPC) carries dense tensors only, so no client could send it.")  # fmt: skip
+    if kind == "ragged":
+        return (
+            f"{said} Take its flat values and row lengths as two dense inputs "
+            f"({name}_values:{dtype}:-1 and {name}_row_lengths:int64:-1) and build it inside: "
+            f"tf.RaggedTensor.from_row_lengths({name}_values, {name}_row_lengths)"
+        )
+    rank_text = str(rank) if rank is not None else "RANK"
+    return (
+        f"{said} Take its indices, values and dense shape as three dense inputs "
+        f"({name}_indices:int64:-1,{rank_text}, {name}_values:{dtype}:-1 and "
+        f"{name}_dense_shape:int64:{rank_text}) and build it inside: "
+        f"tf.sparse.SparseTensor({name}_indices, {name}_values, {name}_dense_shape)"
+    )
+
+
+def _declared(module: Any, where: str) -> tuple[list[SignatureContract], str | None]:
+    """The module's `SIGNATURES` (the signature-file schema) or `INPUT_SIGNATURE`, and which."""
     signatures = getattr(module, "SIGNATURES", None)
     if signatures:
         if not isinstance(signatures, Mapping):
             raise SignatureError(f"SIGNATURES of {where!r} must be a mapping of signature names")
-        return contracts_from_mapping({"signatures": signatures}, f"SIGNATURES of {where!r}")
+        found = contracts_from_mapping({"signatures": signatures}, f"SIGNATURES of {where!r}")
+        return found, f"SIGNATURES of module {module.__name__!r}"
     declared = getattr(module, "INPUT_SIGNATURE", None)
     if declared:
-        return [SignatureContract(SERVING_DEFAULT, tuple(_as_specs(declared, where)))]
-    return []
+        contract = SignatureContract(SERVING_DEFAULT, tuple(_as_specs(declared, where)))
+        return [contract], f"INPUT_SIGNATURE of module {module.__name__!r}"
+    return [], None
 
 
 def _load_keras_file(text: str, allow_unsafe: bool) -> ModelSource:
@@ -123,7 +227,9 @@ def _load_keras_file(text: str, allow_unsafe: bool) -> ModelSource:
                 "code: pass --allow-unsafe only if you trust the file"
             )
         raise SourceError(f"cannot load Keras file {text!r}: {exc}{hint}") from exc
-    return ModelSource(text, "keras", model, _keras_contracts(model), unsafe=allow_unsafe)
+    contracts = _keras_contracts(model)
+    return ModelSource(text, "keras", model, contracts, unsafe=allow_unsafe,
+                       declared_by="the Keras model's inputs" if contracts else None)  # fmt: skip
 
 
 def _load_saved_model(text: str) -> ModelSource:
@@ -159,7 +265,8 @@ def _load_saved_model(text: str) -> ModelSource:
             for name, spec in sorted(kwargs.items())
         )
         contracts.append(SignatureContract(key, inputs, f"signatures.{key}"))
-    return ModelSource(text, "savedmodel", loaded, contracts, warnings=warnings)
+    return ModelSource(text, "savedmodel", loaded, contracts, warnings=warnings,
+                       declared_by="the SavedModel's signatures")  # fmt: skip
 
 
 def _as_specs(declared: Sequence[Any], where: str) -> list[TensorSpec]:
@@ -190,8 +297,26 @@ def _keras_contracts(model: Any) -> list[SignatureContract]:
     for tensor in inputs:
         dtype = str(getattr(tensor.dtype, "name", tensor.dtype))
         name = str(tensor.name).split(":")[0]
+        for kind in ("ragged", "sparse"):
+            if getattr(tensor, kind, False):
+                where = f"the Keras model {getattr(model, 'name', type(model).__name__)!r}"
+                raise SignatureError(composite_refusal(where, name, kind, dtype, len(tensor.shape)))
         specs.append(TensorSpec(name, dtype, tuple(tensor.shape)))
     return [SignatureContract(SERVING_DEFAULT, tuple(specs))]
+
+
+def signature_origin(
+    source: ModelSource, *, file: Path | None = None, inputs: Sequence[TensorSpec] = ()
+) -> str:
+    """Where the exported signatures' inputs come from, in words: the same order of strength as
+    `resolve_contracts`."""
+    if inputs:
+        return "--input on the command line"
+    if file is not None:
+        return f"the signature file {str(file)!r}"
+    if source.declared:
+        return source.declared_by or repr(source.text)
+    return "the Keras model's inputs" if _keras_contracts(source.model) else "nowhere"
 
 
 def resolve_contracts(
@@ -208,6 +333,8 @@ def resolve_contracts(
     replaces what the source declares (module SIGNATURES/INPUT_SIGNATURE, Keras inputs, or an
     existing SavedModel's signatures).
     """
+    if source.refused and not file_contracts and not inputs:
+        raise SignatureError(source.refused)
     declared = list(file_contracts) or source.declared or _keras_contracts(source.model)
     contracts = merge_contracts(declared, inputs=inputs, output_names=output_names, extra=extra)
     if not contracts:

@@ -250,10 +250,29 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def plain_text(message: str) -> str:
-    """A model's error message without terminal escape codes (Keras colours its own) and
-    without the blank lines around its parts: one paragraph in a graphserve error."""
-    lines = [line.rstrip() for line in _ANSI.sub("", message).splitlines()]
-    return " ".join(line.strip() for line in lines if line.strip())
+    """A model's error message without terminal escape codes (Keras colours its own), without
+    the blank lines around its parts, and without the Python stack TensorFlow puts in a graph
+    op's error ("Detected at node X defined at (most recent call last): File ...", one frame of
+    TensorFlow's and the user's code a line): of that stack, the innermost frame is kept, the
+    user's line that made the op. One paragraph in a graphserve error."""
+    kept: list[str] = []
+    frame: str | None = None
+    for line in _ANSI.sub("", message).splitlines():
+        text = line.strip()
+        if frame is not None:  # inside the stack: its frames are indented, blank lines between
+            if not text or line[:1].isspace():
+                frame = text if text.startswith('File "') else frame
+                continue
+            kept.append(f"({frame})" if frame else "")
+            frame = None
+        if text.endswith("(most recent call last):"):
+            kept.append(text.replace(" defined at (most recent call last):", ",").rstrip(":"))
+            frame = ""
+            continue
+        kept.append(text)
+    if frame:
+        kept.append(f"({frame})")
+    return " ".join(text for text in kept if text)
 
 
 def _free_dimension_hint(contract: SignatureContract, exc: Exception) -> str:

@@ -98,13 +98,11 @@ class Family:
         return f"{self.package} {metadata.version(self.package)}"
 
 
-_BERT_INPUTS = tuple(f"{n}:int32:-1,-1" for n in ("input_ids", "attention_mask", "token_type_ids"))
-
 FAMILIES: tuple[Family, ...] = (
     Family("bert_keras_hub", "bert_keras_hub:build", "BERT text classifier (keras_hub)",
            "keras-hub"),
     Family("bert_transformers", "bert_transformers:build",
-           "BERT sequence classifier (transformers, TensorFlow)", "transformers", _BERT_INPUTS),
+           "BERT sequence classifier (transformers, TensorFlow)", "transformers"),
     Family("efficientnet", "efficientnet:build", "EfficientNetB0 (keras.applications)", "keras"),
     Family("text_classifier", "text_classifier:build",
            "Keras text classifier on raw strings (TextVectorization)", "keras"),

@@ -1,0 +1,314 @@
+"""A callable's own input signature is the signature: a `tf.function` with `input_signature`, a
+`tf.Module` whose `__call__` is one, positional or as one dict; the export says where it read it.
+What no TF Serving client can send (a ragged or a sparse input) and what a graphserve signature
+cannot fix (an input of unknown rank) is refused at export with the pattern that works, and a
+refused export leaves nothing on disk.
+
+Each model is a small module of the user's project, exported through `graphserve export` (the
+CLI, as a user runs it) or `export_model`, and the export reloaded and run."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from typer.testing import CliRunner
+
+from graphserve.cli import app
+from graphserve.exporter import ExportSpec, export_model, parse_input_spec
+from graphserve.model.trace import plain_text
+
+MODULES = {
+    # transformers' TF classes declare their serving signature as a property: a dict of specs.
+    "hub_models": """
+        def distilbert():
+            from transformers import DistilBertConfig, TFDistilBertModel
+
+            config = DistilBertConfig(vocab_size=100, dim=16, n_layers=1, n_heads=2,
+                                      hidden_dim=32, max_position_embeddings=64)
+            return TFDistilBertModel(config)
+    """,
+    "signed": """
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="features")])
+        def scale(features):
+            return {"scaled": features * 3.0}
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32),
+                                      tf.TensorSpec([None, 2], tf.float32)])
+        def add(a, b):
+            return a + b
+
+        @tf.function(input_signature=[{"left": tf.TensorSpec([None, 2], tf.float32),
+                                       "right": tf.TensorSpec([None, 2], tf.int32)}])
+        def pair(inputs):
+            return inputs["left"] * tf.cast(inputs["right"], tf.float32)
+
+        class Doubler(tf.Module):
+            @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32)])
+            def __call__(self, x):
+                return x * 2.0
+
+        def scaler():
+            return scale
+
+        def adder():
+            return add
+
+        def pairer():
+            return pair
+
+        def doubler():
+            return Doubler()
+    """,
+    "refused": """
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.float32)])
+        def ragged_sum(tokens):
+            return tf.reduce_sum(tokens, axis=1)
+
+        @tf.function(input_signature=[tf.SparseTensorSpec([None, 8], tf.float32)])
+        def sparse_sum(ids):
+            return tf.sparse.reduce_sum(ids, axis=1)
+
+        @tf.function(input_signature=[tf.TensorSpec(None, tf.float32)])
+        def any_rank(x):
+            return x + 1.0
+
+        @tf.function(input_signature=[(tf.TensorSpec([None], tf.float32),
+                                       tf.TensorSpec([None], tf.float32))])
+        def nested(pair):
+            return pair[0] + pair[1]
+
+        def ragged():
+            return ragged_sum
+
+        def sparse():
+            return sparse_sum
+
+        def unknown_rank():
+            return any_rank
+
+        def nesting():
+            return nested
+
+        def keras_sparse():
+            import keras
+
+            ids = keras.Input(shape=(8,), sparse=True, name="ids")
+            return keras.Model(ids, keras.layers.Dense(2)(ids))
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("user_project")
+    for name, source in MODULES.items():
+        (root / f"{name}.py").write_text(textwrap.dedent(source).lstrip())
+    sys.path.insert(0, str(root))
+    try:
+        yield root
+    finally:
+        sys.path.remove(str(root))
+        for name in MODULES:
+            sys.modules.pop(name, None)
+
+
+def _export(tmp_path: Path, source: str) -> Path:
+    result = export_model(
+        ExportSpec(source=source, name="m", base_path=tmp_path / "models", parity_batches=1)
+    )
+    return result.path
+
+
+def _serving(version: Path) -> tf.types.experimental.ConcreteFunction:
+    return tf.saved_model.load(str(version)).signatures["serving_default"]
+
+
+def test_a_signed_tf_function_exports_with_no_flag_and_says_so(
+    user_dir: Path, tmp_path: Path
+) -> None:
+    out = CliRunner().invoke(
+        app, ["export", "signed:scaler", "--name", "m", "--base-path", str(tmp_path)]
+    )
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "input signature from the input_signature of tf.function 'scale'" in text
+    serving = _serving(tmp_path / "m" / "1")
+    assert list(serving.structured_input_signature[1]) == ["features"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(serving(features=tf.constant(x))["scaled"], x * 3.0)
+
+
+def test_unnamed_specs_take_their_parameters_names(user_dir: Path, tmp_path: Path) -> None:
+    serving = _serving(_export(tmp_path, "signed:adder"))
+    assert sorted(serving.structured_input_signature[1]) == ["a", "b"]
+    a, b = np.ones((3, 2), np.float32), np.full((3, 2), 2.0, np.float32)
+    np.testing.assert_allclose(serving(a=tf.constant(a), b=tf.constant(b))["output_0"], a + b)
+
+
+def test_one_dict_of_specs_is_named_by_its_keys(user_dir: Path, tmp_path: Path) -> None:
+    serving = _serving(_export(tmp_path, "signed:pairer"))
+    specs = serving.structured_input_signature[1]
+    assert {k: (s.dtype.name, s.shape.as_list()) for k, s in specs.items()} == {
+        "left": ("float32", [None, 2]),
+        "right": ("int32", [None, 2]),
+    }
+    left, right = np.full((2, 2), 1.5, np.float32), np.array([[1, 2], [3, 4]], np.int32)
+    got = serving(left=tf.constant(left), right=tf.constant(right))["output_0"]
+    np.testing.assert_allclose(got, left * right)
+
+
+def test_a_module_whose_call_is_signed_exports_as_is(user_dir: Path, tmp_path: Path) -> None:
+    result = export_model(
+        ExportSpec(source="signed:doubler", name="m", base_path=tmp_path, parity_batches=1)
+    )
+    serving = _serving(result.path)
+    spec = serving.structured_input_signature[1]["x"]
+    assert (spec.dtype.name, spec.shape.as_list()) == ("float32", [None, 4])
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    np.testing.assert_allclose(serving(x=tf.constant(x))["output_0"], x * 2.0)
+
+
+def test_a_transformers_model_exports_on_its_declared_signature(
+    user_dir: Path, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    spec = ExportSpec(
+        source="hub_models:distilbert", name="m", base_path=tmp_path, parity_batches=1
+    )
+    result = export_model(spec, log=lines.append)
+    assert "input signature from the input_signature of TFDistilBertModel" in lines
+    serving = _serving(result.path)
+    specs = serving.structured_input_signature[1]
+    assert {k: (s.dtype.name, s.shape.as_list()) for k, s in specs.items()} == {
+        "input_ids": ("int32", [None, None]),
+        "attention_mask": ("int32", [None, None]),
+    }
+    ids = tf.constant([[1, 5, 7, 0]], tf.int32)
+    out = serving(input_ids=ids, attention_mask=tf.constant([[1, 1, 1, 0]], tf.int32))
+    assert out["last_hidden_state"].shape == (1, 4, 16)
+
+
+@pytest.mark.parametrize(
+    ("factory", "said"),
+    [
+        (
+            "ragged",
+            "input 'tokens' is a ragged tensor, and TF Serving's Predict API (REST and gRPC) "
+            "carries dense tensors only, so no client could send it. Take its flat values and row "
+            "lengths as two dense inputs (tokens_values:float32:-1 and tokens_row_lengths:int64:-1)"
+            " and build it inside: tf.RaggedTensor.from_row_lengths(tokens_values, "
+            "tokens_row_lengths)",
+        ),
+        (
+            "sparse",
+            "input 'ids' is a sparse tensor, and TF Serving's Predict API (REST and gRPC) carries "
+            "dense tensors only, so no client could send it. Take its indices, values and dense "
+            "shape as three dense inputs (ids_indices:int64:-1,2, ids_values:float32:-1 and "
+            "ids_dense_shape:int64:2)",
+        ),
+        (
+            "unknown_rank",
+            "input 'x' has an unknown rank, and a graphserve signature fixes each input's rank: "
+            "pass --input x:float32:SHAPE",
+        ),
+        ("nesting", "nests its tensors ('pair' is tuple): a graphserve signature is flat"),
+        (
+            "keras_sparse",
+            "input 'ids' is a sparse tensor, and TF Serving's Predict API (REST and gRPC) carries "
+            "dense tensors only",
+        ),
+    ],
+)
+def test_what_no_signature_can_carry_is_refused_and_leaves_nothing(
+    user_dir: Path, tmp_path: Path, factory: str, said: str
+) -> None:
+    out = CliRunner().invoke(
+        app,
+        ["export", f"refused:{factory}", "--name", "m", "--base-path", str(tmp_path / "models")],
+    )
+    assert out.exit_code == 1, out.output
+    text = " ".join(out.output.split())
+    assert said in text, text
+    assert "Traceback" not in out.output
+    assert not (tmp_path / "models").exists()
+
+
+def test_an_unknown_rank_takes_the_rank_from_the_command_line(
+    user_dir: Path, tmp_path: Path
+) -> None:
+    result = export_model(
+        ExportSpec(
+            source="refused:unknown_rank",
+            name="m",
+            base_path=tmp_path,
+            inputs=[parse_input_spec("x:float32:-1,3")],
+            parity_batches=1,
+        )
+    )
+    spec = _serving(result.path).structured_input_signature[1]["x"]
+    assert (spec.dtype.name, spec.shape.as_list()) == ("float32", [None, 3])
+
+
+def test_a_refused_export_inside_the_write_leaves_no_model_directory(
+    user_dir: Path, tmp_path: Path
+) -> None:
+    """The op scan refuses after the SavedModel is written: the version's temporary directory
+    goes, and so do the model and base directories the export made."""
+    (tmp_path / "ops.py").write_text(
+        textwrap.dedent("""
+            import tensorflow as tf
+
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="path")])
+            def read(path):  # lists the server's files: flagged, and refused without --allow-op
+                found = tf.size(tf.io.matching_files(path[0]))
+                return tf.fill(tf.shape(path), found)
+
+            def build():
+                return read
+        """)
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        base = tmp_path / "new" / "models"
+        with pytest.raises(Exception, match="touch files"):
+            export_model(ExportSpec(source="ops:build", name="m", base_path=base))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("ops", None)
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_existing_model_directory_stays_when_an_export_is_refused(tmp_path: Path) -> None:
+    from graphserve.core.versions import atomic_version_dir
+
+    model_dir = tmp_path / "m"
+    (model_dir / "1").mkdir(parents=True)
+    with pytest.raises(RuntimeError), atomic_version_dir(model_dir, 2) as tmp:
+        tmp.mkdir()
+        raise RuntimeError("refused")
+    assert sorted(p.name for p in model_dir.iterdir()) == ["1"]
+
+
+def test_a_graph_ops_error_keeps_the_users_line_not_tensorflows_stack() -> None:
+    @tf.function
+    def decode(data: tf.Tensor) -> tf.Tensor:
+        return tf.io.decode_jpeg(data)
+
+    with pytest.raises(tf.errors.InvalidArgumentError) as err:
+        decode(tf.constant(b"not a jpeg"))
+    raw = str(err.value)
+    assert "most recent call last" in raw and raw.count('File "') > 3  # TF's own stack is there
+    text = plain_text(raw)
+    assert text.count('File "') == 1, text
+    assert f'(File "{__file__}"' in text and "in decode)" in text
+    assert "DecodeJpeg" in text and "most recent call last" not in text

@@ -9,8 +9,6 @@ CLI, as a user runs it) or `export_model`, and the export reloaded and run."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from typer.testing import CliRunner
 from graphserve.cli import app
 from graphserve.exporter import ExportSpec, export_model, parse_input_spec
 from graphserve.model.trace import plain_text
+from tests.userproject import user_project
 
 MODULES = {
     # transformers' TF classes declare their serving signature as a property: a dict of specs.
@@ -110,16 +109,8 @@ MODULES = {
 
 @pytest.fixture(scope="module")
 def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("user_project")
-    for name, source in MODULES.items():
-        (root / f"{name}.py").write_text(textwrap.dedent(source).lstrip())
-    sys.path.insert(0, str(root))
-    try:
+    with user_project(tmp_path_factory.mktemp("user_project"), MODULES) as root:
         yield root
-    finally:
-        sys.path.remove(str(root))
-        for name in MODULES:
-            sys.modules.pop(name, None)
 
 
 def _export(tmp_path: Path, source: str) -> Path:
@@ -264,27 +255,20 @@ def test_a_refused_export_inside_the_write_leaves_no_model_directory(
 ) -> None:
     """The op scan refuses after the SavedModel is written: the version's temporary directory
     goes, and so do the model and base directories the export made."""
-    (tmp_path / "ops.py").write_text(
-        textwrap.dedent("""
-            import tensorflow as tf
+    ops = """
+        import tensorflow as tf
 
-            @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="path")])
-            def read(path):  # lists the server's files: flagged, and refused without --allow-op
-                found = tf.size(tf.io.matching_files(path[0]))
-                return tf.fill(tf.shape(path), found)
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="path")])
+        def read(path):  # lists the server's files: flagged, and refused without --allow-op
+            found = tf.size(tf.io.matching_files(path[0]))
+            return tf.fill(tf.shape(path), found)
 
-            def build():
-                return read
-        """)
-    )
-    sys.path.insert(0, str(tmp_path))
-    try:
-        base = tmp_path / "new" / "models"
-        with pytest.raises(Exception, match="touch files"):
-            export_model(ExportSpec(source="ops:build", name="m", base_path=base))
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("ops", None)
+        def build():
+            return read
+    """
+    base = tmp_path / "new" / "models"
+    with user_project(tmp_path, {"ops": ops}), pytest.raises(Exception, match="touch files"):
+        export_model(ExportSpec(source="ops:build", name="m", base_path=base))
     assert not (tmp_path / "new").exists()
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from graphserve.exporter import (
     export_model,
     parse_input_spec,
 )
+from tests.userproject import user_project
 
 runner = CliRunner()
 
@@ -242,16 +242,8 @@ MODULES = {
 @pytest.fixture(scope="module")
 def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A user's project: one module per pattern, importable as `NAME:factory`."""
-    root = tmp_path_factory.mktemp("user_project")
-    for name, source in MODULES.items():
-        (root / f"{name}.py").write_text(textwrap.dedent(source).lstrip())
-    sys.path.insert(0, str(root))
-    try:
+    with user_project(tmp_path_factory.mktemp("user_project"), MODULES) as root:
         yield root
-    finally:
-        sys.path.remove(str(root))
-        for name in MODULES:
-            sys.modules.pop(name, None)
 
 
 def _spec(tmp_path: Path, source: str, **kwargs: Any) -> ExportSpec:

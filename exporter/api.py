@@ -331,13 +331,22 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
 
 
 def _check_ranges(ranges: dict[str, ValueRange], contracts: list[Any]) -> None:
-    """Every `--input-range` names an input of some signature."""
-    known = {s.name for c in contracts for s in c.inputs}
-    unknown = sorted(set(ranges) - known)
+    """Every `--input-range` names a number input of some signature (a range says nothing of
+    strings or booleans, which would silently ignore it)."""
+    known = {s.name: s for c in contracts for s in c.inputs}
+    unknown = sorted(set(ranges) - set(known))
     if unknown:
         raise SignatureError(
             f"--input-range names {', '.join(map(repr, unknown))}, which no signature has: the "
             f"inputs are {', '.join(sorted(known))}"
+        )
+    words = sorted(n for n in ranges if known[n].dtype in ("string", "bool"))
+    if words:
+        raise SignatureError(
+            f"--input-range {', '.join(map(repr, words))}: a range is for number inputs, and "
+            f"{words[0]!r} is {known[words[0]].dtype}; give its values with --samples-file FILE "
+            '(a .npz bytes array, or a TF Serving predict body with {"b64": ...} for binary '
+            "strings)"
         )
 
 

@@ -10,10 +10,14 @@ known:
 * told by the model (`graphserve.model.domains`): the rows of the embedding an input indexes,
   the depth of a one-hot, the [0, 255] pixels a `Rescaling(1/255)` at the input expects;
 * told by the input's name: a `mask` takes 0 and 1, and so do segment and token-type ids;
+* a string input the model decodes as images (`DecodeJpeg`, `DecodePng`, `DecodeImage`, ...)
+  gets encoded images of that format (Pillow writes them): smooth colour fields with a little
+  noise, which compress as photographs do, not as noise;
 * else integers are small and non-negative (token ids, indices, counts: what real models take),
   floats standard normal, strings words from a short vocabulary.
 
-Pure numpy: the load test and the conformance run use it without importing TensorFlow.
+Pure numpy (and Pillow for images): the load test and the conformance run use it without
+importing TensorFlow.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 
 from graphserve.core.errors import ServingError, SignatureError
 from graphserve.core.results import JsonResult, json_meta
-from graphserve.core.signature import TensorSpec, ValueRange
+from graphserve.core.signature import ImageFormat, TensorSpec, ValueRange
 
 if TYPE_CHECKING:
     from graphserve.core.contract import SignatureContract
@@ -132,7 +136,9 @@ def sample_inputs(
         shape = sample_shape(spec, batch_size)
         dt = spec.np_dtype
         span = (ranges or {}).get(spec.name) or default_range(spec)
-        if spec.dtype == "string":
+        if spec.dtype == "string" and span is not None and span.image is not None:
+            out[spec.name] = _images(rng, shape, span.image)
+        elif spec.dtype == "string":
             out[spec.name] = _phrases(rng, shape)
         elif spec.dtype == "bool":
             out[spec.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
@@ -165,6 +171,27 @@ def _phrases(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     lengths = rng.integers(1, 5, size=count)
     words = [" ".join(rng.choice(VOCABULARY, size=n)) for n in lengths]
     return np.array([w.encode() for w in words], dtype=object).reshape(shape)
+
+
+def _images(rng: np.random.Generator, shape: tuple[int, ...], image: ImageFormat) -> np.ndarray:
+    """One encoded image per element of `shape`: a random 4x4 field of colours, smoothly
+    enlarged, with noise of a few levels (a photograph's kind of content, and size once
+    encoded)."""
+    import io
+
+    from PIL import Image
+
+    count = int(np.prod(shape))
+    encoded = []
+    for _ in range(count):
+        field = Image.fromarray(rng.integers(0, 256, size=(4, 4, 3), dtype=np.uint8))
+        enlarged = field.resize((image.width, image.height), Image.Resampling.BILINEAR)
+        pixels = np.asarray(enlarged, np.int16)
+        noisy = np.clip(pixels + rng.integers(-6, 7, size=pixels.shape), 0, 255)
+        buffer = io.BytesIO()
+        Image.fromarray(noisy.astype(np.uint8)).save(buffer, format=image.format.upper())
+        encoded.append(buffer.getvalue())
+    return np.array(encoded, dtype=object).reshape(shape)
 
 
 def _prefix_mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -217,7 +244,12 @@ class InputSource(JsonResult):
         when the file is still there. An empty source for a version with no manifest."""
         recorded = (manifest or {}).get("inputs") or {}
         ranges = {
-            name: ValueRange(float(r["low"]), float(r["high"]), str(r.get("why", "")))
+            name: ValueRange(
+                float(r["low"]),
+                float(r["high"]),
+                str(r.get("why", "")),
+                ImageFormat(**r["image"]) if r.get("image") else None,
+            )
             for name, r in (recorded.get("ranges") or {}).items()
         }
         path = recorded.get("samples")
@@ -234,7 +266,9 @@ class InputSource(JsonResult):
         parts = []
         for spec in specs:
             span = self.ranges.get(spec.name) or default_range(spec)
-            if spec.dtype == "string":
+            if span is not None and span.image is not None:
+                how = span.image.text() + (f" ({span.why})" if span.why else "")
+            elif spec.dtype == "string":
                 how = f"phrases of {len(VOCABULARY)} common words"
             elif spec.dtype == "bool":
                 how = "random booleans"
@@ -247,11 +281,18 @@ class InputSource(JsonResult):
 
     def refused(self, specs: Sequence[TensorSpec]) -> str:
         """What to add to the error of a model that refused generated inputs: that graphserve
-        generated them, how, and the flags that give the model what it expects."""
+        generated them, how, and the flags that give the model what it expects (a range is
+        only for numbers: strings and booleans are given as samples)."""
+        numbers = [s.name for s in specs if s.dtype not in ("string", "bool")]
+        ranges = (
+            f", or a range per number input with --input-range NAME=LOW:HIGH ({', '.join(numbers)})"
+            if numbers
+            else ""
+        )
         return (
             f". graphserve generated these inputs ({self.describe(specs)}); give inputs the model "
-            "takes with --samples-file FILE (a .npz or a TF Serving predict body), or a range "
-            "per input with --input-range NAME=LOW:HIGH"
+            "takes with --samples-file FILE (a .npz of arrays, bytes as dtype 'S', or a TF "
+            'Serving predict body, binary strings as {"b64": ...})' + ranges
         )
 
 
@@ -293,7 +334,9 @@ def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str
                     sig, _, input_name = key.rpartition("/")
                     for contract in contracts if not sig else [by_name.get(sig)]:
                         if contract and any(s.name == input_name for s in contract.inputs):
-                            raw.setdefault(contract.name, {})[input_name] = npz[key]
+                            raw.setdefault(contract.name, {})[input_name] = _npz_array(
+                                npz, key, path
+                            )
         elif path.suffix == ".json":
             body = parse_json_body(path.read_bytes())
             for request in body if isinstance(body, list) else [body]:
@@ -323,6 +366,24 @@ def load_samples(path: Path, contracts: Sequence[SignatureContract]) -> dict[str
             + ", ".join(f"{c.name}: {[s.name for s in c.inputs]}" for c in contracts)
         )
     return samples
+
+
+def _npz_array(npz: Any, key: str, path: Path) -> np.ndarray:
+    """`npz[key]`, or a SignatureError that says how to save bytes: an object array (a list of
+    Python bytes) is a pickle, which graphserve does not load from a file."""
+    try:
+        return npz[key]
+    except ValueError as exc:
+        if "allow_pickle" not in str(exc):
+            raise
+        raise SignatureError(
+            f"samples file {path}: {key!r} is an object array, which .npz stores as a pickle "
+            "and graphserve does not load. Save encoded bytes (images, serialized examples) as a "
+            f"bytes array: {key!r} as np.array(list_of_bytes, dtype=bytes). numpy "
+            "drops the trailing NUL bytes of each value, which JPEG, PNG and GIF files do not "
+            "end with; for other bytes write a TF Serving predict body (.json) with "
+            '{"b64": ...} for each value'
+        ) from None
 
 
 def _as_dtype(array: np.ndarray, dtype: np.dtype) -> np.ndarray:

@@ -43,10 +43,19 @@ def json_meta(
     skip: bool = False,
     value: Callable[[Any], Any] | None = None,
     flatten: bool = False,
+    omit_none: bool = False,
 ) -> dict[str, Any]:
-    """Field metadata: `to_jsonable` writes the field under `name`, not at all (`skip`),
-    through `value`, or merged into its parent (`flatten`)."""
-    return {_META: {"name": name, "skip": skip, "value": value, "flatten": flatten}}
+    """Field metadata: `to_jsonable` writes the field under `name`, not at all (`skip`), not
+    when it is None (`omit_none`), through `value`, or merged into its parent (`flatten`)."""
+    return {
+        _META: {
+            "name": name,
+            "skip": skip,
+            "value": value,
+            "flatten": flatten,
+            "omit_none": omit_none,
+        }
+    }
 
 
 class JsonResult:
@@ -114,6 +123,8 @@ def _write_field(
     if spec.get("skip"):
         return
     value = getattr(obj, field.name)
+    if value is None and spec.get("omit_none"):
+        return
     if spec.get("value") is not None:
         value = spec["value"](value)
     if spec.get("flatten"):

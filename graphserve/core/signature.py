@@ -22,6 +22,7 @@ __all__ = [
     "DTYPE_ENUMS",
     "PREDICT_METHOD",
     "SERVING_DEFAULT",
+    "ImageFormat",
     "Shape",
     "TensorSpec",
     "ValueRange",
@@ -129,12 +130,28 @@ class TensorSpec(JsonResult):
 
 
 @dataclass(frozen=True)
+class ImageFormat(JsonResult):
+    """Encoded images an input takes: their `format` (`jpeg`, `png`, `bmp` or `gif`, as the
+    model's decode op reads them) and the `height` and `width` generated ones get."""
+
+    format: str
+    height: int
+    width: int
+
+    def text(self) -> str:
+        return f"{self.format.upper()} images of {self.height}x{self.width}"
+
+
+@dataclass(frozen=True)
 class ValueRange(JsonResult):
-    """The values an input takes, `low` to `high` inclusive, and who said so (`why`)."""
+    """The values an input takes, `low` to `high` inclusive, and who said so (`why`). A string
+    input the model decodes as images has its `image`: each value is one encoded image whose
+    pixels take `low` to `high`."""
 
     low: float
     high: float
     why: str = field(default="", compare=False)
+    image: ImageFormat | None = field(default=None, metadata=json_meta(omit_none=True))
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:

@@ -8,7 +8,10 @@ values unchanged (casts, reshapes, slices, Keras' wrap of negative ids) to an op
 * an index into a table: `GatherV2` on a tensor of N rows, `ResourceGather` on a variable of N
   rows (an `Embedding`), `OneHot` of depth N: the input takes 0 to N-1;
 * a `Rescaling` at the input, `x * s + o` with a small scale s (Keras Applications, 1/255 or
-  1/127.5): the input is pixels, 0 to (1 - o) / s, whose output is 0..1 or -1..1.
+  1/127.5): the input is pixels, 0 to (1 - o) / s, whose output is 0..1 or -1..1;
+* a string input that reaches an image decode op (`DecodeJpeg`, `DecodePng`, `DecodeImage`, ...),
+  through any op, a `tf.map_fn`'s loop or a nested function: the input is encoded images of that
+  format, generated at the size the model resizes them to (else 224x224).
 
 Nested tf.functions are followed into their graphs. What cannot be read (a model that does not
 trace at a fixed shape, an op this does not know) gives no range: it is a best effort, and the
@@ -18,7 +21,7 @@ generated values fall back to graphserve's defaults (`graphserve.core.inputs`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -26,7 +29,7 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.inputs import sample_shape
-from graphserve.core.signature import ValueRange
+from graphserve.core.signature import ImageFormat, ValueRange
 from graphserve.model.trace import call_signature
 
 __all__ = ["infer_ranges"]
@@ -57,6 +60,35 @@ _CALLS = ("PartitionedCall", "StatefulPartitionedCall")
 # A scale this small at the input is a Rescaling of pixels (1/255, 1/127.5), not a learned weight.
 _PIXEL_SCALE = (1 / 1000, 1 / 50)
 _MAX_DEPTH = 4  # nested function calls followed
+# Image decode ops, and the format generated images get for each (DecodeImage reads any).
+_DECODE = {
+    "DecodeJpeg": "jpeg",
+    "DecodeAndCropJpeg": "jpeg",
+    "DecodeImage": "jpeg",
+    "DecodePng": "png",
+    "DecodeBmp": "bmp",
+    "DecodeGif": "gif",
+}
+# A function-calling op's graphs, by attribute, and the first of its inputs the graph's first
+# argument takes (If's condition is no argument).
+_BODIES = {
+    "PartitionedCall": (("f",), 0),
+    "StatefulPartitionedCall": (("f",), 0),
+    "While": (("body", "cond"), 0),
+    "StatelessWhile": (("body", "cond"), 0),
+    "If": (("then_branch", "else_branch"), 1),
+    "StatelessIf": (("then_branch", "else_branch"), 1),
+}
+_RESIZE = (
+    "ResizeBilinear",
+    "ResizeNearestNeighbor",
+    "ResizeBicubic",
+    "ResizeArea",
+    "ScaleAndTranslate",
+)
+_RESIZE_REACH = 64  # tensors looked through after a decode for its resize
+_IMAGE_SIDE = 224  # a decoded image the model does not resize: Keras Applications' size
+_FOLLOWED = ("string", "variant")  # what carries encoded bytes: strings, tensor lists
 
 
 def infer_ranges(model: Any, contract: SignatureContract) -> dict[str, ValueRange] | None:
@@ -81,6 +113,11 @@ def infer_ranges(model: Any, contract: SignatureContract) -> dict[str, ValueRang
     shapes = _captured_shapes(concrete)
     found: dict[str, ValueRange] = {}
     for name, tensor in zip(names, graph.inputs[: len(names)], strict=True):
+        if tensor.dtype == tf.string:
+            image = _decoded_as(tensor, graph, depth=0)
+            if image is not None:
+                found[name] = image
+            continue
         spans = list(_ranges_of(tensor, shapes, depth=0))
         if spans:
             found[name] = min(spans, key=lambda r: r.high - r.low)
@@ -112,26 +149,41 @@ def _captured_shapes(concrete: Any) -> dict[str, tuple[int | None, ...]]:
     return shapes
 
 
+class _Walk:
+    """The ops that consume tensors, from `start` on, each tensor once: `for current, op in
+    walk` visits every consumer `op` of `current`; `walk.follow(tensors)` goes on through them."""
+
+    def __init__(self, *start: tf.Tensor) -> None:
+        self.seen: set[str] = set()
+        self._frontier = list(start)
+
+    def follow(self, tensors: Iterable[tf.Tensor]) -> None:
+        self._frontier.extend(tensors)
+
+    def __iter__(self) -> Iterator[tuple[tf.Tensor, Any]]:
+        while self._frontier:
+            current = self._frontier.pop()
+            if current.name in self.seen:
+                continue
+            self.seen.add(current.name)
+            for op in current.consumers():
+                yield current, op
+
+
 def _ranges_of(
     tensor: tf.Tensor, shapes: dict[str, tuple[int | None, ...]], depth: int
 ) -> Iterator[ValueRange]:
     """Follow `tensor` through the ops that carry its values to the ops that bound them."""
-    seen: set[str] = set()
-    frontier = [tensor]
-    while frontier:
-        current = frontier.pop()
-        if current.name in seen:
-            continue
-        seen.add(current.name)
-        for op in current.consumers():
-            positions = [i for i, t in enumerate(op.inputs) if t is current]
-            carry = _CARRY.get(op.type, ())
-            if op.type in _CARRY and (carry is None or any(p in carry for p in positions)):
-                frontier.extend(op.outputs)
-            elif op.type in _CALLS and depth < _MAX_DEPTH:
-                yield from _through_call(op, positions, shapes, depth)
-            else:
-                yield from _bound(op, positions, shapes)
+    walk = _Walk(tensor)
+    for current, op in walk:
+        positions = [i for i, t in enumerate(op.inputs) if t is current]
+        carry = _CARRY.get(op.type, ())
+        if op.type in _CARRY and (carry is None or any(p in carry for p in positions)):
+            walk.follow(op.outputs)
+        elif op.type in _CALLS and depth < _MAX_DEPTH:
+            yield from _through_call(op, positions, shapes, depth)
+        else:
+            yield from _bound(op, positions, shapes)
 
 
 def _bound(
@@ -162,6 +214,44 @@ def _bound(
             )
 
 
+def _decoded_as(tensor: tf.Tensor, root: Any, depth: int) -> ValueRange | None:
+    """Images, when `tensor`'s strings reach an image decode op: through any op whose output is
+    still strings or a tensor list, and into the graphs of calls, loops and conditionals."""
+    walk = _Walk(tensor)
+    for current, op in walk:
+        if op.type in _DECODE:
+            height, width = _resized_to(op) or (_IMAGE_SIDE, _IMAGE_SIDE)
+            image = ImageFormat(_DECODE[op.type], height, width)
+            return ValueRange(0, 255, f"it is decoded by {op.type} ({_layer(op)})", image)
+        if op.type in _BODIES and depth < _MAX_DEPTH:
+            attrs, first = _BODIES[op.type]
+            positions = [i - first for i, t in enumerate(op.inputs) if t is current]
+            for attr in attrs:
+                graph = _function_graph(op, attr, root)
+                for position in positions:
+                    if graph is not None and 0 <= position < len(graph.inputs):
+                        found = _decoded_as(graph.inputs[position], root, depth + 1)
+                        if found is not None:
+                            return found
+        walk.follow(t for t in op.outputs if t.dtype.name in _FOLLOWED)
+    return None
+
+
+def _resized_to(decode: Any) -> tuple[int, int] | None:
+    """The constant size the decoded image is resized to, a few ops on (tf.image.resize, Keras'
+    Resizing), if the graph says so here."""
+    walk = _Walk(*decode.outputs)
+    for _current, op in walk:
+        if len(walk.seen) > _RESIZE_REACH:
+            break
+        if op.type in _RESIZE:
+            size = _constant_vector(op.inputs[1])
+            if size is not None and len(size) == 2 and all(v > 0 for v in size):
+                return int(size[0]), int(size[1])
+        walk.follow(op.outputs)
+    return None
+
+
 def _offset_after(mul: Any) -> float:
     """The constant added right after a rescaling `x * s`, if any (`x * s + o`)."""
     for op in mul.outputs[0].consumers():
@@ -190,11 +280,16 @@ def _through_call(
             yield from _ranges_of(graph.inputs[position], inner, depth + 1)
 
 
-def _function_graph(op: Any) -> Any:
+def _function_graph(op: Any, attr: str = "f", root: Any = None) -> Any:
+    """The graph of the function `op` calls (by its attribute `attr`), from `op`'s graph's
+    library or, for a function rebuilt from its definition (whose library is empty), from the
+    traced `root` graph's, which holds every function nested in it."""
     from tensorflow.python.framework.function_def_to_graph import function_def_to_graph
 
-    name = op.get_attr("f").name
+    name = op.get_attr(attr).name
     function = op.graph._get_function(name)
+    if function is None and root is not None:
+        function = root._get_function(name)
     if function is None:
         return None
     try:
@@ -215,6 +310,16 @@ def _constant(tensor: tf.Tensor) -> float | None:
         return None
     number = float(np.asarray(value).reshape(()))
     return number
+
+
+def _constant_vector(tensor: tf.Tensor) -> list[float] | None:
+    """A constant vector's values (through Identity and Cast), else None."""
+    op = tensor.op
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    if op.type != "Const":
+        return None
+    return [float(v) for v in np.asarray(tf.make_ndarray(op.get_attr("value"))).reshape(-1)]
 
 
 def _layer(op: Any) -> str:

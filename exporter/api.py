@@ -66,6 +66,7 @@ class ExportSpec:
     parity_batches: int = 3
     tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> atol, rtol
     allow_unsafe: bool = False  # Keras safe mode off for .keras files
+    imports: list[str] = field(default_factory=list)  # modules imported first (custom objects)
     allow_ops: list[str] = field(default_factory=list)  # flagged ops to accept anyway
     tfserving_image: str | None = None  # the image to check compatibility against
 
@@ -158,8 +159,9 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
     if not spec.overwrite:  # fail before the slow part; atomic_version_dir checks again
         ensure_version_free(model_dir, version)
 
-    log(f"loading {spec.source}")
-    source = load_source(spec.source, allow_unsafe=spec.allow_unsafe)
+    imported = f" after importing {', '.join(spec.imports)}" if spec.imports else ""
+    log(f"loading {spec.source}{imported}")
+    source = load_source(spec.source, allow_unsafe=spec.allow_unsafe, imports=spec.imports)
     if source.unsafe:
         warn(f"{spec.source} was loaded with Keras safe mode off (--allow-unsafe)")
     for message in source.warnings:
@@ -398,6 +400,7 @@ def _options(spec: ExportSpec) -> dict[str, Any]:
         "parity_batches": spec.parity_batches,
         "tolerances": {k: list(v) for k, v in spec.tolerances.items()},
         "allow_unsafe": spec.allow_unsafe,
+        "imports": spec.imports,
         "allow_ops": spec.allow_ops,
         "tfserving_image": spec.tfserving_image,
     }

@@ -169,6 +169,14 @@ def export(
             "output's scale (its largest magnitude, at least 1) (default float32=1e-4,1e-4).",
         ),
     ] = None,
+    imports: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--import",
+            help="A module of your project to import before loading SOURCE, repeatable: the one "
+            "that registers a .keras file's custom layers (recorded in the manifest).",
+        ),
+    ] = None,
     allow_unsafe: Annotated[
         bool,
         typer.Option(
@@ -237,6 +245,7 @@ def export(
         parity_batches=parity_batches,
         tolerances=_parse_tolerances(tolerances or []),
         allow_unsafe=allow_unsafe,
+        imports=list(imports or []),
         allow_ops=list(allow_ops or []),
         tfserving_image=tfserving_image,
     )

@@ -48,6 +48,7 @@ class EagerModel:
     signature_file: Path | None = None
     output_names: tuple[str, ...] = ()
     allow_unsafe: bool = False
+    imports: tuple[str, ...] = ()  # modules imported before the source (--import)
     mode: str = "call"  # call, predict or function
     version: int = 1
     samples_file: Path | None = None  # the load check's inputs (--samples-file)
@@ -196,6 +197,7 @@ def _static(model: EagerModel, options: LoadOptions) -> StaticModel:
             signature_file=model.signature_file,
             output_names=model.output_names,
             allow_unsafe=model.allow_unsafe,
+            imports=model.imports,
             mode=model.mode,
             samples_file=model.samples_file,
             input_ranges=model.input_ranges,

@@ -329,6 +329,14 @@ def eager(
             help="Values generated for an input NAME=LOW:HIGH, repeatable, as for export.",
         ),
     ] = None,
+    imports: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--import",
+            help="A module of your project to import before loading SOURCE, repeatable, as for "
+            "export (a .keras file's custom layers).",
+        ),
+    ] = None,
     allow_unsafe: Annotated[
         bool,
         typer.Option(
@@ -371,6 +379,7 @@ def eager(
         signature_file=signature_file,
         output_names=tuple(names),
         allow_unsafe=allow_unsafe,
+        imports=tuple(imports or ()),
         mode=mode,
         samples_file=samples_file,
         input_ranges=ranges,

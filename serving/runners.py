@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -168,6 +168,7 @@ class EagerRunner(Runner):
         signature_file: Path | None = None,
         output_names: list[str] | None = None,
         allow_unsafe: bool = False,
+        imports: Sequence[str] = (),
         mode: str = "call",
         samples_file: Path | None = None,
         input_ranges: Mapping[str, ValueRange] | None = None,
@@ -176,7 +177,7 @@ class EagerRunner(Runner):
             raise SignatureError(f"eager mode {mode!r} is not one of {', '.join(EAGER_MODES)}")
         self.mode = mode
         self.kind = "eager" if mode == "call" else f"eager-{mode}"
-        self.source = load_source(source, allow_unsafe=allow_unsafe)
+        self.source = load_source(source, allow_unsafe=allow_unsafe, imports=imports)
         contracts = resolve_contracts(
             self.source,
             file_contracts=load_signature_file(signature_file) if signature_file else (),

@@ -199,7 +199,7 @@ def test_an_eager_server_asking_for_a_flag_is_told_what_compare_can_do(
     assert "pass --input NAME:DTYPE:SHAPE" in message  # the server's own words
     assert (
         "`loadtest compare` gives the eager server the --input, --output-names, --signature-file, "
-        "--samples-file and --input-range its export was given" in message
+        "--samples-file, --input-range and --import its export was given" in message
     )
     assert "pass --serve graph --eager HOST:PORT" in message
 

@@ -89,7 +89,8 @@ def export_flags(options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """The `graphserve serve eager` flags that give a Python model what its export was given, from
     the `options` of its manifest (graphserve.core.manifest): `--input` per recorded input,
     `--output-names`, `--signature-file` and `--samples-file` when recorded, `--input-range` per
-    recorded range. Returns the flags and the recorded files that no longer exist, left out."""
+    recorded range, `--import` per recorded module. Returns the flags and the recorded files
+    that no longer exist, left out."""
     flags: list[str] = []
     for text in options.get("inputs") or ():
         flags += ["--input", str(text)]
@@ -107,6 +108,8 @@ def export_flags(options: Mapping[str, Any]) -> tuple[list[str], list[str]]:
             missing.append(str(path))
     for text in options.get("input_ranges") or ():
         flags += ["--input-range", str(text)]
+    for name in options.get("imports") or ():
+        flags += ["--import", str(name)]
     return flags, missing
 
 

@@ -6,6 +6,7 @@ source declares, if any. TensorFlow and Keras are imported here, late, so the CL
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
@@ -42,6 +43,7 @@ class ModelSource:
     unsafe: bool = False  # loaded with Keras safe mode off
     declared_by: str | None = None  # where `declared` was read, in words
     refused: str | None = None  # why the callable's own signature cannot be served as it is
+    imports: tuple[str, ...] = ()  # modules imported first (--import): custom objects' registry
     warnings: list[str] = field(default_factory=list)  # what loading left out, and why
 
 
@@ -50,11 +52,40 @@ def available_examples() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(package.__path__))
 
 
-def load_source(text: str, *, allow_unsafe: bool = False) -> ModelSource:
+def load_source(
+    text: str, *, allow_unsafe: bool = False, imports: Sequence[str] = ()
+) -> ModelSource:
     """Load SOURCE; raises SourceError naming what could not be found, loaded or called.
 
     `allow_unsafe` turns Keras safe mode off for `.keras` files (it lets the file run code).
+    `imports` are modules of the user's project imported first (`--import`): the ones that
+    register a `.keras` file's custom layers (`keras.saving.register_keras_serializable`).
     """
+    import_modules(imports)
+    source = _load(text, allow_unsafe)
+    return dataclasses.replace(source, imports=tuple(imports)) if imports else source
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Import each of `names` from the user's project (the working directory on sys.path, as
+    for a factory); SourceError naming the module that fails."""
+    for name in names:
+        _user_path()
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise SourceError(
+                f"--import {name}: cannot import it: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _user_path() -> None:
+    # Like uvicorn and gunicorn: a factory in the user's project is importable from its root.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+
+
+def _load(text: str, allow_unsafe: bool) -> ModelSource:
     if text.endswith(".keras"):
         return _load_keras_file(text, allow_unsafe)
     if Path(text, "saved_model.pb").is_file():
@@ -75,9 +106,7 @@ def load_source(text: str, *, allow_unsafe: bool = False) -> ModelSource:
             )
         module = importlib.import_module(f"{_EXAMPLES_PACKAGE}.{attr}")
         return _from_factory(text, "example", module, "build")
-    # Like uvicorn and gunicorn: a factory in the user's project is importable from its root.
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    _user_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -221,7 +250,13 @@ def _load_keras_file(text: str, allow_unsafe: bool) -> ModelSource:
         model = keras.saving.load_model(path, safe_mode=not allow_unsafe)
     except Exception as exc:
         hint = ""
-        if not allow_unsafe and "safe" in str(exc).lower():
+        if "Could not locate" in str(exc):
+            hint = (
+                "; the file names a custom class that no imported module registered. Pass "
+                "--import MODULE for the module of your project that defines it (with "
+                "@keras.saving.register_keras_serializable())"
+            )
+        elif not allow_unsafe and "safe" in str(exc).lower():
             hint = (
                 "; the file carries Python code that safe mode will not run. Loading it runs that "
                 "code: pass --allow-unsafe only if you trust the file"

@@ -199,8 +199,9 @@ def _eager_hint(kind: str, model_base_path: Path) -> str:
     --allow-unsafe, ...) that `loadtest compare` does not have."""
     return (
         f"\n`loadtest compare` gives the {kind} server the --input, --output-names, "
-        "--signature-file, --samples-file and --input-range its export was given, as the newest "
-        f"version's manifest under {model_base_path} records them, and no others: export the "
+        "--signature-file, --samples-file, --input-range and --import its export was given, as "
+        f"the newest version's manifest under {model_base_path} records them, and no others: "
+        "export the "
         "model with the flags it needs (`graphserve export SOURCE --input ...`), or start the "
         "eager server yourself (`graphserve serve eager SOURCE ...`) and pass --serve graph "
         "--eager HOST:PORT"

@@ -249,6 +249,8 @@ def graph(
         usage_error("give --model-base-path (and --model-name) or a config file")
     if config_poll_seconds and model_config_file is None:
         serve.warnings.append("--model-config-file-poll-wait-seconds: no config file to read")
+    bare = (bare_version_warning(m.name, m.base_path) for m in models)
+    serve.warnings.extend(w for w in bare if w is not None)
     residency = Residency(
         max_bytes=None
         if max_resident_bytes is None
@@ -279,6 +281,20 @@ def graph(
             "on_demand": load_on_demand,
             "residency": residency,
         }
+    )
+
+
+def bare_version_warning(name: str, base_path: Path) -> str | None:
+    """What the start line says of a base path that is a SavedModel itself: served as version
+    1 here, where TF Serving would serve nothing (a deviation, said as one)."""
+    from graphserve.core.versions import bare_savedmodel
+
+    if not bare_savedmodel(base_path):
+        return None
+    return (
+        f"{base_path} is a SavedModel with no version directory: serving it as version 1 of "
+        f"{name!r}. TF Serving serves only numeric version directories and would serve nothing "
+        f"here (a deviation from TF Serving): for TF Serving, move it to {base_path / '1'}"
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from graphserve.core.versions import existing_versions, version_path
+from graphserve.core.versions import bare_savedmodel, existing_versions, version_path
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.runner import Runner
 
@@ -84,14 +84,16 @@ class FileSystemSource:
         return list(self.models)
 
     def versions(self, name: str) -> list[int]:
-        return existing_versions(self.models[name].base_path)
+        base = self.models[name].base_path
+        return [1] if bare_savedmodel(base) else existing_versions(base)
 
     def aspired(self, name: str, versions: list[int]) -> list[int]:
         return self.models[name].policy.aspired(versions)
 
     def where(self, name: str, version: int) -> Path | None:
-        # `00000123` as found on disk, never rebuilt from the number
-        return version_path(self.models[name].base_path, version)
+        # `00000123` as found on disk, never rebuilt from the number; a bare SavedModel is 1
+        base = self.models[name].base_path
+        return base if version == 1 and bare_savedmodel(base) else version_path(base, version)
 
     def fingerprint(self, where: Path | None) -> Fingerprint:
         return fingerprint_dir(where)

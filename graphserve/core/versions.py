@@ -81,6 +81,13 @@ def existing_versions(model_dir: Path) -> list[int]:
     return list(version_dirs(model_dir))
 
 
+def bare_savedmodel(model_dir: Path) -> bool:
+    """`model_dir` is a SavedModel itself (a Keras `model.export()` archive, a `tf.saved_model.save`
+    directory) with no numeric version directory: the graph server serves it as version 1,
+    where TF Serving serves nothing (it loads version directories only)."""
+    return (Path(model_dir) / "saved_model.pb").is_file() and not version_dirs(model_dir)
+
+
 def version_path(model_dir: Path, version: int) -> Path:
     """The directory of `version` as found on disk; `model_dir/version` when there is none."""
     return version_dirs(model_dir).get(version, model_dir / str(version))

@@ -138,7 +138,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         probe_source,
     )
     from graphserve.exporter.verify import DEFAULT_TOLERANCES, check_parity, load_samples
-    from graphserve.model.opscan import describe_flagged, scan_saved_model
+    from graphserve.model.opscan import PROCESS_OPS, describe_flagged, scan_saved_model
     from graphserve.model.trace import saveable, trace
     from graphserve.model.warmup import replay_warmup, warmup_requests, write_warmup_records
 
@@ -232,6 +232,17 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         )
         log("scanning ops")
         op_scan = scan_saved_model(tmp)
+        python = sorted({f"{f.op} in {f.function}" for f in op_scan.flagged if f.op in PROCESS_OPS})
+        if python:  # refused whatever --allow-op says: no server can provide them
+            raise UnsafeOpsError(
+                f"the graph calls Python ({', '.join(python)}: tf.py_function or "
+                "tf.numpy_function). The SavedModel keeps a token naming a Python function of "
+                "this export's process, not the function, so no server can run it: TF Serving "
+                "has no Python, and graphserve's graph server is another process (here it passes "
+                "parity only because this process still holds the function). Write that part "
+                "with TensorFlow ops, or serve the model from Python: graphserve serve eager "
+                "SOURCE"
+            )
         refused = op_scan.refused(spec.allow_ops)
         if refused:
             raise UnsafeOpsError(

@@ -67,6 +67,21 @@ def _parse_tolerances(values: list[str]) -> dict[str, tuple[float, float]]:
     return tolerances
 
 
+def _print_cause(exc: BaseException, verbose: bool) -> None:
+    """The model's own error under a graphserve one: its full traceback with --verbose, else
+    how to see it."""
+    cause = exc.__cause__
+    if cause is None:
+        return
+    if not verbose:
+        stderr.print("[dim]the full traceback of the model's error: add --verbose[/]")
+        return
+    import traceback
+
+    text = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+    stderr.print(escape(text.rstrip()), highlight=False, soft_wrap=True)
+
+
 def export(
     source: Annotated[
         str,
@@ -200,6 +215,14 @@ def export(
     output: Annotated[
         str, typer.Option("--output", help="'text' or 'json' (only JSON on stdout).")
     ] = "text",
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="On failure, print the full traceback of the error the model raised, after "
+            "graphserve's one-paragraph message.",
+        ),
+    ] = False,
 ) -> None:
     """Trace SOURCE into concrete functions and write a verified SavedModel BASE/NAME/VERSION."""
     if output not in ("text", "json"):
@@ -255,6 +278,7 @@ def export(
             result = export_model(spec, log=progress)
     except ExportError as exc:
         stderr.print(f"[red]export failed:[/] {escape(str(exc))}")
+        _print_cause(exc, verbose)
         raise typer.Exit(EXIT_FAILED) from None
     if output == "json":
         typer.echo(json.dumps(result.to_json(), indent=2))

@@ -272,6 +272,34 @@ def test_a_refused_export_inside_the_write_leaves_no_model_directory(
     assert not (tmp_path / "new").exists()
 
 
+def test_a_call_into_python_is_refused_even_with_allow_op(user_dir: Path, tmp_path: Path) -> None:
+    """A tf.py_function passes parity in the exporting process, which still holds the function,
+    and no server can run it after: the export refuses it whatever --allow-op says."""
+    python = """
+        import numpy as np
+        import tensorflow as tf
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+        def rounded(x):
+            return tf.py_function(lambda t: np.round(t.numpy()), [x], tf.float32)
+
+        def build():
+            return rounded
+    """
+    with user_project(tmp_path, {"python_ops": python}):
+        out = CliRunner().invoke(
+            app,
+            ["export", "python_ops:build", "--name", "m", "--base-path", str(tmp_path / "models"),
+             "--allow-op", "EagerPyFunc"],
+        )  # fmt: skip
+    assert out.exit_code == 1, out.output
+    text = " ".join(out.output.split())
+    assert "the graph calls Python (EagerPyFunc in " in text
+    assert "so no server can run it" in text
+    assert "graphserve serve eager SOURCE" in text
+    assert not (tmp_path / "models").exists()
+
+
 def test_an_existing_model_directory_stays_when_an_export_is_refused(tmp_path: Path) -> None:
     from graphserve.core.versions import atomic_version_dir
 
@@ -296,3 +324,19 @@ def test_a_graph_ops_error_keeps_the_users_line_not_tensorflows_stack() -> None:
     assert text.count('File "') == 1, text
     assert f'(File "{__file__}"' in text and "in decode)" in text
     assert "DecodeJpeg" in text and "most recent call last" not in text
+
+
+def test_verbose_adds_the_models_full_traceback_to_the_one_paragraph(tmp_path: Path) -> None:
+    args = ["export", "tests.test_inputs:build_picky", "--name", "picky", "--input",
+            "x:int32:-1", "--base-path", str(tmp_path)]  # fmt: skip
+    quiet = CliRunner().invoke(app, args)
+    assert quiet.exit_code == 1, quiet.output
+    assert "x must be a multiple of 7" in quiet.output
+    assert "Traceback (most recent call last)" not in quiet.output
+    assert "the full traceback of the model's error: add --verbose" in quiet.output
+    loud = CliRunner().invoke(app, [*args, "--verbose"])
+    assert loud.exit_code == 1, loud.output
+    paragraph, _, trace = loud.output.partition("Traceback (most recent call last)")
+    assert "x must be a multiple of 7" in paragraph
+    assert "InvalidArgumentError" in trace and 'File "' in trace
+    assert "add --verbose" not in loud.output

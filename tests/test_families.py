@@ -118,6 +118,22 @@ def _pixels(name: str) -> dict[str, np.ndarray]:
     return {name: images.astype(np.float32)}
 
 
+def _jpegs() -> np.ndarray:
+    """Two JPEG files of other sizes than the model's 64x64, as a camera or an upload sends."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(9)
+    files = []
+    for height, width in ((80, 120), (48, 48)):
+        buffer = io.BytesIO()
+        pixels = rng.integers(0, 256, size=(height, width, 3)).astype(np.uint8)
+        Image.fromarray(pixels).save(buffer, format="JPEG")
+        files.append(buffer.getvalue())
+    return np.array(files, dtype=object)
+
+
 TEXTS = np.array(
     [[b"the movie was great"], [b"Awful plot and very boring acting"], [b"I loved the story"]],
     dtype=object,
@@ -135,6 +151,8 @@ def _user_inputs(name: str, input_names: list[str]) -> dict[str, np.ndarray]:
         return _pixels(image)
     if name == "text_classifier":
         return {"text": TEXTS}
+    if name == "image_bytes":
+        return {"image_bytes": _jpegs()}
     return {"words": WORDS}
 
 
@@ -147,6 +165,8 @@ def _call(name: str, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(model(tensors)["logits"])
     if name == "vocab_module":
         return np.asarray(model(tensors["words"]))
+    if name == "image_bytes":
+        return np.asarray(model(tensors["image_bytes"])["probabilities"])
     if name in ("efficientnet", "text_classifier"):
         (only,) = tensors.values()
         return np.asarray(model(only, training=False))

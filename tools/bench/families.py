@@ -104,6 +104,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("bert_transformers", "bert_transformers:build",
            "BERT sequence classifier (transformers, TensorFlow)", "transformers"),
     Family("efficientnet", "efficientnet:build", "EfficientNetB0 (keras.applications)", "keras"),
+    Family("image_bytes", "image_bytes:build",
+           "EfficientNetB0 on JPEG bytes, decoded inside (tf.io.decode_jpeg)", "tensorflow"),
     Family("text_classifier", "text_classifier:build",
            "Keras text classifier on raw strings (TextVectorization)", "keras"),
     Family("vocab_module", "vocab_module:build", "tf.Module with a vocabulary file",
@@ -240,6 +242,7 @@ class _ConfigServer(ServerProcess):
 class FamilyServers:
     graph: ServerProcess  # every family, from a model config
     eager: dict[str, ServerProcess]  # family name -> its eager server
+    base_paths: dict[str, Path]  # family name -> its export's model base path
 
     def ready_s(self) -> dict[str, float | None]:
         return {"graph": self.graph.ready_s, **{f"eager {n}": s.ready_s for n, s in
@@ -281,7 +284,7 @@ def family_servers(
                     future.result()
                 except RuntimeError as exc:
                     raise RuntimeError(f"the {kind} server did not start: {exc}") from None
-        yield FamilyServers(graph, eager)
+        yield FamilyServers(graph, eager, {n: e.version_dir.parent for n, e in exports.items()})
     finally:
         for server in servers.values():
             server.stop()
@@ -291,10 +294,13 @@ def family_servers(
 
 
 def compare_args(name: str, servers: FamilyServers, out: Path, timing: Sequence[str]) -> list[str]:
-    """`graphserve loadtest compare` of family `name`'s graph and eager servers: gRPC, 1 user."""
+    """`graphserve loadtest compare` of family `name`'s graph and eager servers: gRPC, 1 user,
+    its payload generated from what the export's manifest records (the ranges and image
+    formats it read from the model), as a user's `--model-base-path` gives it."""
     return graphserve(
         "loadtest", "compare", "--graph", servers.graph.grpc_address,
         "--eager", servers.eager[name].grpc_address, "--model-name", name,
+        "--model-base-path", str(servers.base_paths[name]),
         "--protocol", "grpc", "--users", "1", *timing, "--out", str(out),
     )  # fmt: skip
 

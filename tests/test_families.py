@@ -238,6 +238,21 @@ def test_export_writes_a_verified_version(run: Run, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_the_bench_table_describes_each_generated_input(run: Run, name: str) -> None:
+    """What `make bench-families` publishes of the inputs, read from the manifest as the load
+    test reads it (an image input's format too)."""
+    exported = _exported(run, name)
+    rows = {row["name"]: row for row in exported.generated_inputs()}
+    assert sorted(rows) == sorted(exported.input_specs)
+    for input_name, row in rows.items():
+        assert row["described"].startswith(f"{input_name}: {row['dtype']} ")
+    if name == "image_bytes":
+        assert rows["image_bytes"]["described"].startswith(
+            "image_bytes: string JPEG images of 64x64 (it is decoded by DecodeJpeg"
+        )
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_inspect_names_each_input(run: Run, name: str) -> None:
     exported = _exported(run, name)
     done = _command(graphserve("inspect", str(run.base / name)))

@@ -1,4 +1,4 @@
-"""The models users bring (issue 38): five families, each a small module under docs_src/byom that
+"""The models users bring (issue 38): six families, each a small module under docs_src/byom that
 builds its model as its package does, exported, served and load-tested through the documented
 commands, run as a reader runs them (from that directory, `python -m graphserve ...`).
 
@@ -172,10 +172,10 @@ class Exported:
         """The inputs graphserve generated for the probe, parity and warm-up: per input its
         dtype, shape, range and why (the manifest's inputs.ranges), and how, in words."""
         from graphserve.core.inputs import InputSource
-        from graphserve.core.signature import TensorSpec, ValueRange
+        from graphserve.core.signature import TensorSpec
 
-        ranges = {k: ValueRange(**v) for k, v in self.manifest["inputs"]["ranges"].items()}
-        source = InputSource(ranges=ranges)
+        source = InputSource.recorded(self.manifest, [])  # its ranges, read as the load test does
+        ranges = source.ranges
         rows = []
         for name, info in self.input_specs.items():
             shape = info["shape"]

@@ -35,6 +35,7 @@ from graphserve.conformance.generic import cases_for, discover, request_inputs
 from graphserve.conformance.reference import GRPC_CASES, LABELS, REST_CASES, TWO
 from graphserve.core import client
 from graphserve.core.errors import ConfigError, InvalidInput, ServerUnreachable
+from graphserve.core.execution import RUNNER_FIELD
 from graphserve.core.httpclient import TlsError
 from graphserve.core.results import JsonKeys, JsonResult
 from graphserve.core.signature import ValueRange
@@ -43,8 +44,6 @@ from graphserve.core.tls import ClientTls, diagnose_address, split_scheme
 __all__ = ["ConformanceReport", "ConformanceSpec", "run_conformance"]
 
 REFERENCE_MODELS = ("default", TWO)
-# graphserve's own GetModelMetadata field (serving.dataplane.RUNNER_FIELD): how the model runs
-RUNNER_FIELD = "runner"
 # A server that is up connects at once; past this many seconds, ask whether TLS is why it does not
 _TLS_CHECK_AFTER_S = 1.0
 

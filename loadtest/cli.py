@@ -309,12 +309,15 @@ def compare(
 
     addresses = named_arms(arm, graph, eager)
     metrics_urls = _pairs(metrics or [], "--metrics")
+    quiet = output is OutputFormat.json
     # Self-managed servers: the --serve kinds when asked for, with a source, or without addresses
     # (the source the export recorded serves then), and the null endpoint for --calibrate.
     kinds: list[str] = []
     if model_base_path is not None:
         if serve is not None or source or not addresses:
-            kinds = _serve_kinds(serve, model_base_path, source)
+            kinds, alone = _serve_kinds(serve, model_base_path, source)
+            if alone and not quiet:
+                stderr.print(f"[yellow]warning:[/yellow] {alone}", highlight=False)
         if calibrate:
             kinds.append("null")
     elif calibrate or source or serve is not None:
@@ -383,7 +386,6 @@ def compare(
         from graphserve.loadtest.comparison.findmax import SearchSpec
 
         search = SearchSpec(max_load=max_load, max_probes=max_probes, precision_pct=precision)
-    quiet = output is OutputFormat.json
     quiet_tensorflow()  # the payload and metadata code import it
     try:
         report = _run(spec, out_dir, managed, kinds, source, cold_start, quiet, search)
@@ -393,12 +395,15 @@ def compare(
     finish(report, out_dir, quiet)
 
 
-def _serve_kinds(serve: str | None, model_base_path: Path, source: str | None) -> list[str]:
+def _serve_kinds(
+    serve: str | None, model_base_path: Path, source: str | None
+) -> tuple[list[str], str | None]:
     """The --serve kinds; without --serve, graph and eager, or the graph server alone when no
     source is given and the newest version has no manifest recording one (a SavedModel that
-    graphserve did not write). An unreadable manifest keeps eager, to be reported with it."""
+    graphserve did not write), with why in words. An unreadable manifest keeps eager, to be
+    reported with it."""
     if serve is not None:
-        return [k.strip() for k in serve.split(",") if k.strip()]
+        return [k.strip() for k in serve.split(",") if k.strip()], None
     if source is None:
         from graphserve.core.errors import LoadTestError
         from graphserve.loadtest.comparison.managed import export_record
@@ -406,10 +411,15 @@ def _serve_kinds(serve: str | None, model_base_path: Path, source: str | None) -
         try:
             record = export_record(model_base_path)
         except LoadTestError:  # run_managed reads it again and says why it cannot
-            return ["graph", "eager"]
+            return ["graph", "eager"], None
         if record is None or record.source is None:
-            return ["graph"]
-    return ["graph", "eager"]
+            return ["graph"], (
+                f"the graph server alone, no eager arm: {model_base_path} has no graphserve "
+                "manifest naming the model's Python source (a SavedModel graphserve did not "
+                "export); pass --source MODULE:FACTORY (or a .keras file) for the eager server, "
+                "or --serve graph to ask for the graph server alone"
+            )
+    return ["graph", "eager"], None
 
 
 def _run(

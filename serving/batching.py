@@ -234,6 +234,7 @@ class BatchingRunner(Runner):
         self.owns = owns
         self.params = params or BatchingParameters()
         self.kind = runner.kind
+        self.execution = runner.execution
         self.path = runner.path
         self.on_caller = False  # the batch threads run the model
         self.signatures: dict[str, ServedSignature] = runner.signatures

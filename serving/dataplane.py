@@ -33,6 +33,7 @@ from graphserve.core.errors import (
     Unavailable,
     Unimplemented,
 )
+from graphserve.core.execution import EXECUTION_FIELD, RUNNER_FIELD
 from graphserve.serving.deadline import (
     QUEUE,
     RUNNING,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["DataPlane"]
 
 SIGNATURE_DEF_FIELD = "signature_def"
-RUNNER_FIELD = "runner"
+_OWN_FIELDS = (RUNNER_FIELD, EXECUTION_FIELD)
 EXAMPLES_INPUT = "inputs"  # the key of a classify or regress signature's one input
 REGRESS_OUTPUT = "outputs"  # ... and of a regress signature's one output
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -536,13 +537,14 @@ class DataPlane:
     def metadata(
         self, name: str, version: VersionRef, fields: Sequence[str] = (SIGNATURE_DEF_FIELD,)
     ) -> get_model_metadata_pb2.GetModelMetadataResponse:
-        """TF Serving's `signature_def` field, and our `runner` (a StringValue: graph, eager,
-        eager-predict, eager-function) for clients that ask how the model runs."""
-        unknown = [f for f in fields if f not in (SIGNATURE_DEF_FIELD, RUNNER_FIELD)]
+        """TF Serving's `signature_def` field, and our own for clients that ask how the model
+        runs, each a StringValue: `runner` (graph, eager, eager-predict, eager-function) and
+        `execution` (graphserve.core.execution: eager, tf.function, restored, session, ...)."""
+        unknown = [f for f in fields if f not in (SIGNATURE_DEF_FIELD, *_OWN_FIELDS)]
         if not fields or unknown:
             raise InvalidInput(
                 f"metadata_field must be '{SIGNATURE_DEF_FIELD}' (and optionally "
-                f"'{RUNNER_FIELD}'), got {list(fields)}"
+                f"{' and '.join(repr(f) for f in _OWN_FIELDS)}), got {list(fields)}"
             )
         servable = self.servable(name, version)
         response = get_model_metadata_pb2.GetModelMetadataResponse()
@@ -552,10 +554,10 @@ class DataPlane:
             for key, sig in servable.runner.signatures.items():
                 sigmap.signature_def[key].CopyFrom(sig.signature_def)
             response.metadata[SIGNATURE_DEF_FIELD].Pack(sigmap)
-        if RUNNER_FIELD in fields:
-            response.metadata[RUNNER_FIELD].Pack(
-                wrappers_pb2.StringValue(value=servable.runner.kind)
-            )
+        own = {RUNNER_FIELD: servable.runner.kind, EXECUTION_FIELD: servable.runner.execution}
+        for field in _OWN_FIELDS:
+            if field in fields:
+                response.metadata[field].Pack(wrappers_pb2.StringValue(value=own[field]))
         return response
 
     def status(self, name: str, version: VersionRef) -> get_model_status_pb2.GetModelStatusResponse:

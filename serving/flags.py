@@ -32,11 +32,13 @@ from graphserve.core.defaults import (
     DEFAULT_METRICS_PATH,
 )
 from graphserve.core.errors import EXIT_FAILED, EXIT_USAGE
+from graphserve.core.execution import EAGER, describe
 from graphserve.core.logs import configure_logging, quiet_tensorflow
 
 if TYPE_CHECKING:
     from graphserve.core.batchingparams import BatchingParameters
     from graphserve.core.tls import ServerTls
+    from graphserve.serving.runner import Runner
 
 log = logging.getLogger("graphserve.serve")
 
@@ -268,6 +270,17 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         "text",
     ),
+    "verbose": (
+        Annotated[
+            bool,
+            typer.Option(
+                "--verbose",
+                help="Log the full traceback of a model's error when a version fails to load "
+                "(without it, the error's message alone), and graphserve's debug lines.",
+            ),
+        ],
+        False,
+    ),
     "enable_batching": (
         Annotated[
             bool,
@@ -416,6 +429,13 @@ SHARED: dict[str, tuple[Any, Any]] = {
 }
 
 
+def _runs(runner: Runner) -> str:
+    """The start line's word for how a model runs: "graph", or for the eager server what runs
+    its requests ("eager: eager Python, op by op", "eager: the source's own tf.function, a
+    graph, not eager Python")."""
+    return describe(runner.kind, runner.execution) if runner.kind.startswith(EAGER) else runner.kind
+
+
 def usage_error(message: str) -> NoReturn:
     stderr.print(f"[red]error:[/] {escape(message)}")
     raise typer.Exit(EXIT_USAGE)
@@ -448,6 +468,7 @@ class ServeFlags:
     intra_op: int = 0
     inter_op: int = 0
     log_format: str = "text"
+    verbose: bool = False
     enable_batching: bool = False
     batching_parameters_file: Path | None = None
     per_model_batching: bool = False
@@ -598,6 +619,8 @@ class ServeFlags:
                 "directory to hold batching_params.pbtxt; it is batched with the global parameters"
             )
         configure_logging(self.log_format)
+        if self.verbose:  # graphserve's own: TensorFlow's and the libraries' stay at INFO
+            logging.getLogger("graphserve").setLevel(logging.DEBUG)
         for warning in self.warnings:
             log.warning("%s", warning)
         quiet_tensorflow()
@@ -671,7 +694,7 @@ class ServeFlags:
         registry = server.registry
         served = "; ".join(
             f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
-            f"({registry.get(name).runner.kind})"
+            f"({_runs(registry.get(name).runner)})"
             for name in registry.names()
             if registry.available(name)
         )

@@ -26,6 +26,7 @@ from graphserve.core.batchingparams import (
     load_batching_parameters,
 )
 from graphserve.core.errors import ExportError, ModelLoadError
+from graphserve.core.execution import not_eager
 from graphserve.core.signature import TensorSpec, ValueRange
 from graphserve.serving.runner import Runner
 
@@ -188,6 +189,9 @@ def load_eager(
         )
     except ExportError as exc:
         raise ModelLoadError(str(exc)) from exc
+    warning = not_eager(runner.kind, runner.execution)
+    if warning:
+        log.warning("%s: %s", source, warning)
     return _batched(runner, options.batching)  # no version directory: the global parameters
 
 

@@ -358,7 +358,12 @@ class ModelManager:
             runner = self.source.load(name, version, path)
         except Exception as exc:
             message = _load_error(exc, path)
-            log.error("%s: version %d failed to load: %s", name, version, message)
+            verbose = log.isEnabledFor(logging.DEBUG)  # serve --verbose
+            log.error(
+                "%s: version %d failed to load: %s%s", name, version, message,
+                "" if verbose else " (--verbose logs the error's full traceback)",
+                exc_info=exc if verbose else None,
+            )  # fmt: skip
             self._failed[key] = (fingerprint, _status_line(message))
             self._errors[key] = message
             if not serving:

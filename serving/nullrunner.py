@@ -33,6 +33,7 @@ class NullRunner(Runner):
     """
 
     kind = "null"
+    execution = "null"
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)

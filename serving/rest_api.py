@@ -48,7 +48,13 @@ from graphserve.core.defaults import (
     DEFAULT_MAX_JSON_DEPTH,
 )
 from graphserve.core.errors import InvalidInput, PayloadTooLarge, ServingError
-from graphserve.serving.dataplane import RUNNER_FIELD, SIGNATURE_DEF_FIELD, DataPlane, Prepared
+from graphserve.core.execution import (
+    EXECUTION_FIELD,
+    EXECUTION_HEADER,
+    RUNNER_FIELD,
+    RUNNER_HEADER,
+)
+from graphserve.serving.dataplane import SIGNATURE_DEF_FIELD, DataPlane, Prepared
 from graphserve.serving.deadline import TIMEOUT_HEADER, deadline_scope, parse_timeout
 from graphserve.serving.http_server import (
     AWAIT,
@@ -78,12 +84,11 @@ from graphserve.serving.registry import Servable, VersionRef
 from graphserve.serving.signature import ServedSignature
 from graphserve.serving.tfexample import examples_from_json
 
-__all__ = ["RUNNER_HEADER", "RestOptions", "RestServer"]
+__all__ = ["RestOptions", "RestServer"]
 
 log = logging.getLogger("graphserve.rest")
 
 MAX_VERSION = 2**63 - 1  # versions are int64, as in TF Serving
-RUNNER_HEADER = "X-Graphserve-Runner"  # on metadata responses: graph, eager, eager-predict, ...
 
 _ROUTE = re.compile(
     r"^/v1/models/(?P<name>[^/:]+)"
@@ -332,15 +337,17 @@ class _Handler:
     def _metadata_json(
         self, name: str, version: VersionRef, headers: list[tuple[str, str]]
     ) -> bytes:
-        """TF Serving's body exactly; how this server runs the model (graph, eager, ...) goes
-        in a response header of our own, where no TF Serving client looks."""
-        response = self.plane.metadata(name, version, (SIGNATURE_DEF_FIELD, RUNNER_FIELD))
+        """TF Serving's body exactly; how this server runs the model (graph, eager, ...) and
+        what executes it go in response headers of our own, where no TF Serving client looks."""
+        fields = (SIGNATURE_DEF_FIELD, RUNNER_FIELD, EXECUTION_FIELD)
+        response = self.plane.metadata(name, version, fields)
         sigmap = get_model_metadata_pb2.SignatureDefMap()
         response.metadata[SIGNATURE_DEF_FIELD].Unpack(sigmap)
-        runner = wrappers_pb2.StringValue()
-        response.metadata[RUNNER_FIELD].Unpack(runner)
-        if runner.value:
-            headers.append((RUNNER_HEADER, runner.value))
+        for field, header in ((RUNNER_FIELD, RUNNER_HEADER), (EXECUTION_FIELD, EXECUTION_HEADER)):
+            value = wrappers_pb2.StringValue()
+            response.metadata[field].Unpack(value)
+            if value.value:
+                headers.append((header, value.value))
         return json.dumps(
             {
                 "model_spec": _proto_json(response.model_spec),

@@ -4,6 +4,9 @@ A runner runs a signature on numpy inputs. Every ability beyond that is declared
 default, so wrappers (batching) forward it and callers never probe with getattr:
 
     kind          "graph" | "eager" | "null": what answers, shown in logs and metadata headers
+    execution     what runs a request (graphserve.core.execution's words: "session", "function",
+                  "eager", "restored", "tf.function", ...): the start line, the metadata's
+                  `execution` field; an eager server whose source is not eager says so by it
     signatures    the served signatures by key
     path          the version directory it was loaded from (its warm-up records live there);
                   None for a model that runs from Python source
@@ -47,6 +50,7 @@ Arrays = dict[str, np.ndarray]
 
 class Runner(Protocol):
     kind: str
+    execution: str = ""
     signatures: dict[str, ServedSignature]
     path: Path | None = None
     on_caller: bool = True

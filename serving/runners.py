@@ -24,13 +24,19 @@ from tensorflow.core.protobuf import meta_graph_pb2
 from graphserve.core.codec import numpy_dtype_name
 from graphserve.core.contract import SignatureContract, load_signature_file
 from graphserve.core.errors import InvalidInput, ServingError, SignatureError, UnsafeOpsError
+from graphserve.core.execution import EAGER
 from graphserve.core.inputs import InputSource, load_samples
 from graphserve.core.savedmodel import serve_meta_graph
 from graphserve.core.signature import TensorSpec, ValueRange
 from graphserve.model.domains import infer_ranges
 from graphserve.model.opscan import describe_flagged, scan_meta_graph
 from graphserve.model.sources import load_source, resolve_contracts
-from graphserve.model.trace import call_signature, predict_signature, signature_errors
+from graphserve.model.trace import (
+    call_signature,
+    execution_of,
+    predict_signature,
+    signature_errors,
+)
 from graphserve.serving.runner import Runner
 from graphserve.serving.signature import ServedSignature
 
@@ -158,6 +164,11 @@ class EagerRunner(Runner):
         predict   Keras `model.predict(x)`: its batch machinery per request ("eager-predict")
         function  `tf.function` without an input signature: traced per new shape, so varying
                   batch sizes retrace ("eager-function"; traces are counted)
+
+    `execution` says what runs (graphserve.core.execution): "eager" only when the source is
+    Python that runs op by op. A SavedModel source runs its restored graph functions
+    ("restored"), a source whose call is a tf.function runs that graph ("tf.function"): both
+    are logged as a warning when the version loads, and said in the start line and metadata.
     """
 
     def __init__(
@@ -194,7 +205,19 @@ class EagerRunner(Runner):
             c.name: tf.function(functools.partial(call_signature, self.source.model, c))
             for c in (contracts if mode == "function" else [])
         }
+        self.execution = self._execution(contracts)
         self.signatures = {c.name: self._describe(c) for c in contracts}
+
+    def _execution(self, contracts: Sequence[SignatureContract]) -> str:
+        """What runs a request (graphserve.core.execution): the mode's machinery, else the
+        source's own: a SavedModel's functions, a tf.function, or eager Python; the first
+        signature that is not eager speaks for the model."""
+        if self.mode != "call":
+            return "keras-predict" if self.mode == "predict" else "traced"
+        if self.source.kind == "savedmodel":
+            return "restored"
+        found = [execution_of(self.source.model, c) for c in contracts]
+        return next((e for e in found if e != EAGER), EAGER)
 
     def trace_counts(self) -> dict[str, int]:
         """Traces per signature in `function` mode (retracing made visible); empty otherwise."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from graphserve.core.versions import bare_savedmodel, existing_versions, version_path
+from graphserve.core.versions import served_versions
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.runner import Runner
 
@@ -84,8 +84,7 @@ class FileSystemSource:
         return list(self.models)
 
     def versions(self, name: str) -> list[int]:
-        base = self.models[name].base_path
-        return [1] if bare_savedmodel(base) else existing_versions(base)
+        return list(served_versions(self.models[name].base_path))
 
     def aspired(self, name: str, versions: list[int]) -> list[int]:
         return self.models[name].policy.aspired(versions)
@@ -93,7 +92,7 @@ class FileSystemSource:
     def where(self, name: str, version: int) -> Path | None:
         # `00000123` as found on disk, never rebuilt from the number; a bare SavedModel is 1
         base = self.models[name].base_path
-        return base if version == 1 and bare_savedmodel(base) else version_path(base, version)
+        return served_versions(base).get(version, base / str(version))
 
     def fingerprint(self, where: Path | None) -> Fingerprint:
         return fingerprint_dir(where)
@@ -109,7 +108,7 @@ class FileSystemSource:
         model = self.models[name]
         if not model.base_path.is_dir():
             return f"base path {model.base_path} does not exist"
-        on_disk = existing_versions(model.base_path)
+        on_disk = list(served_versions(model.base_path))
         if not on_disk:
             return (
                 f"no versions: expected numeric directories such as {model.base_path / '1'} "

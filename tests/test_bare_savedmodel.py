@@ -19,7 +19,7 @@ import pytest
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from graphserve.core.processes import ServerProcess
-from graphserve.core.versions import bare_savedmodel
+from graphserve.core.versions import bare_savedmodel, served_versions
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.sources import FileSystemSource
 
@@ -83,3 +83,6 @@ def test_a_version_directory_makes_the_versions_the_directories(
     assert not bare_savedmodel(base)
     assert source.versions("classifier") == [7]
     assert source.where("classifier", 7) == base / "7"
+    assert source.where("classifier", 1) == base / "1"  # not there: where it would be
+    assert served_versions(base) == {7: base / "7"}
+    assert served_versions(tmp_path / "nothing") == {}

@@ -304,6 +304,23 @@ def test_cli_needs_the_model_name_for_addresses(tmp_path: Path) -> None:
     assert not (tmp_path / "plan.json").exists()
 
 
+def test_string_inputs_from_metadata_alone_are_said_to_be_words() -> None:
+    """By address, the payload comes from the server's metadata, which says "string" and not
+    "JPEG": the run warns, naming the input and what to give instead."""
+    from graphserve.loadtest.comparison.run import Arm, CompareSpec, _words_only
+
+    arms = (Arm("graph", "127.0.0.1:1"),)
+    inputs = {"image_bytes": np.array([b"the cat"], dtype=object), "x": np.zeros(1)}
+    assert _words_only(CompareSpec(arms, model_name="m"), inputs) == (
+        "string input image_bytes: phrases of words, from the server's metadata alone; if the "
+        "model decodes it (images, tf.Examples), pass --model-base-path BASE (the export's "
+        "manifest records what it takes) or --payload-file"
+    )
+    assert _words_only(CompareSpec(arms, model_name="m"), {"x": np.zeros(1)}) is None
+    with_base = CompareSpec(arms, model_name="m", model_base_path=Path("models/m"))
+    assert _words_only(with_base, inputs) is None
+
+
 def test_model_name_comes_from_the_option_or_the_base_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -209,14 +209,24 @@ def test_without_serve_the_graph_server_runs_alone_when_no_source_is_known(
 ) -> None:
     from graphserve.loadtest.cli import _serve_kinds
 
-    assert _serve_kinds(None, needs_input, None) == ["graph", "eager"]  # recorded
-    assert _serve_kinds(None, tmp_path, None) == ["graph"]  # nothing recorded
-    assert _serve_kinds(None, tmp_path, "pkg:build") == ["graph", "eager"]
-    assert _serve_kinds("graph, eager-predict", tmp_path, None) == ["graph", "eager-predict"]
+    assert _serve_kinds(None, needs_input, None) == (["graph", "eager"], None)  # recorded
+    kinds, why = _serve_kinds(None, tmp_path, None)  # nothing recorded
+    assert kinds == ["graph"]
+    assert why == (
+        f"the graph server alone, no eager arm: {tmp_path} has no graphserve manifest naming "
+        "the model's Python source (a SavedModel graphserve did not export); "
+        "pass --source MODULE:FACTORY (or a .keras file) for the eager server, or --serve graph "
+        "to ask for the graph server alone"
+    )
+    assert _serve_kinds(None, tmp_path, "pkg:build") == (["graph", "eager"], None)
+    assert _serve_kinds("graph, eager-predict", tmp_path, None) == (
+        ["graph", "eager-predict"],
+        None,
+    )
     # An unreadable manifest is not silently a graph-only run: run_managed reports it.
     (tmp_path / "1" / MANIFEST_FILE).parent.mkdir(parents=True)
     (tmp_path / "1" / MANIFEST_FILE).write_text("{not json")
-    assert _serve_kinds(None, tmp_path, None) == ["graph", "eager"]
+    assert _serve_kinds(None, tmp_path, None) == (["graph", "eager"], None)
 
 
 def test_serve_without_a_model_base_path_is_a_usage_error() -> None:

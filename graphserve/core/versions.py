@@ -32,6 +32,7 @@ __all__ = [
     "existing_versions",
     "next_version",
     "prune_versions",
+    "served_versions",
     "version_dirs",
     "version_path",
 ]
@@ -86,6 +87,15 @@ def bare_savedmodel(model_dir: Path) -> bool:
     directory) with no numeric version directory: the graph server serves it as version 1,
     where TF Serving serves nothing (it loads version directories only)."""
     return (Path(model_dir) / "saved_model.pb").is_file() and not version_dirs(model_dir)
+
+
+def served_versions(model_dir: Path) -> dict[int, Path]:
+    """What the graph server serves under `model_dir`: its version directories (`version_dirs`),
+    or {1: model_dir} for a bare SavedModel; one listing of the directory."""
+    dirs = version_dirs(model_dir)
+    if not dirs and (Path(model_dir) / "saved_model.pb").is_file():
+        return {1: Path(model_dir)}
+    return dirs
 
 
 def version_path(model_dir: Path, version: int) -> Path:

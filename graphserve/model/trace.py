@@ -19,11 +19,13 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.errors import SignatureError
+from graphserve.core.execution import EAGER
 from graphserve.core.signature import TensorSpec
 
 __all__ = [
     "Traced",
     "call_signature",
+    "execution_of",
     "is_keras",
     "name_outputs",
     "parameters",
@@ -103,6 +105,20 @@ def call_signature(
         args: Any = inputs[names[0]] if len(names) == 1 else {n: inputs[n] for n in names}
         result = target(args, training=False) if is_keras(target) else target(args)
     return name_outputs(result, contract, _keras_output_names(target))
+
+
+def execution_of(model: Any, contract: SignatureContract) -> str:
+    """How `call_signature` runs `contract` on `model`, in graphserve.core.execution's words:
+    "restored" for a SavedModel's concrete function, "tf.function" when the callable or its
+    `__call__` is a tf.function, else "eager". (A whole SavedModel source is "restored": the
+    caller knows it by the source's kind.)"""
+    target = resolve_function(model, contract.function)
+    if isinstance(target, tf.types.experimental.ConcreteFunction):
+        return "restored"
+    call = type(target).__call__ if not isinstance(target, type) else None
+    if any(isinstance(f, tf.types.experimental.GenericFunction) for f in (target, call)):
+        return "tf.function"
+    return EAGER
 
 
 def parameters(target: Any) -> list[inspect.Parameter] | None:

@@ -25,7 +25,7 @@ from graphserve.core.errors import LoadTestError, ServerStartError
 from graphserve.core.manifest import MANIFEST_FILE, read_manifest
 from graphserve.core.processes import SERVER_KINDS, export_flags, serve_args
 from graphserve.core.signature import SERVING_DEFAULT
-from graphserve.core.versions import version_dirs
+from graphserve.core.versions import served_versions
 from graphserve.loadtest.comparison.run import Arm, CompareSpec, compare, model_name_of
 from graphserve.loadtest.report.analysis import CALIBRATION_ARM
 from graphserve.loadtest.results.run import ColdStartRun, Report
@@ -71,7 +71,7 @@ def export_record(model_base_path: Path) -> ExportRecord | None:
     """The record of the newest numeric version under `model_base_path`; None when there is no
     version or it has no manifest (not exported by graphserve). LoadTestError when the manifest
     cannot be read."""
-    dirs = version_dirs(Path(model_base_path))
+    dirs = served_versions(Path(model_base_path))
     if not dirs:
         return None
     version_dir = dirs[max(dirs)]

@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -44,6 +44,7 @@ from graphserve.core.client import rest_path
 from graphserve.core.contract import SignatureContract
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import LoadTestError, LocustRunError, PayloadError, SloError
+from graphserve.core.execution import EXECUTION_FIELD, RUNNER_FIELD, arm_warning
 from graphserve.core.inputs import InputSource
 from graphserve.core.manifest import read_manifest
 from graphserve.core.signature import SERVING_DEFAULT
@@ -191,8 +192,12 @@ def compare(
         payload_source = f"--traffic {traffic.file}"
     else:
         inputs, payload_source = _payload(spec, out_dir)
+        words = _words_only(spec, inputs)
+        if words:
+            say({"event": "warning", "message": words})
     plan = _plan(spec, out_dir)
     plan.dump(out_dir / "plan.json")
+    served = _served(spec, say)
     started = time.time()
     _run_locust(spec, plan, out_dir, say)
 
@@ -209,7 +214,7 @@ def compare(
         headline=[],  # one sentence per step, written with the report (loadtest/report/render.py)
         settings=_settings(spec, baseline, inputs, payload_source, traffic if requests else None),
         environment=environment(),
-        arms={arm.name: _arm_info(arm, spec) for arm in spec.arms},
+        arms={arm.name: _arm_info(arm, spec, served[arm.name]) for arm in spec.arms},
         steps=steps,
         truncated=raw.truncated or None,
         workers=_workers(spec, out_dir),
@@ -425,6 +430,22 @@ def _payload(spec: CompareSpec, out_dir: Path) -> tuple[dict[str, Any], str]:
     return inputs, source
 
 
+def _words_only(spec: CompareSpec, inputs: Mapping[str, Any]) -> str | None:
+    """The warning for string inputs generated from a server's metadata alone, which says only
+    "string": phrases of words, where the export's manifest would tell images (a model that
+    decodes its strings then fails every request)."""
+    if spec.model_base_path is not None or spec.payload_file is not None:
+        return None
+    strings = sorted(name for name, array in inputs.items() if array.dtype.kind in "OSU")
+    if not strings:
+        return None
+    return (
+        f"string input {', '.join(strings)}: phrases of words, from the server's metadata "
+        "alone; if the model decodes it (images, tf.Examples), pass --model-base-path BASE "
+        "(the export's manifest records what it takes) or --payload-file"
+    )
+
+
 def _traffic(spec: CompareSpec, out_dir: Path) -> tuple[list[Any], TrafficPayload]:
     """The traffic file's requests, checked against the signature and encoded (comparison/
     traffic.py)."""
@@ -483,11 +504,14 @@ def payload_specs(spec: CompareSpec) -> tuple[list[Any], str, InputSource]:
 
 
 def _latest_version(base: Path) -> Path:
-    from graphserve.core.versions import version_dirs
+    """The newest version the graph server serves under `base` (a bare SavedModel is one)."""
+    from graphserve.core.versions import served_versions
 
-    dirs = version_dirs(base)
+    dirs = served_versions(base)
     if not dirs:
-        raise PayloadError(f"{str(base)!r} holds no numbered version directory")
+        raise PayloadError(
+            f"{str(base)!r} holds no numbered version directory and is not a SavedModel"
+        )
     return dirs[max(dirs)]
 
 
@@ -707,14 +731,31 @@ def environment() -> Environment:
     )
 
 
-def _arm_info(arm: Arm, spec: CompareSpec) -> ArmInfo:
+def _served(spec: CompareSpec, say: Callable[[dict[str, Any]], None]) -> dict[str, dict[str, str]]:
+    """What each arm's server says it runs (`runner`, `execution`; empty for a server that does
+    not say, such as TF Serving), with a warning for an eager arm that is not eager."""
+    from graphserve.loadtest.generator.metadata import served_as
+
+    model = model_name_of(spec)
+    served = {}
+    for arm in spec.arms:
+        target, tls = dial(spec.protocol, arm.address, arm.tls)
+        served[arm.name] = served_as(spec.protocol, target, model, tls=tls)
+    for name, said in served.items():
+        warning = arm_warning(name, said.get(RUNNER_FIELD, ""), said.get(EXECUTION_FIELD, ""))
+        if warning:
+            say({"event": "warning", "message": warning})
+    return served
+
+
+def _arm_info(arm: Arm, spec: CompareSpec, served: Mapping[str, str]) -> ArmInfo:
     tls = arm.tls
     dialed = {} if tls is None else {"tls": _tls_info(tls)}
     return ArmInfo(
         address=arm.address,
         protocol=spec.protocol,
         metrics_url=arm.metrics_url,
-        **arm.details,
+        **{**arm.details, **served},  # the server's own word on how it runs, where it says
         **dialed,
     )
 

@@ -18,6 +18,12 @@ from tensorflow_serving.apis import get_model_metadata_pb2
 
 from graphserve.core import client
 from graphserve.core.errors import PayloadError, SignatureError
+from graphserve.core.execution import (
+    EXECUTION_FIELD,
+    EXECUTION_HEADER,
+    RUNNER_FIELD,
+    RUNNER_HEADER,
+)
 from graphserve.core.signature import TensorSpec, spec_from_tensor_info
 from graphserve.core.tls import ClientTls
 from graphserve.loadtest.generator.reach import tls_failure
@@ -27,6 +33,7 @@ __all__ = [
     "fetch_grpc_specs",
     "fetch_rest_specs",
     "fetch_specs",
+    "served_as",
     "specs_from_grpc_metadata",
     "specs_from_rest_metadata",
     "specs_from_signature_map",
@@ -152,3 +159,37 @@ def fetch_specs(
     if protocol == "rest":
         return fetch_rest_specs(address, model_name, signature_name, timeout_s, tls)
     raise ValueError(f"protocol {protocol!r}: expected 'grpc' or 'rest'")
+
+
+def served_as(
+    protocol: str,
+    address: str,
+    model_name: str,
+    timeout_s: float = 10.0,
+    tls: ClientTls | None = None,
+) -> dict[str, str]:
+    """How a graphserve server runs the model, as it says in its metadata: {"runner": "eager",
+    "execution": "tf.function"} (graphserve.core.execution). Empty for a server that does not
+    say (TF Serving refuses the fields) or cannot be asked: the load test goes on without it."""
+    from google.protobuf import wrappers_pb2
+
+    try:
+        if protocol == "grpc":
+            request = client.metadata_request(model_name, fields=(RUNNER_FIELD, EXECUTION_FIELD))
+            with client.GrpcClient.connect(address, timeout=timeout_s, tls=tls) as grpc_client:
+                metadata = grpc_client.metadata(request).metadata
+            said = {}
+            for field in (RUNNER_FIELD, EXECUTION_FIELD):
+                value = wrappers_pb2.StringValue()
+                if field in metadata and metadata[field].Unpack(value):
+                    said[field] = value.value
+        else:
+            with client.RestClient(address, timeout=timeout_s, tls=tls) as rest:
+                reply = rest.metadata(model_name)
+            if reply.status != 200:
+                return {}
+            headers = {RUNNER_FIELD: RUNNER_HEADER, EXECUTION_FIELD: EXECUTION_HEADER}
+            said = {f: reply.headers.get(h.lower(), "") for f, h in headers.items()}
+    except (grpc.RpcError, OSError, ValueError):
+        return {}
+    return {k: v for k, v in said.items() if v}

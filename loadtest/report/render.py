@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+from graphserve.core.execution import EXECUTION_FIELD, EXECUTIONS, RUNNER_FIELD, arm_warning
 from graphserve.loadtest.results.labels import NONE, fmt_plain, is_number, load_label
 from graphserve.loadtest.results.run import (
     ArmSearch,
@@ -299,7 +300,8 @@ def headline(report: Report) -> list[str]:
         else:
             clauses = [_headline_clause(n, r, step, "") for n, r in step.ratios.items()]
             sentence = f"At {load}, " + "; ".join(clauses)
-        if any(_concerns(arm) for _, arm in report.step_arms(step)):
+        concerns = any(_concerns(arm) for _, arm in report.step_arms(step))
+        if concerns or any(arm_warning(n, *_said(report, n)) for n in step.arms):
             sentence += " (read with the warnings below)"
         sentences.append(sentence + ".")
     return sentences
@@ -517,7 +519,8 @@ def _how_it_was_run(report: Report) -> str:
     workers = s.workers + s.expect_workers
     sentences = [
         f"{transport.get(s.protocol, s.protocol)}, {loop}, one step per load.",
-        f"Arms {', '.join(report.arm_order()) or NONE}; ratios are arm / {s.baseline}.",
+        f"Arms {', '.join(_arm_words(report, n) for n in report.arm_order()) or NONE}; "
+        f"ratios are arm / {s.baseline}.",
         f"Each step: {fmt_plain(s.warmup_s)} s warm-up, then "
         f"{fmt_plain(s.window_s)} s windows ({fmt_plain(s.min_windows)}–"
         f"{fmt_plain(s.max_windows)} per arm) until the last windows agree within "
@@ -780,13 +783,32 @@ def _slo(report: Report) -> list[Block]:
 
 
 def _warnings(report: Report) -> list[str]:
-    """What a reader must know before trusting a number, collected from the data."""
-    return [
+    """What a reader must know before trusting a number, collected from the data: first an
+    arm that does not run as its name says (an "eager" server that runs graphs)."""
+    return _arm_warnings(report) + [
         f"{name} at {load_label(step.load, report.settings.mode)}: {sentence}"
         for step in report.steps
         for name, arm in report.step_arms(step)
         for sentence in [*(s for _, s in _concerns(arm)), *_breakdown_notes(arm.server)]
     ]
+
+
+def _said(report: Report, name: str) -> tuple[str, str]:
+    """What arm `name`'s server said of how it runs (runner, execution); empty where not."""
+    info = report.arms.get(name)
+    extra = (info.model_extra or {}) if info is not None else {}
+    return str(extra.get(RUNNER_FIELD) or ""), str(extra.get(EXECUTION_FIELD) or "")
+
+
+def _arm_warnings(report: Report) -> list[str]:
+    found = (arm_warning(name, *_said(report, name)) for name in report.arm_order())
+    return [w for w in found if w]
+
+
+def _arm_words(report: Report, name: str) -> str:
+    """The arm and what its server said runs it: "eager (eager Python, op by op)"."""
+    words = EXECUTIONS.get(_said(report, name)[1])
+    return f"{name} ({words})" if words else name
 
 
 _PART_NAMES = {

@@ -276,6 +276,8 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
         )
         for message in parity.warnings:  # outputs too constant for the check to tell
             warn(message)
+        for coverage in parity.vocabularies:
+            log(coverage.text())
         warmup_records = 0
         if spec.warmup_from is not None:
             requests = _warmup_from(spec.warmup_from, spec.name, tmp)

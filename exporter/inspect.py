@@ -322,6 +322,14 @@ def _manifest_text(info: SavedModelInfo) -> RenderableType:
     return Text("\n".join(lines))
 
 
+def _span(recorded: dict[str, Any]) -> str:
+    """A recorded range in words: `in [0, 6]`, or `from a vocabulary of 8 words`."""
+    vocabulary = recorded.get("vocabulary")
+    if isinstance(vocabulary, dict):
+        return f"from a vocabulary of {int(vocabulary.get('size', 0)):,} words"
+    return f"in [{float(recorded['low']):g}, {float(recorded['high']):g}]"
+
+
 def _inputs_summary(value: Any) -> str:
     """What the export called the model on: the samples file, else each generated input's
     range and why (graphserve.core.inputs), one per line."""
@@ -331,8 +339,7 @@ def _inputs_summary(value: Any) -> str:
         return f"the samples in {value['samples']}"
     ranges = value.get("ranges") or {}
     described = [
-        f"\n    - {name} in [{float(r['low']):g}, {float(r['high']):g}]"
-        + (f": {r['why']}" if r.get("why") else "")
+        f"\n    - {name} {_span(r)}" + (f": {r['why']}" if r.get("why") else "")
         for name, r in ranges.items()
         if isinstance(r, dict) and {"low", "high"} <= r.keys()
     ]

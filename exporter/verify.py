@@ -33,6 +33,7 @@ __all__ = [
     "OutputParity",
     "ParityReport",
     "Samples",
+    "VocabularyCoverage",
     "check_parity",
     "load_samples",
 ]
@@ -63,8 +64,27 @@ class OutputParity:
 
 
 @dataclass
+class VocabularyCoverage(JsonResult):
+    """How much of an input's vocabulary (a table the model looks it up in) the generated
+    batches the check compared held: `covered` of the `size` words."""
+
+    signature: str
+    input: str
+    covered: int
+    size: int
+
+    def text(self) -> str:
+        share = f"{100 * self.covered / self.size:.0f} %" if self.size else "none"
+        return (
+            f"the parity check covered {self.covered:,} of the {self.size:,} words ({share}) of "
+            f"the vocabulary of input {self.input!r} ({self.signature})"
+        )
+
+
+@dataclass
 class ParityReport(JsonResult):
-    """How far the reloaded graph is from the eager model, per signature and output."""
+    """How far the reloaded graph is from the eager model, per signature and output; and for
+    an input looked up in a vocabulary, how much of it the generated batches covered."""
 
     json_keys: ClassVar = ("passed", "batches", "samples", "max_abs_error", "max_rel_error", ...)
 
@@ -72,6 +92,7 @@ class ParityReport(JsonResult):
     samples: str  # "random" or the samples file
     outputs: list[OutputParity] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    vocabularies: list[VocabularyCoverage] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -123,7 +144,11 @@ def check_parity(
         function = loaded.signatures[contract.name]
         worst: dict[str, OutputParity] = {}
         spreads: dict[str, _Spread] = {}
+        generated = source.given(contract.name) is None
+        words: dict[str, set[str]] = {}
         for arrays in _batches(contract, source, batches, batch_size, seed):
+            if generated:
+                _collect_words(arrays, source, words)
             tensors = {name: tf.constant(a) for name, a in arrays.items()}
             graph = {k: v.numpy() for k, v in function(**tensors).items()}
             eager = {k: np.asarray(v) for k, v in call_signature(model, contract, tensors).items()}
@@ -143,6 +168,13 @@ def check_parity(
                 worst[name] = _merge(worst.get(name), result)
                 spreads.setdefault(name, _Spread()).add(expected)
         report.outputs.extend(spreads[name].judge(result) for name, result in worst.items())
+        for name, seen in words.items():
+            vocabulary = source.ranges[name].vocabulary
+            assert vocabulary is not None  # _collect_words keeps only those
+            covered = len(seen & set(vocabulary.words))
+            report.vocabularies.append(
+                VocabularyCoverage(contract.name, name, covered, vocabulary.size)
+            )
     report.mismatches.extend(_mismatch(o) for o in report.outputs if not o.passed)
     if report.mismatches:
         raise ParityError(
@@ -150,6 +182,20 @@ def check_parity(
             + "; ".join(report.mismatches[:3])
         )
     return report
+
+
+def _collect_words(
+    arrays: Mapping[str, np.ndarray], source: InputSource, into: dict[str, set[str]]
+) -> None:
+    """The words of each input with a vocabulary in `source.ranges`, added to `into`."""
+    for name, array in arrays.items():
+        span = source.ranges.get(name)
+        if span is None or span.vocabulary is None:
+            continue
+        seen = into.setdefault(name, set())
+        for value in np.asarray(array).reshape(-1):
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            seen.update(text.split(" ") if span.vocabulary.phrases else [text])
 
 
 def _batches(

@@ -25,7 +25,7 @@ from graphserve.core.inputs import (
     sample_inputs,
 )
 from graphserve.core.manifest import read_manifest
-from graphserve.core.signature import TensorSpec, parse_input_spec
+from graphserve.core.signature import TensorSpec, Vocabulary, parse_input_spec
 from graphserve.exporter import ExportSpec, export_model
 from graphserve.model.domains import infer_ranges
 from graphserve.serving.loaders import load_eager
@@ -84,6 +84,47 @@ def build_pixels() -> keras.Model:
 
 def build_one_hot() -> tf.types.experimental.PolymorphicFunction:
     return tf.function(lambda c: tf.reduce_sum(tf.one_hot(c, depth=5), axis=-1))
+
+
+CITIES = ["paris", "tokyo", "lima", "oslo", "cairo"]
+
+
+def build_adapted() -> keras.Model:
+    """Keras preprocessing layers adapted to data, as Keras' structured-data guide builds them:
+    a StringLookup, a Discretization, a Normalization, and TextVectorization on sentences."""
+    city = keras.Input(shape=(1,), dtype="string", name="city")
+    age = keras.Input(shape=(1,), dtype="float32", name="age")
+    income = keras.Input(shape=(1,), dtype="float32", name="income")
+    review = keras.Input(shape=(1,), dtype="string", name="review")
+    lookup = keras.layers.StringLookup(output_mode="one_hot")
+    lookup.adapt(np.array([[c] for c in CITIES * 3 + ["paris"]]))
+    bins = keras.layers.Discretization(bin_boundaries=[20.0, 40.0, 60.0], output_mode="one_hot")
+    scale = keras.layers.Normalization(mean=50_000.0, variance=10_000.0**2)
+    words = keras.layers.TextVectorization(output_mode="multi_hot")
+    words.adapt(np.array([["a good film"], ["a bad plot"], ["good acting"]]))
+    text = keras.layers.Flatten()(words(review))
+    features = keras.layers.Concatenate()([lookup(city), bins(age), scale(income), text])
+    return keras.Model([city, age, income, review], keras.layers.Dense(1)(features))
+
+
+class TableModule(tf.Module):
+    """A table over an inline vocabulary behind the module's own tf.function: the lookup is in
+    the nested function's graph, the table captured from outside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        keys = tf.constant(["red", "green", "blue"])
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(keys, tf.constant([0, 1, 2], tf.int64)), -1
+        )
+
+    @tf.function
+    def __call__(self, colour: tf.Tensor) -> tf.Tensor:
+        return tf.cast(self.table.lookup(colour), tf.float32)
+
+
+def build_table_module() -> TableModule:
+    return TableModule()
 
 
 # -- generation ----------------------------------------------------------------------------------
@@ -196,6 +237,79 @@ def test_ranges_from_the_graph_embedding_one_hot_rescaling_and_nested_functions(
     # A model that says nothing of its inputs, or does not trace, gives no range.
     assert infer_ranges(build_picky(), _contract("x:int32:-1")) == {}
     assert infer_ranges(lambda x: x.undefined, _contract("x:int32:-1")) is None
+
+
+def test_adapted_preprocessing_layers_give_their_vocabulary_bins_and_statistics() -> None:
+    found = infer_ranges(
+        build_adapted(),
+        _contract("age:float32:-1,1", "city:string:-1,1", "income:float32:-1,1",
+                  "review:string:-1,1"),
+    )  # fmt: skip
+    assert found is not None and set(found) == {"age", "city", "income", "review"}
+    city = found["city"].vocabulary
+    assert city is not None and not city.phrases
+    # The table's keys by id, the most frequent first; the OOV token is not a key.
+    assert city.words[0] == "paris" and sorted(city.words) == sorted(CITIES) and city.size == 5
+    assert found["city"].why.startswith("it is looked up in a table of 5 words ('")
+    review = found["review"].vocabulary
+    assert review is not None and review.phrases  # TextVectorization splits before the lookup
+    assert set(review.words) == {"a", "good", "film", "bad", "plot", "acting"}
+    # Discretization: the span of its bins, one bin beyond each end.
+    assert (found["age"].low, found["age"].high) == (0.0, 80.0)
+    assert found["age"].why.startswith("its bins: 3 boundaries from 20 to 60 (")
+    # Normalization: mean ± 2 standard deviations.
+    assert (found["income"].low, found["income"].high) == pytest.approx((30_000.0, 70_000.0))
+    assert found["income"].why.startswith("its statistics: mean 5e+04, standard deviation 1e+04")
+
+    nested = infer_ranges(build_table_module(), _contract("colour:string:-1"))
+    assert nested is not None and nested["colour"].vocabulary is not None
+    assert nested["colour"].vocabulary.words == ("red", "green", "blue")
+
+
+def test_generated_words_cover_the_vocabulary_batch_after_batch() -> None:
+    vocabulary = Vocabulary(("red", "green", "blue", "cyan", "teal"), 5)
+    span = {"colour": ValueRange(0, 0, "a table", vocabulary=vocabulary)}
+    spec = [TensorSpec("colour", "string", (None,))]
+    seen: list[str] = []
+    for seed in range(3):
+        seen += [v.decode() for v in sample_inputs(spec, 4, seed, span)["colour"]]
+    assert set(vocabulary.words) <= set(seen)  # 3 batches of 4 cover 5 words
+    outside = [w for w in seen if w not in vocabulary.words]
+    assert len(outside) == 1 and outside[0] in VOCABULARY  # one value in 8: the OOV path
+    phrases = Vocabulary(("a", "good", "film"), 3, phrases=True)
+    text = sample_inputs(spec, 16, 0, {"colour": ValueRange(0, 0, vocabulary=phrases)})["colour"]
+    words = [w for v in text for w in v.decode().split()]
+    assert len(words) > 16 and set(phrases.words) <= set(words)
+    described = InputSource(ranges=span).describe(spec)
+    assert described == (
+        "colour: string words of its vocabulary (5 words) (a table), one value in 8 a word "
+        "outside it"
+    )
+
+
+def test_export_says_how_much_of_each_vocabulary_parity_covered(tmp_path: Path) -> None:
+    lines: list[str] = []
+    result = export_model(
+        ExportSpec(source="tests.test_inputs:build_adapted", name="adapted", base_path=tmp_path),
+        log=lines.append,
+    )
+    assert (
+        "the parity check covered 5 of the 5 words (100 %) of the vocabulary of input 'city' "
+        "(serving_default)" in lines
+    )
+    manifest = read_manifest(result.path)
+    assert manifest is not None
+    recorded = manifest["inputs"]["ranges"]["city"]["vocabulary"]
+    assert recorded["size"] == 5 and recorded["phrases"] is False
+    coverage = {v["input"]: v for v in manifest["parity"]["vocabularies"]}
+    assert coverage["city"]["covered"] == 5 and coverage["review"]["size"] == 6
+    # The load test reads the same words back from the manifest.
+    again = InputSource.recorded(manifest, [])
+    assert again.ranges["city"].vocabulary == Vocabulary(tuple(recorded["words"]), 5, phrases=False)
+    shown = CliRunner().invoke(app, ["inspect", str(result.path)])
+    assert "- city from a vocabulary of 5 words: it is looked up in a table" in " ".join(
+        shown.output.split()
+    )
 
 
 # -- through the exporter and the eager server -----------------------------------------------------

@@ -13,6 +13,9 @@ known:
 * a string input the model decodes as images (`DecodeJpeg`, `DecodePng`, `DecodeImage`, ...)
   gets encoded images of that format (Pillow writes them): smooth colour fields with a little
   noise, which compress as photographs do, not as noise;
+* a string input the model looks up in a table gets the table's words (phrases of them when the
+  model splits its input), in turn from the first, so successive batches cover the vocabulary,
+  and one value in `OUT_OF_VOCABULARY_EVERY` a word outside it, for the out-of-vocabulary path;
 * else integers are small and non-negative (token ids, indices, counts: what real models take),
   floats standard normal, strings words from a short vocabulary.
 
@@ -33,13 +36,14 @@ import numpy as np
 
 from graphserve.core.errors import ServingError, SignatureError
 from graphserve.core.results import JsonResult, json_meta
-from graphserve.core.signature import ImageFormat, TensorSpec, ValueRange
+from graphserve.core.signature import ImageFormat, TensorSpec, ValueRange, Vocabulary
 
 if TYPE_CHECKING:
     from graphserve.core.contract import SignatureContract
 
 __all__ = [
     "DEFAULT_INT_HIGH",
+    "OUT_OF_VOCABULARY_EVERY",
     "VOCABULARY",
     "InputSource",
     "Samples",
@@ -58,6 +62,9 @@ _UNKNOWN_DIM_SAMPLE = 8
 # Integers with no range known are drawn from [0, DEFAULT_INT_HIGH]: token ids, class ids, indices
 # and counts are non-negative, and a vocabulary or a table of 101 rows is small.
 DEFAULT_INT_HIGH = 100
+
+# One generated value in this many is a word outside the model's vocabulary (its OOV path).
+OUT_OF_VOCABULARY_EVERY = 8
 
 # Strings with no samples are phrases of these words: text models (TextVectorization, lookup
 # tables over words) take them; an unknown word is what real text has too.
@@ -138,6 +145,8 @@ def sample_inputs(
         span = (ranges or {}).get(spec.name) or default_range(spec)
         if spec.dtype == "string" and span is not None and span.image is not None:
             out[spec.name] = _images(rng, shape, span.image)
+        elif spec.dtype == "string" and span is not None and span.vocabulary is not None:
+            out[spec.name] = _vocabulary_words(rng, shape, span.vocabulary, seed)
         elif spec.dtype == "string":
             out[spec.name] = _phrases(rng, shape)
         elif spec.dtype == "bool":
@@ -171,6 +180,30 @@ def _phrases(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     lengths = rng.integers(1, 5, size=count)
     words = [" ".join(rng.choice(VOCABULARY, size=n)) for n in lengths]
     return np.array([w.encode() for w in words], dtype=object).reshape(shape)
+
+
+def _vocabulary_words(
+    rng: np.random.Generator, shape: tuple[int, ...], vocabulary: Vocabulary, seed: int
+) -> np.ndarray:
+    """The vocabulary's words in turn, batch `seed` going on where batch `seed - 1` of the same
+    size stopped (so a parity check's batches cover it), every OUT_OF_VOCABULARY_EVERY-th value
+    a word it lacks; phrases of one to four of them when the model splits its input."""
+    count = int(np.prod(shape))
+    words = vocabulary.words or ("",)
+    outside = [w for w in VOCABULARY if w not in set(words)] or ["graphserve"]
+    lengths = rng.integers(1, 5, size=count) if vocabulary.phrases else np.ones(count, int)
+    turn = seed * int(lengths.sum())  # the words the earlier batches took
+    values = []
+    for i, n in enumerate(lengths):
+        position = seed * count + i  # counted on across batches, as the words are
+        if position % OUT_OF_VOCABULARY_EVERY == OUT_OF_VOCABULARY_EVERY - 1:
+            values.append(" ".join([outside[position % len(outside)]] * int(n)).encode())
+            continue
+        if not vocabulary.phrases:  # one word each: the values so far, less the outside ones
+            turn = position - position // OUT_OF_VOCABULARY_EVERY
+        values.append(" ".join(words[(turn + k) % len(words)] for k in range(int(n))).encode())
+        turn += int(n)
+    return np.array(values, dtype=object).reshape(shape)
 
 
 def _images(rng: np.random.Generator, shape: tuple[int, ...], image: ImageFormat) -> np.ndarray:
@@ -249,6 +282,7 @@ class InputSource(JsonResult):
                 float(r["high"]),
                 str(r.get("why", "")),
                 ImageFormat(**r["image"]) if r.get("image") else None,
+                _vocabulary(r.get("vocabulary")),
             )
             for name, r in (recorded.get("ranges") or {}).items()
         }
@@ -268,6 +302,12 @@ class InputSource(JsonResult):
             span = self.ranges.get(spec.name) or default_range(spec)
             if span is not None and span.image is not None:
                 how = span.image.text() + (f" ({span.why})" if span.why else "")
+            elif span is not None and span.vocabulary is not None:
+                how = (
+                    span.vocabulary.text()
+                    + (f" ({span.why})" if span.why else "")
+                    + f", one value in {OUT_OF_VOCABULARY_EVERY} a word outside it"
+                )
             elif spec.dtype == "string":
                 how = f"phrases of {len(VOCABULARY)} common words"
             elif spec.dtype == "bool":
@@ -294,6 +334,14 @@ class InputSource(JsonResult):
             "takes with --samples-file FILE (a .npz of arrays, bytes as dtype 'S', or a TF "
             'Serving predict body, binary strings as {"b64": ...})' + ranges
         )
+
+
+def _vocabulary(recorded: Mapping[str, Any] | None) -> Vocabulary | None:
+    """A manifest's vocabulary (ValueRange's JSON), else None."""
+    if not recorded:
+        return None
+    words = tuple(str(w) for w in recorded["words"])
+    return Vocabulary(words, int(recorded.get("size", len(words))), bool(recorded.get("phrases")))
 
 
 def load_ranges(texts: Iterable[str]) -> dict[str, ValueRange]:

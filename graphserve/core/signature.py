@@ -26,6 +26,7 @@ __all__ = [
     "Shape",
     "TensorSpec",
     "ValueRange",
+    "Vocabulary",
     "dtype_name",
     "parse_input_spec",
     "parse_shape",
@@ -143,15 +144,35 @@ class ImageFormat(JsonResult):
 
 
 @dataclass(frozen=True)
+class Vocabulary(JsonResult):
+    """The strings a lookup table maps (a StringLookup's or TextVectorization's vocabulary, a
+    table over a vocabulary file): its first `words` (by id: the most frequent first, for an
+    adapted layer), of `size` in all; `phrases` when the model splits its input into words
+    before the lookup (sentences of these words, else one word per value)."""
+
+    words: tuple[str, ...]
+    size: int
+    phrases: bool = False
+
+    def text(self) -> str:
+        what = "phrases of the words" if self.phrases else "words"
+        kept = f"the first {len(self.words):,} " if len(self.words) < self.size else ""
+        return f"{what} of its vocabulary ({kept}{self.size:,} words)"
+
+
+@dataclass(frozen=True)
 class ValueRange(JsonResult):
     """The values an input takes, `low` to `high` inclusive, and who said so (`why`). A string
     input the model decodes as images has its `image`: each value is one encoded image whose
-    pixels take `low` to `high`."""
+    pixels take `low` to `high`; one the model looks up in a table has its `vocabulary`."""
 
     low: float
     high: float
     why: str = field(default="", compare=False)
     image: ImageFormat | None = field(default=None, metadata=json_meta(omit_none=True))
+    vocabulary: Vocabulary | None = field(
+        default=None, compare=False, metadata=json_meta(omit_none=True)
+    )
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:

@@ -11,7 +11,13 @@ values unchanged (casts, reshapes, slices, Keras' wrap of negative ids) to an op
   1/127.5): the input is pixels, 0 to (1 - o) / s, whose output is 0..1 or -1..1;
 * a string input that reaches an image decode op (`DecodeJpeg`, `DecodePng`, `DecodeImage`, ...),
   through any op, a `tf.map_fn`'s loop or a nested function: the input is encoded images of that
-  format, generated at the size the model resizes them to (else 224x224).
+  format, generated at the size the model resizes them to (else 224x224);
+* a string input looked up in a table (`LookupTableFindV2`: a StringLookup, TextVectorization,
+  a table over a vocabulary file), through any string op: the input is words of the table's
+  keys, read from the table itself, or phrases of them when the model splits it first;
+* a float input the model buckets (`Bucketize`, a Discretization): the span of its bins, one
+  bin's width beyond each end; one it standardises (`(x - mean) / std` with constants, an
+  adapted Normalization): mean ± 2 standard deviations.
 
 Nested tf.functions are followed into their graphs. What cannot be read (a model that does not
 trace at a fixed shape, an op this does not know) gives no range: it is a best effort, and the
@@ -29,7 +35,7 @@ import tensorflow as tf
 
 from graphserve.core.contract import SignatureContract
 from graphserve.core.inputs import sample_shape
-from graphserve.core.signature import ImageFormat, ValueRange
+from graphserve.core.signature import ImageFormat, ValueRange, Vocabulary
 from graphserve.model.trace import call_signature
 
 __all__ = ["infer_ranges"]
@@ -89,6 +95,11 @@ _RESIZE = (
 _RESIZE_REACH = 64  # tensors looked through after a decode for its resize
 _IMAGE_SIDE = 224  # a decoded image the model does not resize: Keras Applications' size
 _FOLLOWED = ("string", "variant")  # what carries encoded bytes: strings, tensor lists
+_LOOKUPS = ("LookupTableFindV2", "LookupTableFind")
+# Ops that cut a string into words: generated values are then phrases of the table's keys.
+_SPLITS = ("StringSplit", "StringSplitV2", "RegexSplitWithOffsets", "UnicodeDecodeWithOffsets")
+VOCABULARY_KEPT = 1000  # the words kept of a larger vocabulary (in the manifest too)
+_STANDARD_DEVIATIONS = 2  # a standardised input's generated span, each side of its mean
 
 
 def infer_ranges(model: Any, contract: SignatureContract) -> dict[str, ValueRange] | None:
@@ -114,9 +125,9 @@ def infer_ranges(model: Any, contract: SignatureContract) -> dict[str, ValueRang
     found: dict[str, ValueRange] = {}
     for name, tensor in zip(names, graph.inputs[: len(names)], strict=True):
         if tensor.dtype == tf.string:
-            image = _decoded_as(tensor, graph, depth=0)
-            if image is not None:
-                found[name] = image
+            strings = _decoded_as(tensor, graph, depth=0) or _looked_up(tensor, concrete)
+            if strings is not None:
+                found[name] = strings
             continue
         spans = list(_ranges_of(tensor, shapes, depth=0))
         if spans:
@@ -201,6 +212,27 @@ def _bound(
         depth = _constant(op.inputs[1])
         if depth:
             yield ValueRange(0, int(depth) - 1, f"a one-hot of depth {int(depth)} ({_layer(op)})")
+    elif op.type == "Bucketize" and 0 in positions:
+        edges = [float(b) for b in op.get_attr("boundaries")]
+        if edges:
+            width = (edges[-1] - edges[0]) / max(len(edges) - 1, 1) or 1.0
+            yield ValueRange(
+                round(edges[0] - width, 6),
+                round(edges[-1] + width, 6),
+                f"its bins: {len(edges)} boundaries from {edges[0]:.4g} to {edges[-1]:.4g} "
+                f"({_layer(op)})",
+            )
+    elif op.type == "Sub" and positions == [0] and op.outputs[0].dtype.is_floating:
+        spread = _standardised(op)
+        if spread is not None:
+            mean, deviation = spread
+            reach = _STANDARD_DEVIATIONS * deviation
+            yield ValueRange(
+                round(mean - reach, 6),
+                round(mean + reach, 6),
+                f"its statistics: mean {mean:.4g}, standard deviation {deviation:.4g} "
+                f"({_layer(op)})",
+            )
     elif op.type == "Mul" and op.outputs[0].dtype.is_floating:
         scale = _constant(op.inputs[1 - positions[0]]) if len(positions) == 1 else None
         if scale is not None and _PIXEL_SCALE[0] <= scale <= _PIXEL_SCALE[1]:
@@ -235,6 +267,84 @@ def _decoded_as(tensor: tf.Tensor, root: Any, depth: int) -> ValueRange | None:
                             return found
         walk.follow(t for t in op.outputs if t.dtype.name in _FOLLOWED)
     return None
+
+
+def _looked_up(tensor: tf.Tensor, concrete: Any) -> ValueRange | None:
+    """Words, when `tensor`'s strings reach a table lookup (a StringLookup or TextVectorization
+    layer, a table over a file): through any op whose output is still strings, and into nested
+    functions; the keys read from the table the lookup captures, and whether the strings were
+    split into words on the way (then phrases of them)."""
+    captured = {internal.name: external for external, internal in concrete.graph.captures}
+    return _lookup_in(tensor, captured, concrete.graph, depth=0, split=False)
+
+
+def _lookup_in(
+    tensor: tf.Tensor, captured: dict[str, Any], root: Any, depth: int, split: bool
+) -> ValueRange | None:
+    walk = _Walk(tensor)
+    for current, op in walk:
+        split = split or op.type in _SPLITS
+        if op.type in _LOOKUPS and op.inputs[0].name in captured:
+            keys = _table_keys(captured[op.inputs[0].name], op)
+            if keys:
+                vocabulary = Vocabulary(tuple(keys[:VOCABULARY_KEPT]), len(keys), split)
+                why = f"it is looked up in a table of {len(keys):,} words ({_layer(op)})"
+                return ValueRange(0, 0, why, vocabulary=vocabulary)
+        if op.type in _CALLS and depth < _MAX_DEPTH:
+            graph = _function_graph(op, "f", root)
+            if graph is not None:
+                inner = {  # the tables it is given, by the names of its arguments
+                    graph.inputs[i].name: captured[t.name]
+                    for i, t in enumerate(op.inputs[: len(graph.inputs)])
+                    if t.name in captured
+                }
+                for i, t in enumerate(op.inputs[: len(graph.inputs)]):
+                    if t is current:
+                        found = _lookup_in(graph.inputs[i], inner, root, depth + 1, split)
+                        if found is not None:
+                            return found
+        walk.follow(t for t in op.outputs if t.dtype == tf.string)
+    return None
+
+
+def _table_keys(handle: Any, lookup: Any) -> list[str]:
+    """A table's string keys, in the order of their values (ids: an adapted layer's most
+    frequent words first); empty when the table cannot be read (its type exports nothing)."""
+    try:
+        keys, values = tf.raw_ops.LookupTableExportV2(
+            table_handle=handle, Tkeys=lookup.get_attr("Tin"), Tvalues=lookup.get_attr("Tout")
+        )
+        order = np.argsort(values.numpy(), kind="stable")
+        return [k.decode("utf-8", "replace") for k in keys.numpy()[order]]
+    except Exception:  # a best effort: a table that does not export gives no vocabulary
+        return []
+
+
+def _standardised(sub: Any) -> tuple[float, float] | None:
+    """(mean, standard deviation) when `sub` is `x - mean` with a constant mean, divided next by
+    a constant (a Normalization: `(x - mean) / maximum(sqrt(variance), epsilon)`)."""
+    mean = _constant(sub.inputs[1])
+    if mean is None:
+        return None
+    for op in sub.outputs[0].consumers():
+        if op.type in ("RealDiv", "Div") and op.inputs[0] is sub.outputs[0]:
+            deviation = _evaluated(op.inputs[1])
+            if deviation is not None and deviation > 0:
+                return mean, deviation
+    return None
+
+
+def _evaluated(tensor: tf.Tensor) -> float | None:
+    """A scalar computed from constants by Sqrt and Maximum (a standard deviation from a
+    variance), else None."""
+    op = tensor.op
+    if op.type == "Sqrt":
+        value = _evaluated(op.inputs[0])
+        return None if value is None or value < 0 else float(np.sqrt(value))
+    if op.type == "Maximum":
+        values = [_evaluated(t) for t in op.inputs]
+        return None if None in values else max(v for v in values if v is not None)
+    return _constant(tensor)
 
 
 def _resized_to(decode: Any) -> tuple[int, int] | None:

@@ -1,12 +1,14 @@
-"""The models users bring (issue 38), end to end through the documented commands: each family of
-bench.families (a module in docs_src/byom) exported as its docstring says, from that directory
-(a copy of it), then `graphserve inspect`, one graph server for all five (a model config) and one
-eager server each, Predict over gRPC and REST on both equal to the model called in this process,
-a short `graphserve loadtest compare`, and `graphserve conformance` against both servers.
+"""The models users bring (issues 38, 51), end to end through the documented commands: each
+family of bench.families (a module in docs_src/byom) exported as its docstring says, from that
+directory (a copy of it, a .keras file saved there by its script), then `graphserve inspect`, one
+graph server for all (a model config) and one eager server each, Predict over gRPC and REST on
+both equal to the model called in this process, a short `graphserve loadtest compare`, and
+`graphserve conformance` against both servers.
 
-Inputs are what a user sends: token ids within the vocabulary with padding, pixels 0..255, real
-words. The servers' own generated inputs (load check, warm-up, load test, conformance) must fit
-the models with no help. Times (export, the load test's p50s) are printed as a table when the
+Inputs are what a user sends: token ids within the vocabulary with padding, pixels 0..255 (ViT's
+normalised), real words, JPEG files, table rows with a city the vocabulary never saw. The
+servers' own generated inputs (load check, warm-up, load test, conformance) must fit the models
+with no help. Times (export, the load test's p50s) are printed as a table when the
 module ends, never asserted on.
 """
 
@@ -25,7 +27,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from graphserve.cli import app
 from tools.bench.families import (
     FAMILIES,
     Exported,
@@ -42,6 +46,7 @@ pytestmark = pytest.mark.slow
 NAMES = [f.name for f in FAMILIES]
 BY_NAME = {f.name: f for f in FAMILIES}
 ARMS = ("graph", "eager")
+EAGER_RUNS = {"vocab_module": "tf.function"}  # families whose eager server does not run eagerly
 
 
 @dataclass
@@ -141,11 +146,34 @@ TEXTS = np.array(
 WORDS = np.array([b"the", b"graph", b"serves", b"unknown", b"python", b"latency"], dtype=object)
 
 
+def _tabular_rows() -> dict[str, np.ndarray]:
+    """Three rows: two cities of the adapted vocabulary and one it never saw, ages across the
+    bins, incomes around the adapted mean, any user ids."""
+    column = lambda values, dtype: np.array(values, dtype=dtype).reshape(-1, 1)  # noqa: E731
+    return {
+        "city": column([b"tokyo", b"lima", b"atlantis"], object),
+        "age": column([19.0, 47.5, 88.0], np.float32),
+        "income": column([21_000.0, 36_000.0, 90_000.0], np.float32),
+        "user_id": column([7, 123_456, 2**40], np.int64),
+    }
+
+
 def _user_inputs(name: str, input_names: list[str]) -> dict[str, np.ndarray]:
     if name == "bert_keras_hub":
         return _token_batch("token_ids", "padding_mask", "segment_ids")
     if name == "bert_transformers":
         return _token_batch("input_ids", "attention_mask", "token_type_ids")
+    if name == "distilbert_transformers":
+        batch = _token_batch("input_ids", "attention_mask", "token_type_ids")
+        del batch["token_type_ids"]  # DistilBERT has no segments
+        return batch
+    if name == "vit_transformers":  # channels first, normalised as its image processor does
+        pixels = np.random.default_rng(10).uniform(-1, 1, size=(2, 3, 32, 32))
+        return {"pixel_values": pixels.astype(np.float32)}
+    if name == "tabular":
+        return _tabular_rows()
+    if name == "custom_layers":
+        return {"features": np.random.default_rng(11).normal(size=(3, 8)).astype(np.float32)}
     if name == "efficientnet":
         (image,) = input_names  # Keras names the input of keras.applications models
         return _pixels(image)
@@ -161,27 +189,35 @@ def _call(name: str, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
     import tensorflow as tf
 
     tensors = {k: tf.constant(v) for k, v in inputs.items()}
-    if name == "bert_transformers":
+    if name.endswith("_transformers"):
         return np.asarray(model(tensors)["logits"])
     if name == "vocab_module":
         return np.asarray(model(tensors["words"]))
     if name == "image_bytes":
         return np.asarray(model(tensors["image_bytes"])["probabilities"])
-    if name in ("efficientnet", "text_classifier"):
+    if name in ("custom_layers", "efficientnet", "text_classifier"):
         (only,) = tensors.values()
         return np.asarray(model(only, training=False))
     return np.asarray(model(tensors, training=False))
 
 
 def _build_in_process(run: Run, name: str) -> Any:
-    """The family's build() imported from the copy of docs_src/byom, as the servers import it."""
-    module_name = BY_NAME[name].source.partition(":")[0]
+    """The family's build() imported from the copy of docs_src/byom, as the servers import it;
+    a `.keras` source loaded from there once its `--import` modules are imported."""
+    family = BY_NAME[name]
+    module_name, _, factory = family.source.partition(":")
     sys.path.insert(0, str(run.source_dir))
     try:
+        for imported in family.imports:
+            importlib.import_module(imported)
+        if not factory:
+            import keras
+
+            return keras.saving.load_model(run.source_dir / family.source)
         module = importlib.import_module(module_name)
     finally:
         sys.path.remove(str(run.source_dir))
-    return module.build()
+    return getattr(module, factory)()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +271,7 @@ def test_export_writes_a_verified_version(run: Run, name: str) -> None:
     assert [parse_input_spec(s) for s in recorded] == [
         parse_input_spec(s) for s in BY_NAME[name].inputs
     ]
+    assert exported.manifest["options"]["imports"] == list(BY_NAME[name].imports)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -255,10 +292,10 @@ def test_the_bench_table_describes_each_generated_input(run: Run, name: str) -> 
 @pytest.mark.parametrize("name", NAMES)
 def test_inspect_names_each_input(run: Run, name: str) -> None:
     exported = _exported(run, name)
-    done = _command(graphserve("inspect", str(run.base / name)))
-    assert done.returncode == 0, done.stderr
+    done = CliRunner().invoke(app, ["inspect", str(run.base / name)])  # in this process: fast
+    assert done.exit_code == 0, done.output
     for input_name in exported.input_specs:
-        assert input_name in done.stdout
+        assert input_name in done.output
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -287,6 +324,38 @@ def test_loadtest_compare_loads_both_arms(run: Run, name: str, tmp_path: Path) -
         assert measured.requests > 0, arm
         assert (measured.failures, measured.errors) == (0, {}), arm
         run.table.setdefault(name, {})[arm] = measured.latency_ms.p50 or float("nan")
+    # What each server said runs it: the vocabulary module's __call__ is a tf.function, so its
+    # eager server runs a graph, and the report warns.
+    said = {arm: (info.model_extra or {}).get("execution") for arm, info in report.arms.items()}
+    assert said["graph"] in ("session", "function")  # the Session, else the signature functions
+    assert said["eager"] == EAGER_RUNS.get(name, "eager")
+    warned = "graph against graph" in (tmp_path / "report.md").read_text()
+    assert warned == (name in EAGER_RUNS)
+
+
+@pytest.mark.parametrize("name", ["custom_layers", "vocab_module"])
+def test_a_self_managed_compare_repeats_what_the_export_was_given(
+    run: Run, name: str, tmp_path: Path
+) -> None:
+    """`graphserve loadtest compare --model-base-path BASE/NAME` alone, from the sources'
+    directory: it starts both servers itself, the eager one with the source and the flags the
+    export's manifest records (`--import` for the custom layer, `--input` for the module)."""
+    _exported(run, name)
+    from tools.bench.families import SHORT_COMPARE
+
+    args = ["loadtest", "compare", "--model-base-path", str(run.base / name), "--users", "1",
+            *SHORT_COMPARE, "--out", str(tmp_path)]  # fmt: skip
+    done = _command(graphserve(*args), cwd=run.source_dir)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    report = json.loads((tmp_path / "report.json").read_text())
+    family, command = BY_NAME[name], report["arms"]["eager"]["server_command"]
+    assert command[:3] == ["graphserve", "serve", "eager"] and family.source in command
+    assert ("--import" in command) == bool(family.imports)
+    assert ("--input" in command) == bool(family.inputs)
+    assert [command[i + 1] for i, a in enumerate(command) if a == "--import"] == [*family.imports]
+    for arm in ARMS:
+        (step,) = report["steps"]
+        assert step["arms"][arm]["failures"] == 0 and step["arms"][arm]["requests"] > 0
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -296,8 +365,8 @@ def test_conformance_passes(run: Run, name: str, arm: str) -> None:
     _exported(run, name)
     grpc_address, rest_address = run.addresses(name, arm)
     args = ["conformance", grpc_address, "--rest", rest_address, "--model", name]
-    done = _command(graphserve(*args, "--output", "json"))
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    done = CliRunner().invoke(app, [*args, "--output", "json"])  # in this process: fast
+    assert done.exit_code == 0, done.output[-3000:]
     report = json.loads(done.stdout)
     assert report["counts"]["fail"] == 0
     assert report["counts"]["pass"] > 0

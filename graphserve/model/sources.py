@@ -69,8 +69,9 @@ def load_source(
 def import_modules(names: Sequence[str]) -> None:
     """Import each of `names` from the user's project (the working directory on sys.path, as
     for a factory); SourceError naming the module that fails."""
-    for name in names:
+    if names:
         _user_path()
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as exc:

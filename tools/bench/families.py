@@ -1,6 +1,7 @@
-"""The models users bring (issue 38): six families, each a small module under docs_src/byom that
-builds its model as its package does, exported, served and load-tested through the documented
-commands, run as a reader runs them (from that directory, `python -m graphserve ...`).
+"""The models users bring (issues 38, 51): ten families, each a small module under docs_src/byom
+that builds its model as its package does (or a file its script saves), exported, served and
+load-tested through the documented commands, run as a reader runs them (from that directory,
+`python -m graphserve ...`).
 
     FAMILIES            the table: name, source, title, the package that builds it, --input flags
     export_families     `graphserve export` per family: the version, its sizes, op count, inputs
@@ -27,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from graphserve.core.execution import EAGER, not_eager
 from graphserve.core.manifest import read_manifest
 from graphserve.core.modelconfig import ModelConfig, model_config_text
 from graphserve.core.processes import ServerProcess, model_available
@@ -64,34 +66,39 @@ def bench_compare(duration: str = "10s") -> tuple[str, ...]:
 
 BENCH_COMPARE = bench_compare()
 
-_SERVER_START_S = 300.0  # six servers importing TensorFlow at once on two cores
+_SERVER_START_S = 600.0  # eleven servers importing TensorFlow at once on two cores
 _COMMAND_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
 class Family:
-    """A model family: its `source` in BYOM, the distribution `package` that builds it, and the
+    """A model family: its `source` in BYOM, the distribution `package` that builds it, the
     `inputs` (NAME:DTYPE:SHAPE) its export and eager server are told, when the source cannot
-    declare its signature."""
+    declare its signature, the modules they `--import`, and the script (`prepare`) that writes
+    a source that is a file, as the user's training script writes it."""
 
     name: str
     source: str
     title: str
     package: str
     inputs: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()
+    prepare: str = ""  # a script in BYOM run before the export (`python SCRIPT`)
 
     @property
-    def input_flags(self) -> list[str]:
-        return [flag for spec in self.inputs for flag in ("--input", spec)]
+    def source_flags(self) -> list[str]:
+        """The flags that go with the source, for export and serve eager alike."""
+        inputs = [flag for spec in self.inputs for flag in ("--input", spec)]
+        return [*inputs, *(flag for module in self.imports for flag in ("--import", module))]
 
     def export_args(self, base_path: Path | None = None) -> list[str]:
         """`graphserve export` arguments as the module's docstring shows them, BASE if given."""
         base = [] if base_path is None else ["--base-path", str(base_path)]
-        return ["export", self.source, "--name", self.name, *base, *self.input_flags]
+        return ["export", self.source, "--name", self.name, *base, *self.source_flags]
 
     def eager_args(self) -> list[str]:
         """`graphserve serve eager` arguments (ports apart)."""
-        return ["eager", self.source, "--model-name", self.name, *self.input_flags]
+        return ["eager", self.source, "--model-name", self.name, *self.source_flags]
 
     def package_version(self) -> str:
         """`keras-hub 0.32.0`: the package as installed here, for the reports."""
@@ -103,11 +110,20 @@ FAMILIES: tuple[Family, ...] = (
            "keras-hub"),
     Family("bert_transformers", "bert_transformers:build",
            "BERT sequence classifier (transformers, TensorFlow)", "transformers"),
+    Family("custom_layers", "custom_layers.keras",
+           "A .keras file with a custom registered layer (--import)", "keras",
+           imports=("custom_layers",), prepare="custom_layers.py"),
+    Family("distilbert_transformers", "distilbert_transformers:build",
+           "DistilBERT sequence classifier (transformers, TensorFlow)", "transformers"),
     Family("efficientnet", "efficientnet:build", "EfficientNetB0 (keras.applications)", "keras"),
     Family("image_bytes", "image_bytes:build",
            "EfficientNetB0 on JPEG bytes, decoded inside (tf.io.decode_jpeg)", "tensorflow"),
+    Family("tabular", "tabular:build",
+           "Keras model over a dict of mixed inputs, adapted preprocessing layers", "keras"),
     Family("text_classifier", "text_classifier:build",
            "Keras text classifier on raw strings (TextVectorization)", "keras"),
+    Family("vit_transformers", "vit_transformers:build",
+           "Vision Transformer image classifier (transformers, TensorFlow)", "transformers"),
     Family("vocab_module", "vocab_module:build", "tf.Module with a vocabulary file",
            "tensorflow", ("words:string:-1",)),
 )  # fmt: skip
@@ -123,10 +139,22 @@ def command_text(family: Family) -> str:
     return " ".join(["graphserve", *family.export_args()])
 
 
-def copy_sources(to: Path) -> Path:
-    """BYOM's files copied to `to`: the commands run there, so Python's bytecode caches and the
-    models never land in docs_src/."""
+def copy_sources(to: Path, families: Sequence[Family] = FAMILIES) -> Path:
+    """BYOM's files copied to `to`, then each family's `prepare` script run there: the commands
+    run in `to`, so Python's bytecode caches and the models never land in docs_src/.
+    RuntimeError with the script's output when one fails."""
     shutil.copytree(BYOM, to, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+    for family in families:
+        if not family.prepare:
+            continue
+        done = subprocess.run(
+            [sys.executable, family.prepare], cwd=to, env=_env(), capture_output=True, text=True,
+            timeout=_COMMAND_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"`python {family.prepare}` exited {done.returncode}:\n{_tail(done.stderr)}"
+            )
     return to
 
 
@@ -174,7 +202,9 @@ class Exported:
         from graphserve.core.inputs import InputSource
         from graphserve.core.signature import TensorSpec
 
-        source = InputSource.recorded(self.manifest, [])  # its ranges, read as the load test does
+        # Its ranges, read as the load test reads them (a samples file is not generated input).
+        inputs = {**self.manifest.get("inputs", {}), "samples": None}
+        source = InputSource.recorded({"inputs": inputs}, [])
         ranges = source.ranges
         rows = []
         for name, info in self.input_specs.items():
@@ -330,7 +360,11 @@ def _load_row(report: Report) -> dict[str, Any]:
     arms = step.arms
     ratio = step.ratios.get("graph/eager")
     ci95 = None if ratio is None else ratio.p50.ci95
+    eager = report.arms.get("eager")
     return {
+        # What the eager server said runs it (graphserve.core.execution): "eager" unless the
+        # source's call is a graph (a tf.function), when the ratio is graph against graph.
+        "eager_execution": (eager.model_extra or {}).get("execution") if eager else None,
         "p50_ms": {arm: arms[arm].latency_ms.p50 for arm in ("graph", "eager")},
         "p99_ms": {arm: arms[arm].latency_ms.p99 for arm in ("graph", "eager")},
         "requests": {arm: arms[arm].measured_requests for arm in ("graph", "eager")},
@@ -410,13 +444,17 @@ def render_families(results: dict[str, Any]) -> str:
         "| graph p50 ms | eager p50 ms | graph/eager p50 |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    graphs = [r for r in rows if r.get("eager_execution") not in (None, EAGER)]
     for r in rows:
         ratio = "—" if r["p50_ratio"] is None else f"{r['p50_ratio']:.3f}×"
+        ratio += " †" if r in graphs else ""
         lines.append(
             f"| {r['name']} | {r['package']} | {r['export_s']:.1f} ({r['command_s']:.1f}) "
             f"| {_kb(r['saved_model_bytes'])} | {_kb(r['variables_bytes'])} | {r['ops']:,} "
             f"| {_ms(r['p50_ms']['graph'])} | {_ms(r['p50_ms']['eager'])} | {ratio} |"
         )
+    for r in graphs:
+        lines += ["", f"† {r['name']}: {not_eager(EAGER, r['eager_execution'])}."]
     lines += ["", "## Export commands and the inputs graphserve generated", ""]
     for r in rows:
         lines += [f"**{r['name']}**: {r['title']}", "", "```", r["command"], "```", ""]

@@ -46,7 +46,9 @@ pytestmark = pytest.mark.slow
 NAMES = [f.name for f in FAMILIES]
 BY_NAME = {f.name: f for f in FAMILIES}
 ARMS = ("graph", "eager")
-EAGER_RUNS = {"vocab_module": "tf.function"}  # families whose eager server does not run eagerly
+# Families whose eager server does not run eagerly: the module's __call__ is a tf.function, and
+# the archive is a SavedModel, served by its restored functions.
+EAGER_RUNS = {"vocab_module": "tf.function", "keras_archive": "restored"}
 
 
 @dataclass
@@ -174,6 +176,9 @@ def _user_inputs(name: str, input_names: list[str]) -> dict[str, np.ndarray]:
         return _tabular_rows()
     if name == "custom_layers":
         return {"features": np.random.default_rng(11).normal(size=(3, 8)).astype(np.float32)}
+    if name == "keras_archive":
+        (features,) = input_names  # as Keras' export names the input
+        return {features: np.random.default_rng(12).normal(size=(3, 6)).astype(np.float32)}
     if name == "efficientnet":
         (image,) = input_names  # Keras names the input of keras.applications models
         return _pixels(image)
@@ -191,6 +196,9 @@ def _call(name: str, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
     tensors = {k: tf.constant(v) for k, v in inputs.items()}
     if name.endswith("_transformers"):
         return np.asarray(model(tensors)["logits"])
+    if name == "keras_archive":  # the archive as TensorFlow restores it: its signature
+        (only,) = model.signatures["serving_default"](**tensors).values()
+        return np.asarray(only)
     if name == "vocab_module":
         return np.asarray(model(tensors["words"]))
     if name == "image_bytes":
@@ -203,17 +211,22 @@ def _call(name: str, model: Any, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 def _build_in_process(run: Run, name: str) -> Any:
     """The family's build() imported from the copy of docs_src/byom, as the servers import it;
-    a `.keras` source loaded from there once its `--import` modules are imported."""
+    a `.keras` source loaded from there once its `--import` modules are imported, a SavedModel
+    restored."""
     family = BY_NAME[name]
     module_name, _, factory = family.source.partition(":")
     sys.path.insert(0, str(run.source_dir))
     try:
         for imported in family.imports:
             importlib.import_module(imported)
-        if not factory:
+        if not factory and family.source.endswith(".keras"):
             import keras
 
             return keras.saving.load_model(run.source_dir / family.source)
+        if not factory:  # a SavedModel directory
+            import tensorflow as tf
+
+            return tf.saved_model.load(str(run.source_dir / family.source))
         module = importlib.import_module(module_name)
     finally:
         sys.path.remove(str(run.source_dir))

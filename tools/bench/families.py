@@ -1,4 +1,4 @@
-"""The models users bring (issues 38, 51): ten families, each a small module under docs_src/byom
+"""The models users bring (issues 38, 51): eleven families, each a small module under docs_src/byom
 that builds its model as its package does (or a file its script saves), exported, served and
 load-tested through the documented commands, run as a reader runs them (from that directory,
 `python -m graphserve ...`).
@@ -66,7 +66,7 @@ def bench_compare(duration: str = "10s") -> tuple[str, ...]:
 
 BENCH_COMPARE = bench_compare()
 
-_SERVER_START_S = 600.0  # eleven servers importing TensorFlow at once on two cores
+_SERVER_START_S = 600.0  # twelve servers importing TensorFlow at once on two cores
 _COMMAND_TIMEOUT_S = 600.0
 
 
@@ -116,6 +116,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("distilbert_transformers", "distilbert_transformers:build",
            "DistilBERT sequence classifier (transformers, TensorFlow)", "transformers"),
     Family("efficientnet", "efficientnet:build", "EfficientNetB0 (keras.applications)", "keras"),
+    Family("keras_archive", "keras_archive",
+           "A Keras model.export() archive: a SavedModel with no version directory", "keras",
+           prepare="keras_archive.py"),
     Family("image_bytes", "image_bytes:build",
            "EfficientNetB0 on JPEG bytes, decoded inside (tf.io.decode_jpeg)", "tensorflow"),
     Family("tabular", "tabular:build",

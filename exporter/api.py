@@ -241,7 +241,7 @@ def export_model(spec: ExportSpec, log: Log = lambda _msg: None) -> ExportResult
                 "has no Python, and graphserve's graph server is another process (here it passes "
                 "parity only because this process still holds the function). Write that part "
                 "with TensorFlow ops, or serve the model from Python: graphserve serve eager "
-                "SOURCE"
+                f"{spec.source}"
             )
         refused = op_scan.refused(spec.allow_ops)
         if refused:

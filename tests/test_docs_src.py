@@ -69,6 +69,51 @@ def test_export_samples_write_verified_versions(tmp_path: Path) -> None:
     assert "serving_default_batch32" in done.stdout
 
 
+def test_refused_samples_are_refused_as_the_page_shows(tmp_path: Path) -> None:
+    """byom.md: the tf.py_function and the ragged input are refused with the words the page
+    quotes and nothing on disk; the module rewritten as the message says exports, and answers
+    as the ragged one does on the same rows."""
+    work = _copy("refused", tmp_path)
+    said = {
+        "python_tokenizer": "so no server can run it: TF Serving has no Python, and graphserve's "
+        "graph server is another process (here it passes parity only because this process still "
+        "holds the function). Write that part with TensorFlow ops, or serve the model from "
+        "Python: graphserve serve eager python_tokenizer:build",
+        "ragged_tokens": "input 'tokens' is a ragged tensor, and TF Serving's Predict API (REST "
+        "and gRPC) carries dense tensors only, so no client could send it. Take it padded, as a "
+        "dense tokens:int64:-1,-1 with a mask of its real values tokens_mask:int64:-1,-1",
+    }
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for module, words in said.items():
+        done = subprocess.run(
+            [str(BIN / "graphserve"), "export", f"{module}:build", "--name", module],
+            cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        assert words in " ".join(done.stderr.split())
+        assert "Traceback" not in done.stderr
+        assert not (work / "models" / module).exists()
+
+    done = _run([str(BIN / "graphserve"), "export", "ragged_padded:build", "--name", "p"], work)
+    assert done.stdout.strip() == "models/p/1"
+    check = """
+import numpy as np, tensorflow as tf
+import ragged_padded, ragged_tokens
+rows = tf.ragged.constant([[3, 5], [7, 9, 11, 13], [2]], tf.int64)
+padded, mask = rows.to_tensor(), tf.ones_like(rows).to_tensor()
+ragged_model, padded_model = ragged_tokens.build(), ragged_padded.build()
+want = ragged_model(rows).numpy()
+padded_model(padded, mask)  # builds its layers, then takes the ragged model's weights
+for layer in ("embed", "dense"):
+    getattr(padded_model, layer).set_weights(getattr(ragged_model, layer).get_weights())
+got = padded_model(padded, mask).numpy()
+print(want.shape, float(np.abs(got - want).max()))
+"""
+    shape, error = _run([sys.executable, "-c", check], work).stdout.strip().rsplit(" ", 1)
+    assert shape == "(3, 2)"
+    assert float(error) <= 1e-6
+
+
 def test_build_server_sample_listens_on_free_ports(tmp_path: Path, mlp_export: MlpExport) -> None:
     """serve.md: build_server(ServeConfig) on a model under models/mlp."""
     work = _copy("serve", tmp_path)

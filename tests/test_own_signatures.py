@@ -98,6 +98,23 @@ MODULES = {
         def nesting():
             return nested
 
+        # The patterns the refusals give, around the refused functions themselves.
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32, name="tokens"),
+                                      tf.TensorSpec([None, None], tf.int64, name="tokens_mask")])
+        def padded_sum(tokens, tokens_mask):
+            lengths = tf.reduce_sum(tokens_mask, axis=1)
+            return ragged_sum(tf.RaggedTensor.from_tensor(tokens, lengths=lengths))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="ids")])
+        def dense_sum(ids):
+            return sparse_sum(tf.sparse.from_dense(ids))
+
+        def padded():
+            return padded_sum
+
+        def dense():
+            return dense_sum
+
         def keras_sparse():
             import keras
 
@@ -195,17 +212,16 @@ def test_a_transformers_model_exports_on_its_declared_signature(
         (
             "ragged",
             "input 'tokens' is a ragged tensor, and TF Serving's Predict API (REST and gRPC) "
-            "carries dense tensors only, so no client could send it. Take its flat values and row "
-            "lengths as two dense inputs (tokens_values:float32:-1 and tokens_row_lengths:int64:-1)"
-            " and build it inside: tf.RaggedTensor.from_row_lengths(tokens_values, "
-            "tokens_row_lengths)",
+            "carries dense tensors only, so no client could send it. Take it padded, as a dense "
+            "tokens:float32:-1,-1 with a mask of its real values tokens_mask:int64:-1,-1 (1 for a "
+            "value, 0 for padding), and build it inside: tf.RaggedTensor.from_tensor(tokens, "
+            "lengths=tf.reduce_sum(tokens_mask, axis=1)). Every input then starts with the batch",
         ),
         (
             "sparse",
             "input 'ids' is a sparse tensor, and TF Serving's Predict API (REST and gRPC) carries "
-            "dense tensors only, so no client could send it. Take its indices, values and dense "
-            "shape as three dense inputs (ids_indices:int64:-1,2, ids_values:float32:-1 and "
-            "ids_dense_shape:int64:2)",
+            "dense tensors only, so no client could send it. Take it dense, as ids:float32:-1,8 "
+            "(zeros where it has no value), and build it inside: tf.sparse.from_dense(ids)",
         ),
         (
             "unknown_rank",
@@ -232,6 +248,30 @@ def test_what_no_signature_can_carry_is_refused_and_leaves_nothing(
     assert said in text, text
     assert "Traceback" not in out.output
     assert not (tmp_path / "models").exists()
+
+
+def test_the_patterns_the_refusals_give_export_on_generated_inputs(
+    user_dir: Path, tmp_path: Path
+) -> None:
+    """The dense forms the ragged and sparse refusals name export with no flag (the mask is
+    generated as padding masks), and answer as the refused functions do on the same values."""
+    for factory in ("padded", "dense"):
+        out = CliRunner().invoke(
+            app,
+            ["export", f"refused:{factory}", "--name", factory,
+             "--base-path", str(tmp_path / "models")],
+        )  # fmt: skip
+        assert out.exit_code == 0, out.output
+    padded = _serving(tmp_path / "models" / "padded" / "1")
+    got = padded(
+        tokens=tf.constant([[1.0, 2.0, 9.0], [3.0, 9.0, 9.0]]),
+        tokens_mask=tf.constant([[1, 1, 0], [1, 0, 0]], tf.int64),
+    )
+    np.testing.assert_allclose(next(iter(got.values())).numpy(), [3.0, 3.0])
+    dense = _serving(tmp_path / "models" / "dense" / "1")
+    ids = np.zeros((2, 8), np.float32)
+    ids[0, 1], ids[0, 5], ids[1, 7] = 2.0, 4.0, 1.5
+    np.testing.assert_allclose(next(iter(dense(ids=tf.constant(ids)).values())).numpy(), [6.0, 1.5])
 
 
 def test_an_unknown_rank_takes_the_rank_from_the_command_line(
@@ -296,7 +336,7 @@ def test_a_call_into_python_is_refused_even_with_allow_op(user_dir: Path, tmp_pa
     text = " ".join(out.output.split())
     assert "the graph calls Python (EagerPyFunc in " in text
     assert "so no server can run it" in text
-    assert "graphserve serve eager SOURCE" in text
+    assert "graphserve serve eager python_ops:build" in text
     assert not (tmp_path / "models").exists()
 
 

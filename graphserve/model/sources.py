@@ -188,9 +188,8 @@ def _own_spec(spec: Any, name: str, origin: str) -> TensorSpec:
 
     if isinstance(spec, tf.RaggedTensorSpec | tf.SparseTensorSpec):
         kind = "ragged" if isinstance(spec, tf.RaggedTensorSpec) else "sparse"
-        raise SignatureError(
-            composite_refusal(origin, name, kind, spec.dtype.name, spec.shape.rank)
-        )
+        shape = tuple(spec.shape.as_list()) if spec.shape.rank is not None else None
+        raise SignatureError(composite_refusal(origin, name, kind, spec.dtype.name, shape))
     if not isinstance(spec, tf.TensorSpec):
         raise SignatureError(
             f"{origin} nests its tensors ({name!r} is {type(spec).__name__}): a graphserve "
@@ -206,22 +205,26 @@ def _own_spec(spec: Any, name: str, origin: str) -> TensorSpec:
     return TensorSpec(name, spec.dtype.name, tuple(spec.shape.as_list()))
 
 
-def composite_refusal(where: str, name: str, kind: str, dtype: str, rank: int | None) -> str:
-    """Why a ragged or sparse input cannot be served, and the pattern that can."""
+def composite_refusal(
+    where: str, name: str, kind: str, dtype: str, shape: Sequence[int | None] | None
+) -> str:
+    """Why a ragged or sparse input cannot be served, and the dense pattern that can: every input
+    keeps the batch first (TF Serving's batching needs it), and graphserve generates it."""
     said = (f"{where}: input {name!r} is a {kind} tensor, and TF Serving's Predict API (REST and "
             "gRPC) carries dense tensors only, so no client could send it.")  # fmt: skip
+    dims = ",".join("-1" if d is None else str(d) for d in shape) if shape else "-1,-1"
+    batched = "Every input then starts with the batch, as TF Serving's batching needs"
     if kind == "ragged":
         return (
-            f"{said} Take its flat values and row lengths as two dense inputs "
-            f"({name}_values:{dtype}:-1 and {name}_row_lengths:int64:-1) and build it inside: "
-            f"tf.RaggedTensor.from_row_lengths({name}_values, {name}_row_lengths)"
+            f"{said} Take it padded, as a dense {name}:{dtype}:{dims} with a mask of its real "
+            f"values {name}_mask:int64:-1,-1 (1 for a value, 0 for padding), and build it "
+            f"inside: tf.RaggedTensor.from_tensor({name}, lengths=tf.reduce_sum({name}_mask, "
+            f"axis=1)). {batched}, and graphserve generates padding masks for an input named "
+            "like a mask"
         )
-    rank_text = str(rank) if rank is not None else "RANK"
     return (
-        f"{said} Take its indices, values and dense shape as three dense inputs "
-        f"({name}_indices:int64:-1,{rank_text}, {name}_values:{dtype}:-1 and "
-        f"{name}_dense_shape:int64:{rank_text}) and build it inside: "
-        f"tf.sparse.SparseTensor({name}_indices, {name}_values, {name}_dense_shape)"
+        f"{said} Take it dense, as {name}:{dtype}:{dims} (zeros where it has no value), and "
+        f"build it inside: tf.sparse.from_dense({name}). {batched}"
     )
 
 
@@ -336,7 +339,8 @@ def _keras_contracts(model: Any) -> list[SignatureContract]:
         for kind in ("ragged", "sparse"):
             if getattr(tensor, kind, False):
                 where = f"the Keras model {getattr(model, 'name', type(model).__name__)!r}"
-                raise SignatureError(composite_refusal(where, name, kind, dtype, len(tensor.shape)))
+                refusal = composite_refusal(where, name, kind, dtype, tuple(tensor.shape))
+                raise SignatureError(refusal)
         specs.append(TensorSpec(name, dtype, tuple(tensor.shape)))
     return [SignatureContract(SERVING_DEFAULT, tuple(specs))]
 

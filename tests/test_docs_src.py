@@ -24,12 +24,16 @@ DOCS_SRC = ROOT / "docs_src"
 BIN = Path(sys.executable).parent
 
 
-def _run(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], cwd: Path, timeout: float = 240, returncode: int = 0
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run(
         args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
-    assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == returncode, (
+        f"{args} exited {done.returncode}, not {returncode}:\n{done.stdout}\n{done.stderr}"
+    )
     return done
 
 
@@ -83,13 +87,9 @@ def test_refused_samples_are_refused_as_the_page_shows(tmp_path: Path) -> None:
         "and gRPC) carries dense tensors only, so no client could send it. Take it padded, as a "
         "dense tokens:int64:-1,-1 with a mask of its real values tokens_mask:int64:-1,-1",
     }
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     for module, words in said.items():
-        done = subprocess.run(
-            [str(BIN / "graphserve"), "export", f"{module}:build", "--name", module],
-            cwd=work, env=env, capture_output=True, text=True, timeout=240, check=False,
-        )  # fmt: skip
-        assert done.returncode == 1, done.stderr
+        export = [str(BIN / "graphserve"), "export", f"{module}:build", "--name", module]
+        done = _run(export, work, returncode=1)
         assert words in " ".join(done.stderr.split())
         assert "Traceback" not in done.stderr
         assert not (work / "models" / module).exists()

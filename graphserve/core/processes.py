@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,22 +30,35 @@ __all__ = [
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS considers free right now on `host` (loopback by default). For more than one
-    port for the same server or run, `free_ports`: two calls of this may return the same port."""
+    """A port the OS considers free right now on `host` (loopback by default), and never handed
+    out before in this process (see `free_ports`)."""
     return free_ports(1, host)[0]
 
 
+# Every port free_ports handed out in this process, by host. The OS gives a port free again as
+# soon as its picking socket closes, and a server takes it seconds later (after importing
+# TensorFlow): two servers started side by side could be handed one port. A gRPC server binds
+# with SO_REUSEPORT (grpcio's default, as TF Serving's), so the second would not fail to bind
+# but share the port, each answering some connections. Never handing a port out twice here
+# keeps the servers one process starts apart.
+_HANDED_OUT: set[tuple[str, int]] = set()
+_HANDING = threading.Lock()
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> tuple[int, ...]:
-    """`count` distinct ports the OS considers free right now on `host`: each is bound while the
-    next is picked, so the OS cannot hand out one twice, and all are released on return for the
-    caller to bind. Free when picked, not later: a server started on them may still lose one
-    (ServerProcess.start picks again)."""
-    with contextlib.ExitStack() as held:
-        ports = []
-        for _ in range(count):
+    """`count` distinct ports the OS considers free right now on `host`, none handed out before
+    by this process: each is bound while the next is picked, so the OS cannot hand out one
+    twice, and all are released on return for the caller to bind. Free when picked, not later:
+    another process may still take one (ServerProcess.start picks again)."""
+    with _HANDING, contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
             sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
             sock.bind((host, 0))
-            ports.append(int(sock.getsockname()[1]))
+            port = int(sock.getsockname()[1])
+            if (host, port) not in _HANDED_OUT:  # else kept bound: the OS picks another
+                ports.append(port)
+        _HANDED_OUT.update((host, port) for port in ports)
     return tuple(ports)
 
 

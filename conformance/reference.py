@@ -444,7 +444,10 @@ NOT_EXPRESSIBLE = [
      "TensorFlow's profiler service, not TF Serving's API: a trace makes the server write a "
      "profile to its own disk, which no conformance run should do to the server it tests. "
      "graphserve serves no profiler service (it answers UNIMPLEMENTED)"),
-    (ITEST, "test_tf_text", "needs the tensorflow-text ops, which TF Serving links in"),
+    (ITEST, "test_tf_text", "a server process given TF Serving's tf_text_regression model: "
+     "tests/test_op_libraries.py serves our equivalent of it (from TF Text's generator) with "
+     "`serve graph` and checks it as the test does (x = [2.0] gives y = [3.0]); the itest "
+     "runner script does not copy that model"),
     (ITEST, "testGoodModelConfig, testBadModelConfig, testModelConfigReload*, testPredictUDS, "
      "testPrometheusEndpoint", "process-level: run by tests/test_tfserving_flags.py and by "
      "TF Serving's own test through ../shared/tools/tfserving-itest"),

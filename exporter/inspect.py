@@ -285,9 +285,15 @@ def _flagged(scan: OpScan) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
+    linked = "".join(
+        f"; {library} ops, which TF Serving links in: "
+        + ", ".join(op for op, lib in scan.linked.items() if lib == library)
+        for library in sorted(set(scan.linked.values()))
+    )
     if scan.ok:
-        return Text("flagged ops: none", style="green")
-    table = Table(title=f"flagged ops: {len(scan.flagged)}", title_justify="left", style="red")
+        return Text(f"flagged ops: none{linked}", style="green")
+    title = f"flagged ops: {len(scan.flagged)}{linked}"
+    table = Table(title=title, title_justify="left", style="red")
     for column in ("category", "op", "function", "node", "reason"):
         table.add_column(column, style="red")
     for f in scan.flagged:

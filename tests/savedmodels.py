@@ -7,6 +7,8 @@
     write_with_read_file        ... whose function calls tf.io.read_file    (ReadFile)
     write_with_py_function      ... whose function calls tf.py_function     (EagerPyFunc)
     write_lambda_keras          a .keras file with a Lambda layer (code: safe mode refuses it)
+    write_tf_text               a tf.Module whose function runs TF Text ops, as TF Serving's
+                                tf_text_regression does (imports tensorflow_text)
 
 Each takes the version directory to create and returns it. Tracing a function does not run it, so
 the file ops never touch the filesystem.
@@ -25,9 +27,11 @@ __all__ = [
     "CLASSIFY_METHOD",
     "CLEAN_INPUTS",
     "REGRESS_METHOD",
+    "TF_TEXT_OPS",
     "write_clean",
     "write_lambda_keras",
     "write_tf1_multi_signature",
+    "write_tf_text",
     "write_with_py_function",
     "write_with_read_file",
     "write_with_write_file",
@@ -191,4 +195,48 @@ def write_lambda_keras(path: Path) -> Path:
     inputs = keras.Input(shape=(3,), name="x")
     outputs = keras.layers.Lambda(lambda t: t * 2.0, name="double")(inputs)
     keras.Model(inputs, outputs).save(path)
+    return path
+
+
+# The TF Text ops write_tf_text's function runs (names as the graph has them).
+TF_TEXT_OPS = (
+    "CaseFoldUTF8",
+    "MaxSpanningTree",
+    "NormalizeUTF8",
+    "RegexSplitWithOffsets",
+    "TFText>WhitespaceTokenizeWithOffsetsV2",
+    "UnicodeScriptTokenizeWithOffsets",
+    "WordpieceTokenizeWithOffsets",
+)
+
+
+def write_tf_text(path: Path) -> Path:
+    """TF Serving's tf_text_regression as TF Text's generator writes it (read in tensorflow/text:
+    oss_scripts/model_server/save_models.py; nothing copied): a tf.Module whose serving function
+    runs TF Text ops (`TF_TEXT_OPS`: normalizing, tokenizing, splitting, a spanning tree) as
+    control dependencies of y = x + 1, for x of shape [1]. Without its SentencePiece ops, which
+    need a model file TF Text's repository has and its wheel does not."""
+    import tensorflow_text as text  # registers TF Text's ops in this process
+
+    class TextOps(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            keys = tf.lookup.KeyValueTensorInitializer(["i", "am"], tf.constant([1, 2], tf.int64))
+            self.vocab = tf.lookup.StaticHashTable(keys, default_value=-1)
+
+        @tf.function(input_signature=[tf.TensorSpec([1], tf.float32, name="x")])
+        def __call__(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
+            normalized = text.normalize_utf8(text.case_fold_utf8(["A String"]))
+            words = text.WhitespaceTokenizer().tokenize(normalized)
+            pieces = text.WordpieceTokenizer(self.vocab).tokenize(["i am"])
+            split = text.regex_split(["Yo dawg!"], r"\s")
+            scripts = text.UnicodeScriptTokenizer().tokenize(["a string"])
+            tree, _ = text.max_spanning_tree(tf.constant([2]), tf.constant([[[0, 0], [1, 0]]]))
+            ran = [normalized, words.flat_values, pieces.flat_values, split.flat_values,
+                   scripts.flat_values, tree]  # fmt: skip
+            with tf.control_dependencies(ran):
+                return {"y": tf.add(x, [1.0])}
+
+    module = TextOps()
+    tf.saved_model.save(module, str(path), signatures=module.__call__.get_concrete_function())
     return path

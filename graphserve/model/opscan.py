@@ -9,7 +9,15 @@ Serving cannot run:
               summary writers, tfdbg, PrintV2 to a file, checkpoint ops outside the saver)
     process   runs Python (py_function, numpy_function); TF Serving has no Python interpreter
     network   RPCs, the tf.data service, cross-host collectives, cloud storage configuration
-    unknown   not registered in this TensorFlow build: a custom op TF Serving may not have
+    library   registered by an op library this process loaded (tf.load_op_library), not by
+              TensorFlow: TF Serving refuses the model unless it was built with that library
+    unknown   not registered in this process: a custom op TF Serving may not have
+
+TF Serving's model server links two op libraries besides TensorFlow's own (SUPPORTED_TENSORFLOW_OPS
+in tensorflow_serving/model_servers/BUILD): TF Text and TF Decision Forests' inference ops. Their
+ops are served, so not flagged; when a graph has an op TensorFlow does not define, the scan imports
+each such package that is installed (registering its ops in this process, as the graph server
+needs to run them) and reads the op list of each of its op libraries.
 
 The variable save/restore machinery is not flagged: every SavedModel with variables has SaveV2 and
 RestoreV2 reachable from its `saver_def` (in the main graph for TF1, in `__inference__traced_save`
@@ -19,7 +27,13 @@ variables. The same ops anywhere else are flagged.
 
 from __future__ import annotations
 
+import glob
+import importlib
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,11 +51,14 @@ from graphserve.core.savedmodel import serve_meta_graph
 __all__ = [
     "CHECKPOINT_OPS",
     "GRAPH",
+    "SERVER_OP_LIBRARIES",
     "FlaggedOp",
     "OpScan",
+    "ServerOpLibrary",
     "describe_flagged",
     "scan_meta_graph",
     "scan_saved_model",
+    "server_library_ops",
 ]
 
 # The name the scan gives the main graph, next to the library functions' names.
@@ -143,9 +160,38 @@ _RULES = (
     _Rule("network", "talks to cloud services", CLOUD_OPS),
 )
 
+
+@dataclass(frozen=True)
+class ServerOpLibrary:
+    """An op library TF Serving's model server links in: its name, the Python package that
+    registers its ops here, the distribution that installs it, the glob of its op libraries' files
+    in the package, and globs of its op names (to name the library of an op it defines when the
+    package is not installed)."""
+
+    name: str
+    package: str
+    distribution: str
+    files: str
+    ops: tuple[str, ...]
+
+
+SERVER_OP_LIBRARIES = (
+    # tensorflow_text's ops have no common prefix; the newer ones are "TFText>...".
+    ServerOpLibrary("TF Text", "tensorflow_text", "tensorflow-text", "**/_*.so", ("TFText>*",)),
+    # TF Serving links TF-DF's inference ops only, not its training ops.
+    ServerOpLibrary("TF Decision Forests", "tensorflow_decision_forests",
+                    "tensorflow-decision-forests", "tensorflow/ops/inference/*.so",
+                    ("SimpleML*",)),
+)  # fmt: skip
+
 _UNKNOWN_REASON = (
-    "not registered in this TensorFlow build: a custom op that TF Serving runs only if it was "
-    "built with the op's library"
+    "not registered in this process: a custom op that TF Serving runs only if it was built with "
+    "the op's library"
+)
+_LIBRARY_REASON = (
+    "registered by an op library loaded into this process (tf.load_op_library), not by "
+    "TensorFlow: TF Serving links only TensorFlow's, TF Text's and TF Decision Forests' ops, so it "
+    'refuses the model ("Op type not registered") unless it was built with this library'
 )
 
 
@@ -154,7 +200,7 @@ class FlaggedOp:
     """An op that should not be served: `node` of `function` (`<graph>` for the main graph)."""
 
     op: str
-    category: str  # file | process | network | unknown
+    category: str  # file | process | network | library | unknown
     function: str
     node: str
     reason: str
@@ -163,12 +209,14 @@ class FlaggedOp:
 @dataclass
 class OpScan(JsonResult):
     """Op counts per function (`<graph>`, then library functions by name; ops by count,
-    descending) and the flagged ops."""
+    descending), the flagged ops, and the ops of the op libraries TF Serving links in (op →
+    library: `SERVER_OP_LIBRARIES`)."""
 
     json_keys: ClassVar = ("ok", "total_ops", "totals", ...)
 
     functions: dict[str, dict[str, int]]
     flagged: list[FlaggedOp] = field(default_factory=list)
+    linked: dict[str, str] = field(default_factory=dict)
 
     @property
     def total_ops(self) -> int:
@@ -226,7 +274,15 @@ def scan_meta_graph(graph: meta_graph_pb2.MetaGraphDef) -> OpScan:
                 category, reason = hit
                 flagged.append(FlaggedOp(node.op, category, name, node.name, reason))
         functions[name] = dict(_ranked(counts))
-    return OpScan(functions=functions, flagged=flagged)
+    ops = {
+        op
+        for counts in functions.values()
+        for op in counts
+        if op not in library and not hasattr(_raw_ops(), op)
+    }
+    libraries = server_library_ops() if ops else {}
+    linked = {op: libraries[op] for op in sorted(ops) if op in libraries}
+    return OpScan(functions=functions, flagged=flagged, linked=linked)
 
 
 def _flag(node: node_def_pb2.NodeDef, in_saver: bool) -> tuple[str, str] | None:
@@ -241,9 +297,87 @@ def _flag(node: node_def_pb2.NodeDef, in_saver: bool) -> tuple[str, str] | None:
         return None
     if rule is not None:
         return rule.category, rule.reason
-    if not _registered(node.op):
+    return _origin(node.op)
+
+
+@cache
+def _origin(op: str) -> tuple[str, str] | None:
+    """(category, reason) if `op` is neither TensorFlow's nor a server op library's, else None."""
+    if hasattr(_raw_ops(), op) or op in server_library_ops():
+        return None
+    if not _registered(op):
+        named = [lib for lib in SERVER_OP_LIBRARIES if _pattern(lib.ops).match(op)]
+        if named:
+            lib = named[0]
+            broken = _server_libraries()[1].get(lib.name)
+            state = f"it failed to import ({broken})" if broken else "it is not"
+            return "unknown", (
+                f"an op of {lib.name}, which TF Serving links in; graphserve serves it when "
+                f"{lib.distribution} is installed next to its TensorFlow, and {state}"
+            )
         return "unknown", _UNKNOWN_REASON
-    return None
+    if op in _tensorflow_ops():
+        return None
+    return "library", _LIBRARY_REASON
+
+
+def server_library_ops() -> dict[str, str]:
+    """The ops of the server op libraries installed here (op → library name), their packages
+    imported: every op of theirs is then registered in this process."""
+    return dict(_server_libraries()[0])
+
+
+@cache
+def _server_libraries() -> tuple[tuple[tuple[str, str], ...], dict[str, str]]:
+    """(op → library pairs, library → why its installed package failed to import)."""
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.client import pywrap_tf_session
+
+    found: dict[str, str] = {}
+    broken: dict[str, str] = {}
+    for lib in SERVER_OP_LIBRARIES:
+        if importlib.util.find_spec(lib.package) is None:
+            continue
+        try:
+            package = importlib.import_module(lib.package)  # loads its op libraries
+        except Exception as exc:  # built for another TensorFlow, say
+            broken[lib.name] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+            continue
+        root = os.path.dirname(package.__file__ or "")
+        for path in sorted(glob.glob(os.path.join(root, lib.files), recursive=True)):
+            # Loaded already (by the import, same path): TensorFlow returns its op list again.
+            try:
+                handle = pywrap_tf_session.TF_LoadLibrary(path)
+            except Exception:  # a Python extension, not an op library
+                continue
+            ops = op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetOpList(handle))
+            found.update((o.name, lib.name) for o in ops.op)
+    return tuple(found.items()), broken
+
+
+@cache
+def _raw_ops() -> object:
+    import tensorflow as tf
+
+    return tf.raw_ops
+
+
+@cache
+def _tensorflow_ops() -> frozenset[str]:
+    """The ops TensorFlow registers by itself: tf.raw_ops lists the public ones, and a fresh
+    interpreter that imports TensorFlow alone gives the rest (test, TPU and DTensor ops). Asked
+    only for an op outside tf.raw_ops, which few graphs have."""
+    script = (
+        "from tensorflow.core.framework import op_def_pb2\n"
+        "from tensorflow.python.client import pywrap_tf_session as c\n"
+        "ops = op_def_pb2.OpList.FromString(c.TF_GetBuffer(c.TF_GetAllOpList()))\n"
+        "print('\\n'.join(o.name for o in ops.op))\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    return frozenset(run.stdout.split())
 
 
 @cache

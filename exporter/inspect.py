@@ -286,9 +286,8 @@ def _flagged(scan: OpScan) -> RenderableType:
     from rich.text import Text
 
     linked = "".join(
-        f"; {library} ops, which TF Serving links in: "
-        + ", ".join(op for op, lib in scan.linked.items() if lib == library)
-        for library in sorted(set(scan.linked.values()))
+        f"; {library} ops, which TF Serving links in: {', '.join(ops)}"
+        for library, ops in scan.linked_by_library().items()
     )
     if scan.ok:
         return Text(f"flagged ops: none{linked}", style="green")
@@ -332,7 +331,8 @@ def _span(recorded: dict[str, Any]) -> str:
     """A recorded range in words: `in [0, 6]`, or `from a vocabulary of 8 words`."""
     vocabulary = recorded.get("vocabulary")
     if isinstance(vocabulary, dict):
-        return f"from a vocabulary of {int(vocabulary.get('size', 0)):,} words"
+        unit = "keys" if vocabulary.get("integers") else "words"
+        return f"from a vocabulary of {int(vocabulary.get('size', 0)):,} {unit}"
     return f"in [{float(recorded['low']):g}, {float(recorded['high']):g}]"
 
 

@@ -66,17 +66,18 @@ class OutputParity:
 @dataclass
 class VocabularyCoverage(JsonResult):
     """How much of an input's vocabulary (a table the model looks it up in) the generated
-    batches the check compared held: `covered` of the `size` words."""
+    batches the check compared held: `covered` of the `size` words (or integer keys)."""
 
     signature: str
     input: str
     covered: int
     size: int
+    unit: str = "words"
 
     def text(self) -> str:
         share = f"{100 * self.covered / self.size:.0f} %" if self.size else "none"
         return (
-            f"the parity check covered {self.covered:,} of the {self.size:,} words ({share}) of "
+            f"the parity check covered {self.covered:,} of the {self.size:,} {self.unit} ({share}) of "
             f"the vocabulary of input {self.input!r} ({self.signature})"
         )
 
@@ -173,7 +174,9 @@ def check_parity(
             assert vocabulary is not None  # _collect_words keeps only those
             covered = len(seen & set(vocabulary.words))
             report.vocabularies.append(
-                VocabularyCoverage(contract.name, name, covered, vocabulary.size)
+                VocabularyCoverage(
+                    contract.name, name, covered, vocabulary.size, vocabulary.unit
+                )
             )
     report.mismatches.extend(_mismatch(o) for o in report.outputs if not o.passed)
     if report.mismatches:

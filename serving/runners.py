@@ -110,8 +110,7 @@ def checked_meta_graph(path: Path, allow_ops: Collection[str] = ()) -> meta_grap
         )
     for flagged in scan.flagged:
         log.warning("%s: serving %s, allowed by --allow-op", path, describe_flagged([flagged]))
-    for library in sorted(set(scan.linked.values())):
-        ops = [op for op, lib in scan.linked.items() if lib == library]
+    for library, ops in scan.linked_by_library().items():
         log.info("%s: serving %s ops, which TF Serving links in: %s", path, library, ", ".join(ops))
     return graph
 

@@ -149,11 +149,12 @@ WORDS = np.array([b"the", b"graph", b"serves", b"unknown", b"python", b"latency"
 
 
 def _tabular_rows() -> dict[str, np.ndarray]:
-    """Three rows: two cities of the adapted vocabulary and one it never saw, ages across the
-    bins, incomes around the adapted mean, any user ids."""
+    """Three rows: two cities and stores of the adapted vocabularies and one of each they never
+    saw, ages across the bins, incomes around the adapted mean, any user ids."""
     column = lambda values, dtype: np.array(values, dtype=dtype).reshape(-1, 1)  # noqa: E731
     return {
         "city": column([b"tokyo", b"lima", b"atlantis"], object),
+        "store_id": column([104, 561, 999], np.int64),
         "age": column([19.0, 47.5, 88.0], np.float32),
         "income": column([21_000.0, 36_000.0, 90_000.0], np.float32),
         "user_id": column([7, 123_456, 2**40], np.int64),

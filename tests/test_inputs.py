@@ -87,15 +87,20 @@ def build_one_hot() -> tf.types.experimental.PolymorphicFunction:
 
 
 CITIES = ["paris", "tokyo", "lima", "oslo", "cairo"]
+STORES = [12, 305, 9001, 4077]
 
 
 def build_adapted() -> keras.Model:
     """Keras preprocessing layers adapted to data, as Keras' structured-data guide builds them:
-    a StringLookup, a Discretization, a Normalization, and TextVectorization on sentences."""
+    a StringLookup, a Discretization, a Normalization, TextVectorization on sentences, and an
+    IntegerLookup of store ids."""
     city = keras.Input(shape=(1,), dtype="string", name="city")
     age = keras.Input(shape=(1,), dtype="float32", name="age")
     income = keras.Input(shape=(1,), dtype="float32", name="income")
     review = keras.Input(shape=(1,), dtype="string", name="review")
+    store = keras.Input(shape=(1,), dtype="int64", name="store")
+    stores = keras.layers.IntegerLookup(output_mode="one_hot")
+    stores.adapt(np.array([[s] for s in STORES * 2 + [STORES[-1]]]))
     lookup = keras.layers.StringLookup(output_mode="one_hot")
     lookup.adapt(np.array([[c] for c in CITIES * 3 + ["paris"]]))
     bins = keras.layers.Discretization(bin_boundaries=[20.0, 40.0, 60.0], output_mode="one_hot")
@@ -103,8 +108,10 @@ def build_adapted() -> keras.Model:
     words = keras.layers.TextVectorization(output_mode="multi_hot")
     words.adapt(np.array([["a good film"], ["a bad plot"], ["good acting"]]))
     text = keras.layers.Flatten()(words(review))
-    features = keras.layers.Concatenate()([lookup(city), bins(age), scale(income), text])
-    return keras.Model([city, age, income, review], keras.layers.Dense(1)(features))
+    features = keras.layers.Concatenate()(
+        [lookup(city), bins(age), scale(income), text, stores(store)]
+    )
+    return keras.Model([city, age, income, review, store], keras.layers.Dense(1)(features))
 
 
 class TableModule(tf.Module):
@@ -243,9 +250,9 @@ def test_adapted_preprocessing_layers_give_their_vocabulary_bins_and_statistics(
     found = infer_ranges(
         build_adapted(),
         _contract("age:float32:-1,1", "city:string:-1,1", "income:float32:-1,1",
-                  "review:string:-1,1"),
+                  "review:string:-1,1", "store:int64:-1,1"),
     )  # fmt: skip
-    assert found is not None and set(found) == {"age", "city", "income", "review"}
+    assert found is not None and set(found) == {"age", "city", "income", "review", "store"}
     city = found["city"].vocabulary
     assert city is not None and not city.phrases
     # The table's keys by id, the most frequent first; the OOV token is not a key.
@@ -260,6 +267,14 @@ def test_adapted_preprocessing_layers_give_their_vocabulary_bins_and_statistics(
     # Normalization: mean ± 2 standard deviations.
     assert (found["income"].low, found["income"].high) == pytest.approx((30_000.0, 70_000.0))
     assert found["income"].why.startswith("its statistics: mean 5e+04, standard deviation 1e+04")
+
+    # IntegerLookup: its integer keys, the most frequent first, and their span.
+    store = found["store"]
+    assert store.vocabulary is not None and store.vocabulary.integers
+    assert store.vocabulary.size == 4 and store.vocabulary.words[0] == "4077"
+    assert sorted(map(int, store.vocabulary.words)) == sorted(STORES)
+    assert (store.low, store.high) == (12, 9001)
+    assert store.why.startswith("it is looked up in a table of 4 integer keys ('")
 
     nested = infer_ranges(build_table_module(), _contract("colour:string:-1"))
     assert nested is not None and nested["colour"].vocabulary is not None
@@ -287,6 +302,26 @@ def test_generated_words_cover_the_vocabulary_batch_after_batch() -> None:
     )
 
 
+def test_generated_integer_keys_cover_the_vocabulary_and_step_outside_it() -> None:
+    vocabulary = Vocabulary(("4077", "12", "305", "9001"), 4, integers=True)
+    span = {"store": ValueRange(12, 9001, "a table", vocabulary=vocabulary)}
+    spec = [TensorSpec("store", "int64", (None, 1))]
+    batches = [sample_inputs(spec, 4, seed, span)["store"] for seed in range(2)]
+    assert all(b.dtype == np.int64 and b.shape == (4, 1) for b in batches)
+    seen = [int(v) for b in batches for v in b.reshape(-1)]
+    assert seen == [4077, 12, 305, 9001, 4077, 12, 305, 9002]  # in turn; the 8th past the largest
+    int32 = sample_inputs([TensorSpec("store", "int32", (8,))], 8, 0, span)["store"]
+    assert int32.dtype == np.int32 and int32[-1] == 9002
+    top = Vocabulary(("3", str(2**31 - 1)), 2, integers=True)  # no int32 past the largest
+    wrapped = sample_inputs(
+        [TensorSpec("k", "int32", (8,))], 8, 0, {"k": ValueRange(3, 2**31 - 1, vocabulary=top)}
+    )["k"]
+    assert wrapped[-1] == 2 and set(wrapped[:-1]) == {3, 2**31 - 1}
+    assert InputSource(ranges=span).describe(spec) == (
+        "store: int64 keys of its vocabulary (4 keys) (a table), one value in 8 a key outside it"
+    )
+
+
 def test_export_says_how_much_of_each_vocabulary_parity_covered(tmp_path: Path) -> None:
     lines: list[str] = []
     result = export_model(
@@ -303,13 +338,27 @@ def test_export_says_how_much_of_each_vocabulary_parity_covered(tmp_path: Path) 
     assert recorded["size"] == 5 and recorded["phrases"] is False
     coverage = {v["input"]: v for v in manifest["parity"]["vocabularies"]}
     assert coverage["city"]["covered"] == 5 and coverage["review"]["size"] == 6
+    assert coverage["store"] == {
+        "signature": "serving_default",
+        "input": "store",
+        "covered": 4,
+        "size": 4,
+        "unit": "keys",
+    }
+    assert (
+        "the parity check covered 4 of the 4 keys (100 %) of the vocabulary of input 'store' "
+        "(serving_default)" in lines
+    )
+    stores = InputSource.recorded(manifest, []).ranges["store"]
+    assert stores.vocabulary is not None and stores.vocabulary.integers
+    assert (stores.low, stores.high) == (12, 9001)
     # The load test reads the same words back from the manifest.
     again = InputSource.recorded(manifest, [])
     assert again.ranges["city"].vocabulary == Vocabulary(tuple(recorded["words"]), 5, phrases=False)
     shown = CliRunner().invoke(app, ["inspect", str(result.path)])
-    assert "- city from a vocabulary of 5 words: it is looked up in a table" in " ".join(
-        shown.output.split()
-    )
+    flat = " ".join(shown.output.split())
+    assert "- city from a vocabulary of 5 words: it is looked up in a table" in flat
+    assert "- store from a vocabulary of 4 keys: it is looked up in a table" in flat
 
 
 # -- through the exporter and the eager server -----------------------------------------------------

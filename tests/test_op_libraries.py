@@ -79,6 +79,7 @@ def test_the_scan_names_tf_text_ops_linked_and_flags_none(tf_text_model: Path) -
     scan = scan_saved_model(tf_text_model / "1")
     assert scan.flagged == []
     assert scan.linked == {op: "TF Text" for op in TF_TEXT_OPS}
+    assert scan.linked_by_library() == {"TF Text": sorted(TF_TEXT_OPS)}
     assert all(op in scan.totals() for op in TF_TEXT_OPS)
     shown = CliRunner().invoke(app, ["inspect", str(tf_text_model / "1")], terminal_width=400)
     assert shown.exit_code == 0, shown.output

@@ -16,6 +16,8 @@ known:
 * a string input the model looks up in a table gets the table's words (phrases of them when the
   model splits its input), in turn from the first, so successive batches cover the vocabulary,
   and one value in `OUT_OF_VOCABULARY_EVERY` a word outside it, for the out-of-vocabulary path;
+  an integer input looked up in one (an IntegerLookup) its keys the same way, the one outside
+  past the largest;
 * else integers are small and non-negative (token ids, indices, counts: what real models take),
   floats standard normal, strings words from a short vocabulary.
 
@@ -151,6 +153,9 @@ def sample_inputs(
             out[spec.name] = _phrases(rng, shape)
         elif spec.dtype == "bool":
             out[spec.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif dt.kind in "iu" and span is not None and span.vocabulary is not None:
+            keys = _vocabulary_words(rng, shape, span.vocabulary, seed, dt)
+            out[spec.name] = np.vectorize(int, otypes=[object])(keys).astype(dt)
         elif span is None:
             out[spec.name] = rng.standard_normal(size=shape).astype(dt)
         elif dt.kind in "iu":
@@ -183,14 +188,23 @@ def _phrases(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _vocabulary_words(
-    rng: np.random.Generator, shape: tuple[int, ...], vocabulary: Vocabulary, seed: int
+    rng: np.random.Generator,
+    shape: tuple[int, ...],
+    vocabulary: Vocabulary,
+    seed: int,
+    dtype: np.dtype | None = None,
 ) -> np.ndarray:
     """The vocabulary's words in turn, batch `seed` going on where batch `seed - 1` of the same
     size stopped (so a parity check's batches cover it), every OUT_OF_VOCABULARY_EVERY-th value
-    a word it lacks; phrases of one to four of them when the model splits its input."""
+    a word it lacks; phrases of one to four of them when the model splits its input. An integer
+    vocabulary's keys are given as their decimal bytes, the one it lacks past its largest key
+    (of `dtype`)."""
     count = int(np.prod(shape))
     words = vocabulary.words or ("",)
-    outside = [w for w in VOCABULARY if w not in set(words)] or ["graphserve"]
+    if vocabulary.integers:
+        outside = [_integer_outside(words, dtype or np.dtype(np.int64))]
+    else:
+        outside = [w for w in VOCABULARY if w not in set(words)] or ["graphserve"]
     lengths = rng.integers(1, 5, size=count) if vocabulary.phrases else np.ones(count, int)
     turn = seed * int(lengths.sum())  # the words the earlier batches took
     values = []
@@ -204,6 +218,14 @@ def _vocabulary_words(
         values.append(" ".join(words[(turn + k) % len(words)] for k in range(int(n))).encode())
         turn += int(n)
     return np.array(values, dtype=object).reshape(shape)
+
+
+def _integer_outside(keys: Sequence[str], dtype: np.dtype) -> str:
+    """An integer of `dtype` that is none of `keys`: one past the largest, else one below the
+    smallest."""
+    values = [int(k) for k in keys] or [0]
+    info = np.iinfo(dtype)
+    return str(max(values) + 1 if max(values) < info.max else min(values) - 1)
 
 
 def _images(rng: np.random.Generator, shape: tuple[int, ...], image: ImageFormat) -> np.ndarray:
@@ -306,7 +328,9 @@ class InputSource(JsonResult):
                 how = (
                     span.vocabulary.text()
                     + (f" ({span.why})" if span.why else "")
-                    + f", one value in {OUT_OF_VOCABULARY_EVERY} a word outside it"
+                    + f", one value in {OUT_OF_VOCABULARY_EVERY} a "
+                    + ("key" if span.vocabulary.integers else "word")
+                    + " outside it"
                 )
             elif spec.dtype == "string":
                 how = f"phrases of {len(VOCABULARY)} common words"
@@ -341,7 +365,12 @@ def _vocabulary(recorded: Mapping[str, Any] | None) -> Vocabulary | None:
     if not recorded:
         return None
     words = tuple(str(w) for w in recorded["words"])
-    return Vocabulary(words, int(recorded.get("size", len(words))), bool(recorded.get("phrases")))
+    return Vocabulary(
+        words,
+        int(recorded.get("size", len(words))),
+        bool(recorded.get("phrases")),
+        bool(recorded.get("integers")),
+    )
 
 
 def load_ranges(texts: Iterable[str]) -> dict[str, ValueRange]:

@@ -145,19 +145,26 @@ class ImageFormat(JsonResult):
 
 @dataclass(frozen=True)
 class Vocabulary(JsonResult):
-    """The strings a lookup table maps (a StringLookup's or TextVectorization's vocabulary, a
-    table over a vocabulary file): its first `words` (by id: the most frequent first, for an
-    adapted layer), of `size` in all; `phrases` when the model splits its input into words
-    before the lookup (sentences of these words, else one word per value)."""
+    """The keys a lookup table maps (a StringLookup's, IntegerLookup's or TextVectorization's
+    vocabulary, a table over a vocabulary file): its first `words` (by id: the most frequent
+    first, for an adapted layer), of `size` in all; `phrases` when the model splits its input
+    into words before the lookup (sentences of these words, else one word per value);
+    `integers` when the keys are integers (an IntegerLookup's), written here in decimal."""
 
     words: tuple[str, ...]
     size: int
     phrases: bool = False
+    integers: bool = False
+
+    @property
+    def unit(self) -> str:
+        """What its keys are called in messages: words, or keys for integers."""
+        return "keys" if self.integers else "words"
 
     def text(self) -> str:
-        what = "phrases of the words" if self.phrases else "words"
+        what = "phrases of the words" if self.phrases else self.unit
         kept = f"the first {len(self.words):,} " if len(self.words) < self.size else ""
-        return f"{what} of its vocabulary ({kept}{self.size:,} words)"
+        return f"{what} of its vocabulary ({kept}{self.size:,} {self.unit})"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ values unchanged (casts, reshapes, slices, Keras' wrap of negative ids) to an op
   format, generated at the size the model resizes them to (else 224x224);
 * a string input looked up in a table (`LookupTableFindV2`: a StringLookup, TextVectorization,
   a table over a vocabulary file), through any string op: the input is words of the table's
-  keys, read from the table itself, or phrases of them when the model splits it first;
+  keys, read from the table itself, or phrases of them when the model splits it first; an
+  integer input looked up in one (an IntegerLookup), through the ops that carry its values: the
+  table's integer keys;
 * a float input the model buckets (`Bucketize`, a Discretization): the span of its bins, one
   bin's width beyond each end; one it standardises (`(x - mean) / std` with constants, an
   adapted Normalization): mean ± 2 standard deviations.
@@ -129,7 +131,8 @@ def infer_ranges(model: Any, contract: SignatureContract) -> dict[str, ValueRang
             if strings is not None:
                 found[name] = strings
             continue
-        spans = list(_ranges_of(tensor, shapes, depth=0))
+        keys = _looked_up(tensor, concrete) if tensor.dtype.is_integer else None
+        spans = [keys] if keys is not None else list(_ranges_of(tensor, shapes, depth=0))
         if spans:
             found[name] = min(spans, key=lambda r: r.high - r.low)
     return found
@@ -284,12 +287,10 @@ def _lookup_in(
     walk = _Walk(tensor)
     for current, op in walk:
         split = split or op.type in _SPLITS
-        if op.type in _LOOKUPS and op.inputs[0].name in captured:
+        if op.type in _LOOKUPS and op.inputs[0].name in captured and current is op.inputs[1]:
             keys = _table_keys(captured[op.inputs[0].name], op)
             if keys:
-                vocabulary = Vocabulary(tuple(keys[:VOCABULARY_KEPT]), len(keys), split)
-                why = f"it is looked up in a table of {len(keys):,} words ({_layer(op)})"
-                return ValueRange(0, 0, why, vocabulary=vocabulary)
+                return _vocabulary_range(keys, op, split)
         if op.type in _CALLS and depth < _MAX_DEPTH:
             graph = _function_graph(op, "f", root)
             if graph is not None:
@@ -303,21 +304,42 @@ def _lookup_in(
                         found = _lookup_in(graph.inputs[i], inner, root, depth + 1, split)
                         if found is not None:
                             return found
-        walk.follow(t for t in op.outputs if t.dtype == tf.string)
+        if tensor.dtype == tf.string:
+            walk.follow(t for t in op.outputs if t.dtype == tf.string)
+        elif op.type in _CARRY:  # integer keys: only through ops that keep their values
+            walk.follow(t for t in op.outputs if t.dtype.is_integer)
     return None
 
 
-def _table_keys(handle: Any, lookup: Any) -> list[str]:
-    """A table's string keys, in the order of their values (ids: an adapted layer's most
-    frequent words first); empty when the table cannot be read (its type exports nothing)."""
+def _vocabulary_range(keys: list[str | int], lookup: Any, split: bool) -> ValueRange:
+    """The range of an input looked up in a table of `keys`: its vocabulary, and for integer
+    keys their span."""
+    where = _layer(lookup)
+    if all(isinstance(k, str) for k in keys):
+        vocabulary = Vocabulary(tuple(map(str, keys[:VOCABULARY_KEPT])), len(keys), split)
+        why = f"it is looked up in a table of {len(keys):,} words ({where})"
+        return ValueRange(0, 0, why, vocabulary=vocabulary)
+    numbers = [int(k) for k in keys]
+    kept = tuple(str(k) for k in numbers[:VOCABULARY_KEPT])
+    vocabulary = Vocabulary(kept, len(keys), integers=True)
+    why = f"it is looked up in a table of {len(keys):,} integer keys ({where})"
+    return ValueRange(min(numbers), max(numbers), why, vocabulary=vocabulary)
+
+
+def _table_keys(handle: Any, lookup: Any) -> list[str | int]:
+    """A table's keys (strings, or integers for an integer table), in the order of their values
+    (ids: an adapted layer's most frequent keys first); empty when the table cannot be read (its
+    type exports nothing)."""
     try:
         keys, values = tf.raw_ops.LookupTableExportV2(
             table_handle=handle, Tkeys=lookup.get_attr("Tin"), Tvalues=lookup.get_attr("Tout")
         )
-        order = np.argsort(values.numpy(), kind="stable")
-        return [k.decode("utf-8", "replace") for k in keys.numpy()[order]]
+        ordered = keys.numpy()[np.argsort(values.numpy(), kind="stable")]
     except Exception:  # a best effort: a table that does not export gives no vocabulary
         return []
+    if ordered.dtype.kind in "iu":
+        return [int(k) for k in ordered]
+    return [k.decode("utf-8", "replace") for k in ordered]
 
 
 def _standardised(sub: Any) -> tuple[float, float] | None:

@@ -231,6 +231,13 @@ class OpScan(JsonResult):
         accepted = set(allowed)
         return [f for f in self.flagged if f.op not in accepted]
 
+    def linked_by_library(self) -> dict[str, list[str]]:
+        """The linked ops per server op library, libraries and ops by name."""
+        grouped: dict[str, list[str]] = {}
+        for op, library in sorted(self.linked.items()):
+            grouped.setdefault(library, []).append(op)
+        return dict(sorted(grouped.items()))
+
     def totals(self) -> dict[str, int]:
         """Op counts over all functions, most frequent first."""
         counter: Counter[str] = Counter()
@@ -260,6 +267,7 @@ def scan_meta_graph(graph: meta_graph_pb2.MetaGraphDef) -> OpScan:
 
     functions: dict[str, dict[str, int]] = {}
     flagged: list[FlaggedOp] = []
+    linked: dict[str, str] = {}
     bodies: list[tuple[str, Iterable[node_def_pb2.NodeDef]]] = [(GRAPH, graph_def.node)]
     bodies += [(name, library[name].node_def) for name in sorted(library)]
     for name, nodes in bodies:
@@ -273,16 +281,10 @@ def scan_meta_graph(graph: meta_graph_pb2.MetaGraphDef) -> OpScan:
             if hit is not None:
                 category, reason = hit
                 flagged.append(FlaggedOp(node.op, category, name, node.name, reason))
+            elif (linked_by := _server_library_of(node.op)) is not None:
+                linked[node.op] = linked_by
         functions[name] = dict(_ranked(counts))
-    ops = {
-        op
-        for counts in functions.values()
-        for op in counts
-        if op not in library and not hasattr(_raw_ops(), op)
-    }
-    libraries = server_library_ops() if ops else {}
-    linked = {op: libraries[op] for op in sorted(ops) if op in libraries}
-    return OpScan(functions=functions, flagged=flagged, linked=linked)
+    return OpScan(functions=functions, flagged=flagged, linked=dict(sorted(linked.items())))
 
 
 def _flag(node: node_def_pb2.NodeDef, in_saver: bool) -> tuple[str, str] | None:
@@ -303,7 +305,7 @@ def _flag(node: node_def_pb2.NodeDef, in_saver: bool) -> tuple[str, str] | None:
 @cache
 def _origin(op: str) -> tuple[str, str] | None:
     """(category, reason) if `op` is neither TensorFlow's nor a server op library's, else None."""
-    if hasattr(_raw_ops(), op) or op in server_library_ops():
+    if hasattr(_raw_ops(), op) or _server_library_of(op) is not None:
         return None
     if not _registered(op):
         named = [lib for lib in SERVER_OP_LIBRARIES if _pattern(lib.ops).match(op)]
@@ -319,6 +321,12 @@ def _origin(op: str) -> tuple[str, str] | None:
     if op in _tensorflow_ops():
         return None
     return "library", _LIBRARY_REASON
+
+
+@cache
+def _server_library_of(op: str) -> str | None:
+    """The server op library that defines `op`, if it is not TensorFlow's own."""
+    return None if hasattr(_raw_ops(), op) else server_library_ops().get(op)
 
 
 def server_library_ops() -> dict[str, str]:

@@ -11,7 +11,7 @@ DURATION   ?= 20s
 USERS      ?= 1
 PROTOCOL   ?= grpc
 
-.PHONY: install docs chromium docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many bench-tls bench-traffic figures soak fuzz test test-peers lint clean
+.PHONY: install docs test-packages docker-engine images demo export serve serve-eager bench bench-peers bench-families bench-many bench-tls bench-traffic figures soak fuzz test test-peers lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,14 +21,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv and install graphserve with its dev tools
 
-# The report's browser test (tests/test_report_browser.py) drives Debian's Chromium; as root
-# (CI) it is installed here, anyone else is told which package to install.
-chromium: ## Debian's chromium, for the test that opens report.html in a browser
-	@command -v chromium >/dev/null || { \
+# What the tests need from Debian: Chromium for the report's browser test
+# (tests/test_report_browser.py), g++ for the custom op the op-library tests compile
+# (tests/test_op_libraries.py). As root (CI) they are installed here; anyone else is told which
+# packages to install.
+TEST_PACKAGES = chromium:chromium g++:g++
+test-packages: ## Debian's chromium and g++, for the browser test and the custom op test
+	@missing=""; for pair in $(TEST_PACKAGES); do \
+		command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair#*:}"; \
+	done; \
+	[ -z "$$missing" ] || { \
 		if [ "$$(id -u)" -eq 0 ]; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 		else \
-			echo "make test needs Debian's package chromium: sudo apt-get install chromium" >&2; \
+			echo "make test needs Debian's packages$$missing: sudo apt-get install$$missing" >&2; \
 			exit 1; \
 		fi; }
 
@@ -122,7 +128,7 @@ fuzz: $(STAMP) ## fuzz the REST server with raw requests, cancel requests under 
 # Then the tests marked `alone`, with nothing beside them (docs/development.md says why).
 TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 
-test: $(STAMP) chromium ## run the test suite
+test: $(STAMP) test-packages ## run the test suite
 	@docker/engine
 	status=0; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \

@@ -77,8 +77,8 @@ class VocabularyCoverage(JsonResult):
     def text(self) -> str:
         share = f"{100 * self.covered / self.size:.0f} %" if self.size else "none"
         return (
-            f"the parity check covered {self.covered:,} of the {self.size:,} {self.unit} ({share}) of "
-            f"the vocabulary of input {self.input!r} ({self.signature})"
+            f"the parity check covered {self.covered:,} of the {self.size:,} {self.unit} "
+            f"({share}) of the vocabulary of input {self.input!r} ({self.signature})"
         )
 
 
@@ -174,9 +174,7 @@ def check_parity(
             assert vocabulary is not None  # _collect_words keeps only those
             covered = len(seen & set(vocabulary.words))
             report.vocabularies.append(
-                VocabularyCoverage(
-                    contract.name, name, covered, vocabulary.size, vocabulary.unit
-                )
+                VocabularyCoverage(contract.name, name, covered, vocabulary.size, vocabulary.unit)
             )
     report.mismatches.extend(_mismatch(o) for o in report.outputs if not o.passed)
     if report.mismatches:

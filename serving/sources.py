@@ -76,23 +76,30 @@ class FileSystemSource:
     def __init__(self, models: Sequence[ModelConfig], load: Callable[[Path], Runner]) -> None:
         self.models = {m.name: m for m in models}
         self._load = load
+        self._listed: dict[str, dict[int, Path]] = {}  # each model's last listing, by version
 
     def configure(self, models: Sequence[ModelConfig]) -> None:
         self.models = {m.name: m for m in models}
+        self._listed.clear()
 
     def names(self) -> list[str]:
         return list(self.models)
 
     def versions(self, name: str) -> list[int]:
-        return list(served_versions(self.models[name].base_path))
+        self._listed[name] = served_versions(self.models[name].base_path)
+        return list(self._listed[name])
 
     def aspired(self, name: str, versions: list[int]) -> list[int]:
         return self.models[name].policy.aspired(versions)
 
     def where(self, name: str, version: int) -> Path | None:
-        # `00000123` as found on disk, never rebuilt from the number; a bare SavedModel is 1
+        # `00000123` as found on disk by the last listing (a poll lists, then asks for each
+        # version), never rebuilt from the number; a bare SavedModel is 1
         base = self.models[name].base_path
-        return served_versions(base).get(version, base / str(version))
+        listed = self._listed.get(name)
+        if listed is None or version not in listed:
+            listed = self._listed[name] = served_versions(base)
+        return listed.get(version, base / str(version))
 
     def fingerprint(self, where: Path | None) -> Fingerprint:
         return fingerprint_dir(where)

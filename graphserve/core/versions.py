@@ -86,7 +86,7 @@ def bare_savedmodel(model_dir: Path) -> bool:
     """`model_dir` is a SavedModel itself (a Keras `model.export()` archive, a `tf.saved_model.save`
     directory) with no numeric version directory: the graph server serves it as version 1,
     where TF Serving serves nothing (it loads version directories only)."""
-    return (Path(model_dir) / "saved_model.pb").is_file() and not version_dirs(model_dir)
+    return served_versions(model_dir).get(1) == Path(model_dir)
 
 
 def served_versions(model_dir: Path) -> dict[int, Path]:

@@ -18,79 +18,34 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import replace
 
-from graphserve.core.batchingparams import BatchingParameters
-from graphserve.core.signature import TensorSpec, ValueRange
 from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import LoadOptions, load_eager, load_null, load_version
-from graphserve.serving.manager import ModelManager
-from graphserve.serving.ondemand import OnDemandManager, Residency
+from graphserve.serving.manager import Agreement, ModelManager
+from graphserve.serving.ondemand import OnDemandManager
+from graphserve.serving.options import EagerModel, Residency, ServeConfig
 from graphserve.serving.registry import ModelRegistry
-from graphserve.serving.requestlog import LogLimits, LogSettings, RequestLogs, log_settings
+from graphserve.serving.requestlog import LogSettings, RequestLogs, log_settings
 from graphserve.serving.runner import Runner
-from graphserve.serving.server import ModelServer, ServerOptions
+from graphserve.serving.server import ModelServer
 from graphserve.serving.sources import StaticModel, StaticSource
 
 __all__ = ["EagerModel", "ServeConfig", "build_server"]
 
 
-@dataclass(frozen=True)
-class EagerModel:
-    """A Python model SOURCE served eagerly (`graphserve serve eager`)."""
-
-    name: str
-    source: str
-    inputs: tuple[TensorSpec, ...] | None = None
-    signature_file: Path | None = None
-    output_names: tuple[str, ...] = ()
-    allow_unsafe: bool = False
-    imports: tuple[str, ...] = ()  # modules imported before the source (--import)
-    mode: str = "call"  # call, predict or function
-    version: int = 1
-    samples_file: Path | None = None  # the load check's inputs (--samples-file)
-    input_ranges: Mapping[str, ValueRange] = field(default_factory=dict)  # --input-range
-    logging: str = ""  # TF Serving's LoggingConfig, as text (serving.requestlog)
-
-
 log = logging.getLogger("graphserve.server")
 
 
-@dataclass(frozen=True)
-class ServeConfig:
-    """What to serve and how. `models` are SavedModel base paths (the graph server, or with
-    `null` the null server); `eager` are Python sources. Give one kind."""
-
-    models: Sequence[ModelConfig] = ()
-    eager: Sequence[EagerModel] = ()
-    null: bool = False
-    options: ServerOptions = field(default_factory=ServerOptions)
-    batching: BatchingParameters | None = None
-    # Each version's own batching_params.pbtxt, if it has one (serving.loaders.version_batching)
-    per_model_batching: bool = False
-    allow_ops: tuple[str, ...] = ()
-    file_system_poll_seconds: float = 0.0  # 0: versions are read once, at start
-    model_config_file: Path | None = None  # re-read every model_config_poll_seconds (0: never)
-    model_config_poll_seconds: float = 0.0
-    intra_op_threads: int = 0  # TensorFlow's thread pools (0: its default); process-wide
-    inter_op_threads: int = 0
-    # Load each version on its first request, unload under `residency` (serving.ondemand)
-    on_demand: bool = False
-    residency: Residency = field(default_factory=Residency)
-    # The request log's file size, disk cap and queue, for every model that logs (each model's
-    # own logging_config says where and how often: ModelConfig.logging, EagerModel.logging)
-    request_log_limits: LogLimits = field(default_factory=LogLimits)
-
-
-def build_server(config: ServeConfig) -> ModelServer:
+def build_server(config: ServeConfig, agreement: Agreement | None = None) -> ModelServer:
     """Load every model of `config` (with `on_demand`, only the pinned ones) and return the
     server, not yet listening. Raises ModelLoadError when a model has no version that loads,
     ConfigError when a residency budget cannot hold one model, RuntimeError when TensorFlow's
     thread pools are set already, ValueError for a config that mixes kinds or asks for
-    per-model batching parameters without batching."""
+    per-model batching parameters without batching. With an `agreement`, this server is one
+    worker of several, loading each version together with the others (serving.workers)."""
     if bool(config.models) == bool(config.eager):
         raise ValueError("a ServeConfig serves SavedModels (models) or Python sources (eager)")
     if config.per_model_batching and config.batching is None:
@@ -132,14 +87,15 @@ def build_server(config: ServeConfig) -> ModelServer:
         heap.freeze_once()
     registry = ModelRegistry()
     if config.eager:
-        manager = ModelManager(registry, StaticSource([_static(m, options) for m in config.eager]))
+        static = StaticSource([_static(m, options) for m in config.eager])
+        manager = ModelManager(registry, static, agreement=agreement)
     else:
         load = load_null if config.null else load_version
         models, loader = list(config.models), lambda path: load(path, options)
         manager = (
             OnDemandManager(registry, models, loader, config.residency)
             if config.on_demand
-            else ModelManager(registry, models, loader)
+            else ModelManager(registry, models, loader, agreement)
         )
     manager.start()
     manager.poll(config.file_system_poll_seconds)

@@ -230,7 +230,7 @@ def graph(
         ModelConfigError,
         load_model_config_file,
     )
-    from graphserve.serving.ondemand import Residency
+    from graphserve.serving.options import Residency
 
     if model_base_path is not None and tfserving_base_path is not None:
         usage_error("give --model-base-path or --model_base_path, not both")
@@ -386,7 +386,7 @@ def eager(
         usage_error(f"--mode must be call, predict or function, got {mode!r}")
     if allow_unsafe:
         serve.warnings.append(f"--allow-unsafe: Keras safe mode is off for {source}")
-    from graphserve.serving.build import EagerModel
+    from graphserve.serving.options import EagerModel
 
     model = EagerModel(
         model_name,

@@ -38,7 +38,11 @@ from graphserve.core.logs import configure_logging, quiet_tensorflow
 if TYPE_CHECKING:
     from graphserve.core.batchingparams import BatchingParameters
     from graphserve.core.tls import ServerTls
+    from graphserve.serving.options import ServeConfig
+    from graphserve.serving.manager import Agreement
+    from graphserve.serving.registry import ModelRegistry
     from graphserve.serving.runner import Runner
+    from graphserve.serving.server import ModelServer
 
 log = logging.getLogger("graphserve.serve")
 
@@ -197,6 +201,18 @@ SHARED: dict[str, tuple[Any, Any]] = {
             ),
         ],
         None,
+    ),
+    "processes": (
+        Annotated[
+            str,
+            typer.Option(
+                "--workers",
+                help="Worker processes serving as one server, each with its own copy of every "
+                "model, sharing the ports (one status, one metrics page, one version at a "
+                "time); 'auto': one per core this process may use.",
+            ),
+        ],
+        "1",
     ),
     "grpc_workers": (
         Annotated[
@@ -462,6 +478,7 @@ class ServeFlags:
     rest_body_timeout: float = DEFAULT_BODY_TIMEOUT_S
     rest_max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_concurrent_rpcs: int | None = None
+    processes: str = "1"  # --workers
     grpc_workers: int | None = None
     grpc_front_end: str = "auto"
     rest_workers: int | None = None
@@ -571,7 +588,7 @@ class ServeFlags:
         from tensorflow_serving.config import logging_config_pb2
 
         from graphserve.clikit import option_bytes
-        from graphserve.serving.requestlog import LogLimits
+        from graphserve.serving.options import LogLimits
 
         try:
             limits = LogLimits(
@@ -601,7 +618,27 @@ class ServeFlags:
 
     def run(self, what: dict[str, Any]) -> None:
         """Build the server for `what` (ServeConfig's model fields) with the shared options and
-        serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0."""
+        serve until SIGINT/SIGTERM: stop accepting, drain in-flight requests, exit 0. With
+        --workers N, N worker processes serve it as one (serving.workers)."""
+        from graphserve.serving.workers import worker_count
+
+        try:
+            processes = worker_count(self.processes)
+        except ValueError as exc:
+            usage_error(str(exc))
+        config = self.serve_config(what)
+        if processes > 1:
+            self._supervise(config, processes)
+            return
+        server = start_server(config)
+        served, where = served_line(server.registry), server.describe()
+        stderr.print(f"[green]serving[/] {served}: {where}{self._metrics_at(server.rest_port)}"
+                     " (Ctrl-C stops)")  # fmt: skip
+        server.wait()
+
+    def serve_config(self, what: dict[str, Any]) -> ServeConfig:
+        """The ServeConfig of `what` and these flags; logging set up, the warnings logged.
+        Exits with a usage error for flags that cannot work together."""
         if self.log_format not in ("text", "json"):
             usage_error("--log-format must be 'text' or 'json'")
         grpc_port, rest_port = self.listen()
@@ -623,11 +660,7 @@ class ServeFlags:
             logging.getLogger("graphserve").setLevel(logging.DEBUG)
         for warning in self.warnings:
             log.warning("%s", warning)
-        quiet_tensorflow()
-        from graphserve.core.errors import ConfigError
-        from graphserve.serving.build import ServeConfig, build_server
-        from graphserve.serving.registry import ModelLoadError
-        from graphserve.serving.server import ServerOptions
+        from graphserve.serving.options import ServeConfig, ServerOptions
 
         options = ServerOptions(
             host=self.host,
@@ -651,7 +684,7 @@ class ServeFlags:
             strict_json_numbers=self.strict_json_numbers,
             tls=tls,
         )
-        config = ServeConfig(
+        return ServeConfig(
             options=options,
             batching=batching,
             per_model_batching=self.per_model_batching,
@@ -659,56 +692,55 @@ class ServeFlags:
             inter_op_threads=self.inter_op,
             **what,
         )
+
+    def _metrics_at(self, port: int | None) -> str:
+        """The start line's metrics address, where metrics are on."""
+        path = self._metrics_path()
+        if not path or port is None:
+            return ""
+        scheme = "https" if self.ssl_config_file is not None else "http"
+        return f", metrics {scheme}://{self.host}:{port}{path}"
+
+    def _supervise(self, config: ServeConfig, processes: int) -> None:
+        """Serve `config` with `processes` workers under a supervisor until SIGINT/SIGTERM."""
+        from graphserve.serving.workers import Supervisor, WorkerSettings, WorkersFailed
+
+        if config.on_demand:
+            usage_error(
+                "--load-on-demand is not served by --workers yet: give --workers 1 (each "
+                "worker would load and budget on its own)"
+            )
+        arguments = dict(config.options.grpc_arguments)
+        if not arguments.get("grpc.so_reuseport", 1):
+            usage_error("--workers share the gRPC port (SO_REUSEPORT): drop grpc.so_reuseport=0")
+        settings = WorkerSettings(self.log_format, self.verbose)
         try:
-            server = build_server(config)
-        except RuntimeError as exc:  # TensorFlow's thread pools, set too late
-            stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
-            raise typer.Exit(EXIT_FAILED) from None
-        except ConfigError as exc:  # a budget that cannot hold one model
+            supervisor = Supervisor(config, processes, settings)
+        except ValueError as exc:
             usage_error(str(exc))
-        except ModelLoadError as exc:
-            stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_FAILED) from None
-        # Handlers first: a server answers gRPC while it still primes its REST threads, and a
-        # SIGTERM in that moment must drain it too, not kill it. A signal during start() is
-        # acted on once start() returns.
-        started = threading.Event()
         asked = threading.Event()
 
         def shutdown(signum: int, _frame: object) -> None:
-            stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+            stderr.print(f"{signal.Signals(signum).name}: draining and stopping the workers")
             asked.set()
-            if started.is_set():
-                server.stop()
+            threading.Thread(target=supervisor.stop, name="stop", daemon=True).start()
 
         signal.signal(signal.SIGINT, shutdown)
         signal.signal(signal.SIGTERM, shutdown)
         try:
-            server.start()
-        except (OSError, RuntimeError) as exc:
+            supervisor.start()
+        except OSError as exc:
             stderr.print(f"[red]cannot start the server:[/] {exc}")
             raise typer.Exit(EXIT_FAILED) from None
-        started.set()
-        if asked.is_set():
-            server.stop()
-        registry = server.registry
-        served = "; ".join(
-            f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
-            f"({_runs(registry.get(name).runner)})"
-            for name in registry.names()
-            if registry.available(name)
-        )
-        later = sum(1 for name in registry.names() if not registry.available(name))
-        if later:  # --load-on-demand
-            models = f"{later} model{'s' if later > 1 else ''}"
-            on_demand = f"{models}, each loaded on its first request"
-            served = f"{served}; and {on_demand}" if served else on_demand
-        where = server.describe()
-        if metrics_path and rest_port is not None:
-            scheme = "https" if tls is not None else "http"
-            where += f", metrics {scheme}://{self.host}:{server.rest_port}{metrics_path}"
-        stderr.print(f"[green]serving[/] {served}: {where} (Ctrl-C stops)")
-        server.wait()
+        except WorkersFailed as exc:
+            if asked.is_set():
+                return
+            stderr.print(f"[red]cannot start the server:[/] {escape(str(exc))}")
+            raise typer.Exit(EXIT_FAILED) from None
+        served, where = supervisor.describe()
+        metrics_at = self._metrics_at(supervisor.rest_port)
+        stderr.print(f"[green]serving[/] {served}: {where}{metrics_at} (Ctrl-C stops)")
+        supervisor.wait()
 
     def workers(self) -> int:
         """--grpc-workers, or the default, raised to fill the batches when batching is on."""
@@ -785,3 +817,63 @@ def _tfserving_forms(options: dict[str, TyperOption], args: list[str]) -> list[s
             if not option.is_flag and not equals:  # its value is the next argument
                 out += itertools.islice(rest, option.nargs)
     return out
+
+
+def start_server(config: ServeConfig, agreement: Agreement | None = None) -> ModelServer:
+    """Build `config`'s server, with SIGINT/SIGTERM draining it, and start it. Exits (typer)
+    saying why when it cannot load or start."""
+    from graphserve.core.errors import ConfigError
+    from graphserve.serving.build import build_server
+    from graphserve.serving.registry import ModelLoadError
+
+    quiet_tensorflow()
+    try:
+        server = build_server(config, agreement)
+    except RuntimeError as exc:  # TensorFlow's thread pools, set too late
+        stderr.print(f"[red]cannot set TensorFlow's thread pools:[/] {exc}")
+        raise typer.Exit(EXIT_FAILED) from None
+    except ConfigError as exc:  # a budget that cannot hold one model
+        usage_error(str(exc))
+    except ModelLoadError as exc:
+        stderr.print(f"[red]cannot load:[/] {escape(str(exc))}")
+        raise typer.Exit(EXIT_FAILED) from None
+    # Handlers first: a server answers gRPC while it still primes its REST threads, and a
+    # SIGTERM in that moment must drain it too, not kill it. A signal during start() is
+    # acted on once start() returns.
+    started = threading.Event()
+    asked = threading.Event()
+
+    def shutdown(signum: int, _frame: object) -> None:
+        stderr.print(f"{signal.Signals(signum).name}: draining and stopping")
+        asked.set()
+        if started.is_set():
+            server.stop()
+
+    signal.signal(signal.SIGINT, shutdown)
+    signal.signal(signal.SIGTERM, shutdown)
+    try:
+        server.start()
+    except (OSError, RuntimeError) as exc:
+        stderr.print(f"[red]cannot start the server:[/] {exc}")
+        raise typer.Exit(EXIT_FAILED) from None
+    started.set()
+    if asked.is_set():
+        server.stop()
+    return server
+
+
+def served_line(registry: ModelRegistry) -> str:
+    """The start line's account of what serves: each model's versions and how they run, and
+    how many load on their first request."""
+    served = "; ".join(
+        f"{name} v{','.join(str(s.version) for s in registry.available(name))} "
+        f"({_runs(registry.get(name).runner)})"
+        for name in registry.names()
+        if registry.available(name)
+    )
+    later = sum(1 for name in registry.names() if not registry.available(name))
+    if later:  # --load-on-demand
+        models = f"{later} model{'s' if later > 1 else ''}"
+        on_demand = f"{models}, each loaded on its first request"
+        served = f"{served}; and {on_demand}" if served else on_demand
+    return served

@@ -640,6 +640,7 @@ class HttpServer:
         here: Here | None = None,
         handler_async: AsyncHandler | None = None,
         ssl: SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
@@ -652,6 +653,8 @@ class HttpServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # the workers of one server listen on one port (serving.workers)
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             self._socket.bind((host, port))
             self._socket.listen(2048)

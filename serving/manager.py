@@ -36,7 +36,7 @@ from graphserve.serving.runner import Runner
 from graphserve.serving.servable import Servable, VersionStatus
 from graphserve.serving.sources import FileSystemSource, Fingerprint, Source
 
-__all__ = ["ModelManager", "ServableMap", "load_version", "retire"]
+__all__ = ["Agreement", "ModelManager", "ServableMap", "load_version", "retire"]
 
 log = logging.getLogger("graphserve.manager")
 
@@ -113,7 +113,7 @@ class ServableMap(Protocol):
     serving.registry.ModelRegistry: named here, so that the map, whose one-model shortcuts run
     a manager, is not imported back."""
 
-    def add(self, servable: Servable) -> Servable | None: ...
+    def add(self, servable: Servable, state: str = "AVAILABLE") -> Servable | None: ...
 
     def remove(self, name: str, version: int, error: str = "") -> Servable | None: ...
 
@@ -128,17 +128,35 @@ class ServableMap(Protocol):
     def known(self, name: str) -> Mapping[int, VersionStatus]: ...
 
 
+class Agreement(Protocol):
+    """How the managers of several workers serving as one server (serving.workers) agree on
+    each version they load: every worker loads it, then all serve it, or none does."""
+
+    def loaded(self, name: str, version: int, fingerprint: Fingerprint, error: str) -> str:
+        """This worker loaded the version (`error` "") or failed to (why); returns once every
+        worker has said, "" when all loaded it, else why it is not served."""
+        ...
+
+    def added(self, name: str, version: int, fingerprint: Fingerprint) -> None:
+        """This worker takes requests for the version (its status still LOADING); returns once
+        every worker does, for each to report it AVAILABLE."""
+        ...
+
+
 class ModelManager:
     """Loads, swaps and unloads what `source` aspires to; `models` (ModelConfig) make a
-    FileSystemSource loading each version with `load`."""
+    FileSystemSource loading each version with `load`. With an `agreement`, the workers of one
+    server load each version together (serving.workers)."""
 
     def __init__(
         self,
         registry: ServableMap,
         models: Sequence[ModelConfig] | Source,
         load: Callable[[Path], Runner] = load_version,
+        agreement: Agreement | None = None,
     ) -> None:
         self.registry = registry
+        self.agreement = agreement
         self.source: Source = (
             models if not isinstance(models, Sequence) else FileSystemSource(models, load)
         )
@@ -354,6 +372,7 @@ class ModelManager:
         if not serving:
             self.registry.set_status(name, version, "LOADING")
         loaded_at = heap.epoch()
+        agreement = self.agreement
         try:
             runner = self.source.load(name, version, path)
         except Exception as exc:
@@ -364,15 +383,36 @@ class ModelManager:
                 "" if verbose else " (--verbose logs the error's full traceback)",
                 exc_info=exc if verbose else None,
             )  # fmt: skip
-            self._failed[key] = (fingerprint, _status_line(message))
-            self._errors[key] = message
-            if not serving:
-                self.registry.set_status(name, version, "END", _status_line(message))
+            if agreement is not None:  # the other workers must not serve it either
+                agreement.loaded(name, version, fingerprint, _status_line(message))
+            self._load_failed(key, fingerprint, message, serving)
             return
+        if agreement is not None:
+            refused = agreement.loaded(name, version, fingerprint, "")
+            if refused:
+                log.error("%s: version %d is not served: %s", name, version, refused)
+                self._retire(Servable(name, version, runner, loaded_at=loaded_at))
+                self._load_failed(key, fingerprint, refused, serving)
+                return
         self._failed.pop(key, None)
         self._loaded[key] = fingerprint
         self._paths[key] = path
-        replaced = self.registry.add(Servable(name, version, runner, loaded_at=loaded_at))
+        together = agreement is not None and not serving
+        servable = Servable(name, version, runner, loaded_at=loaded_at)
+        replaced = self.registry.add(servable, "LOADING" if together else "AVAILABLE")
         if replaced is not None:
             self._retire(replaced)
+        if together:
+            assert agreement is not None
+            agreement.added(name, version, fingerprint)  # every worker takes requests for it
+            self.registry.set_status(name, version, "AVAILABLE")
         log.info("%s: version %d is AVAILABLE", name, version)
+
+    def _load_failed(
+        self, key: tuple[str, int], fingerprint: Fingerprint, message: str, serving: bool
+    ) -> None:
+        """Record why a version did not load (a loaded copy keeps serving meanwhile)."""
+        self._failed[key] = (fingerprint, _status_line(message))
+        self._errors[key] = message
+        if not serving:
+            self.registry.set_status(*key, "END", _status_line(message))

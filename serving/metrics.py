@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,8 +35,9 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.samples import Sample
 
 from graphserve.core.defaults import DEFAULT_METRICS_PATH
 from graphserve.core.errors import MonitoringConfigError, ServingError
@@ -59,6 +60,7 @@ __all__ = [
     "ServingMetrics",
     "Timed",
     "load_monitoring_config",
+    "merge_families",
 ]
 
 # Serving latencies live between 100 µs and seconds; Prometheus' defaults start at 5 ms.
@@ -222,9 +224,75 @@ class ServingMetrics:
         known = m.servable is not None or self.registry.knows(m.model)
         return (m.model if known else UNKNOWN_MODEL, version, m.signature, runner, m.protocol)
 
+    # With `serve --workers N`: every worker's families and the supervisor's, by who they are
+    # (serving.workers sets it in each worker). A scrape then renders the server's page.
+    gather: Callable[[], list[tuple[str, list[Metric]]]] | None = None
+
+    def families(self) -> list[Metric]:
+        """What this process counts, as Prometheus families (what a worker hands the others)."""
+        return list(self.prometheus.collect())
+
     def render(self) -> tuple[bytes, str]:
-        """The exposition text and its content type."""
-        return generate_latest(self.prometheus), CONTENT_TYPE_LATEST
+        """The exposition text and its content type: this process's, or with `gather` the
+        server's, every worker's summed (merge_families)."""
+        if self.gather is None:
+            return generate_latest(self.prometheus), CONTENT_TYPE_LATEST
+        merged = merge_families(self.gather(), self.families())
+        return generate_latest(_Families(merged)), CONTENT_TYPE_LATEST
+
+
+# What each worker of a server has of its own, labelled with the worker: its process (memory, CPU,
+# file descriptors), and the traces of its own copy of each model.
+_PER_WORKER = ("process_", "graphserve_function_traces")
+# The server's state, the same in every worker that has caught up: the asking worker's, as its
+# GetModelStatus would say.
+_THE_ASKERS = ("graphserve_model_version_state",)
+
+
+def merge_families(
+    parts: Sequence[tuple[str, Iterable[Metric]]], asker: Iterable[Metric]
+) -> list[Metric]:
+    """One server's families from its workers' (`parts`: who, their families): counters,
+    histograms and the other gauges summed sample by sample; each worker's process and trace
+    families kept apart under a `worker` label; the version states the `asker`'s own."""
+    merged: dict[str, Metric] = {}
+    sums: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for family in asker:
+        if family.name in _THE_ASKERS:
+            merged[family.name] = family
+    for who, families in parts:
+        for family in families:
+            if family.name in _THE_ASKERS:
+                continue
+            into = merged.get(family.name)
+            if into is None:
+                into = merged[family.name] = Metric(family.name, family.documentation, family.type)
+                into.samples = []
+                sums[family.name] = {}
+            if family.name.startswith(_PER_WORKER):
+                into.samples.extend(
+                    s._replace(labels={**s.labels, "worker": who}) for s in family.samples
+                )
+                continue
+            totals = sums[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                totals[key] = totals.get(key, 0.0) + sample.value
+    for name, totals in sums.items():
+        merged[name].samples.extend(
+            Sample(sample, dict(labels), value) for (sample, labels), value in totals.items()
+        )
+    return list(merged.values())
+
+
+class _Families:
+    """Ready families, as generate_latest reads a registry."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
 
 
 def _left_status() -> str:

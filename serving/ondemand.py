@@ -51,6 +51,7 @@ from graphserve.serving import heap
 from graphserve.serving.config import ModelConfig
 from graphserve.serving.loaders import load_version
 from graphserve.serving.manager import ModelManager
+from graphserve.serving.options import Residency, format_bytes
 from graphserve.serving.registry import ModelRegistry
 from graphserve.serving.runner import Runner
 from graphserve.serving.servable import VersionRef
@@ -67,33 +68,6 @@ _FRESH = 1.0  # s a version loaded on demand waits for its requests before it ma
 _ROOM_WAIT = 2.0  # s a load waits for versions in use (or fresh) to be released, then gives up
 
 Key = tuple[str, int]
-
-
-def format_bytes(count: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(count) >= size:
-            return f"{count / size:.2f} {unit}"
-    return f"{count:.0f} B"
-
-
-@dataclass(frozen=True)
-class Residency:
-    """What may stay resident: at most `max_bytes` (measured) and `max_models` versions, each
-    unloaded after `idle_unload` s unused; None is no limit."""
-
-    max_bytes: int | None = None
-    max_models: int | None = None
-    idle_unload: float | None = None
-
-    def describe(self) -> str:
-        parts = []
-        if self.max_bytes is not None:
-            parts.append(f"--max-resident-bytes {format_bytes(self.max_bytes)}")
-        if self.max_models is not None:
-            parts.append(f"--max-resident-models {self.max_models}")
-        if self.idle_unload is not None:
-            parts.append(f"--idle-unload {self.idle_unload:g}s")
-        return ", ".join(parts) or "no limit"
 
 
 def _settle(pending: Future[None], error: ServingError | None) -> None:
@@ -124,10 +98,10 @@ class OnDemandManager(ModelManager):
         registry: ModelRegistry,
         models: Sequence[ModelConfig],
         load: Callable[[Path], Runner] = load_version,
-        residency: Residency = Residency(),
+        residency: Residency | None = None,
     ) -> None:
         super().__init__(registry, models, load)
-        self.residency = residency
+        self.residency = residency or Residency()
         self.stats = ResidencyStats()
         self.measured: dict[Key, int] = {}  # resident bytes of each version loaded so far
         # Loads asked for, in order; a request waits on its Future (a thread, or a coroutine:

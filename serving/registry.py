@@ -48,15 +48,16 @@ class ModelRegistry:
 
     # -- what the loaders call -------------------------------------------------------------
 
-    def add(self, servable: Servable) -> Servable | None:
-        """Make `servable` AVAILABLE: from now on requests reach it. Returns the servable it
+    def add(self, servable: Servable, state: str = "AVAILABLE") -> Servable | None:
+        """Make `servable` AVAILABLE: from now on requests reach it (its status says `state`:
+        LOADING while the other workers of a server take it too). Returns the servable it
         replaced (a reload of the same version), which the caller retires."""
         with self._lock:
             versions = self._servables.setdefault(servable.name, {})
             replaced = versions.get(servable.version)
             versions[servable.version] = servable
             self._status.setdefault(servable.name, {})[servable.version] = VersionStatus(
-                servable.version, "AVAILABLE"
+                servable.version, state
             )
         return replaced
 

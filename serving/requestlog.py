@@ -47,6 +47,12 @@ from tensorflow_serving.config import logging_config_pb2
 
 from graphserve.core.errors import ModelConfigError
 from graphserve.core.predictionlog import set_arrival
+from graphserve.serving.options import (
+    DEFAULT_FILE_BYTES,
+    DEFAULT_QUEUE_RECORDS,
+    DEFAULT_TOTAL_BYTES,
+    LogLimits,
+)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -65,9 +71,6 @@ __all__ = [
 
 log = logging.getLogger("graphserve.requestlog")
 
-DEFAULT_FILE_BYTES = 64 << 20  # a new file past this
-DEFAULT_TOTAL_BYTES = 1 << 30  # the oldest files of a model deleted past this
-DEFAULT_QUEUE_RECORDS = 10_000  # records waiting for the writer; more are dropped
 _SAY_EVERY_S = 60.0  # a drop is said in the server's log at most this often
 # The writer wakes at most this often: what arrived meanwhile is written and flushed together.
 # Woken per record, it cost each logged request a thread hand-off, a flush and a stat (T1 of
@@ -80,25 +83,6 @@ _MASK_DELTA = 0xA282EAD8
 # The PredictionLog field each kind of request is logged in, with its request and response
 # messages' fields: predict_log { request response }, ...
 KINDS = ("predict", "classify", "regress", "multi_inference")
-
-
-@dataclass(frozen=True)
-class LogLimits:
-    """How large the files grow, how much of the disk a model's log may hold, how many records
-    may wait for the writer: the server's, for every model (`serve --request-log-*`)."""
-
-    file_bytes: int = DEFAULT_FILE_BYTES
-    total_bytes: int = DEFAULT_TOTAL_BYTES
-    queue_records: int = DEFAULT_QUEUE_RECORDS
-
-    def __post_init__(self) -> None:
-        if self.file_bytes <= 0 or self.total_bytes <= 0 or self.queue_records <= 0:
-            raise ValueError(f"request log limits must be positive: {self}")
-        if self.total_bytes < self.file_bytes:
-            raise ValueError(
-                f"the request log's disk cap ({self.total_bytes} bytes) is smaller than one "
-                f"file ({self.file_bytes} bytes)"
-            )
 
 
 @dataclass(frozen=True)

@@ -451,6 +451,7 @@ class RestServer:
         options: RestOptions | None = None,
         *,
         ssl: SSLContext | None = None,
+        reuse_port: bool = False,
     ) -> None:
         self.options = options or RestOptions()
         self.plane = plane
@@ -473,6 +474,7 @@ class RestServer:
             here=handler.here,
             handler_async=handler.answer_async,
             ssl=ssl,
+            reuse_port=reuse_port,
         )
         self.port = self._http.port
 

@@ -12,21 +12,11 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent import futures
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from graphserve.core.defaults import (
-    DEFAULT_BODY_TIMEOUT_S,
-    DEFAULT_GRPC_WORKERS,
-    DEFAULT_HEADER_TIMEOUT_S,
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_JSON_DEPTH,
-)
 from graphserve.serving import heap
 from graphserve.serving.dataplane import DataPlane
 from graphserve.serving.grpc_api import (
@@ -36,10 +26,10 @@ from graphserve.serving.grpc_api import (
 )
 from graphserve.serving.metrics import ServingMetrics
 from graphserve.serving.ondemand import OnDemandManager
+from graphserve.serving.options import ServerOptions
 from graphserve.serving.registry import ModelRegistry
 
 if TYPE_CHECKING:
-    from graphserve.core.tls import ServerTls
     from graphserve.serving.config import ModelConfigWatcher
     from graphserve.serving.manager import ModelManager
 from graphserve.serving.rest_api import RestOptions, RestServer
@@ -74,48 +64,6 @@ def prime_threads(
 
     for future in [pool.submit(prime) for _ in range(count)]:
         future.result()
-
-
-@dataclass
-class ServerOptions:
-    """Where to listen and how big requests may be. Port 0 picks a free port; None serves no
-    TCP port for that protocol (gRPC then needs `grpc_socket_path`)."""
-
-    host: str = "127.0.0.1"
-    grpc_port: int | None = 8500
-    rest_port: int | None = 8501
-    grpc_workers: int = DEFAULT_GRPC_WORKERS
-    # gRPC on one asyncio loop: Predict is a coroutine, and a request waiting for its batch
-    # holds no thread (the other methods run on the grpc_workers threads). False: a thread per
-    # request, as TF Serving. None: build_server serves asyncio exactly when batching is on; a
-    # ModelServer made over a registry directly serves threads.
-    grpc_asyncio: bool | None = None
-    rest_workers: int | None = None  # at most, started as needed; None: as many as gRPC's
-    max_message_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
-    max_concurrent_rpcs: int | None = None  # gRPC calls in progress or waiting; None: no limit
-    metrics_path: str | None = None  # e.g. /monitoring/prometheus/metrics; None: no metrics
-    grpc_socket_path: str | None = None  # also serve gRPC on this Unix domain socket
-    # Extra gRPC server arguments, as TF Serving's --grpc_channel_arguments (message limits
-    # come from max_message_bytes).
-    grpc_arguments: tuple[tuple[str, int | str], ...] = ()
-    # TF Serving's --rest_api_timeout_in_ms: the deadline of a REST request that sets none
-    # itself; None: no deadline.
-    rest_timeout_ms: int | None = None
-    # The REST server's connection limits (RestOptions; None: none).
-    rest_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT_S
-    rest_header_timeout: float | None = DEFAULT_HEADER_TIMEOUT_S
-    rest_body_timeout: float | None = DEFAULT_BODY_TIMEOUT_S
-    rest_max_connections: int | None = DEFAULT_MAX_CONNECTIONS
-    # TF Serving's --enable_signature_method_name_check: Classify and Regress refuse a signature
-    # whose method is another (Predict takes any of the three, there as here).
-    method_name_check: bool = False
-    # --strict-json-numbers: a REST body's finite number past a float input's range is refused
-    # (400), where TF Serving reads it as ±inf (and so does this server by default).
-    strict_json_numbers: bool = False
-    # TF Serving's --ssl_config_file, read: TLS on gRPC (port and socket), and the same
-    # certificate on the REST and metrics port. None: plaintext everywhere.
-    tls: ServerTls | None = None
 
 
 class _LoopThread:
@@ -234,6 +182,7 @@ class ModelServer:
                 self.plane,
                 rest_options,
                 ssl=opts.tls.ssl_context() if opts.tls else None,
+                reuse_port=opts.reuse_port,
             )
             self.rest_port = self._rest.port
         if self._rest is not None:

@@ -38,8 +38,8 @@ from graphserve.core.logs import configure_logging, quiet_tensorflow
 if TYPE_CHECKING:
     from graphserve.core.batchingparams import BatchingParameters
     from graphserve.core.tls import ServerTls
-    from graphserve.serving.options import ServeConfig
     from graphserve.serving.manager import Agreement
+    from graphserve.serving.options import ServeConfig
     from graphserve.serving.registry import ModelRegistry
     from graphserve.serving.runner import Runner
     from graphserve.serving.server import ModelServer

@@ -280,8 +280,8 @@ class Supervisor:
         if self._stopping.is_set() or not worker.serving.is_set():
             return  # stopping, or failed at start (start() says so, or the next _watch)
         lived = time.monotonic() - worker.started
-        self._failures = 0 if lived > _STEADY else self._failures + 1
-        pause = _BACK_OFF[min(self._failures, len(_BACK_OFF) - 1)]
+        self._failures = 1 if lived > _STEADY else self._failures + 1
+        pause = self._back_off()
         log.error(
             "worker %d (pid %d) exited: %s; starting another in %.1f s",
             worker.index, worker.process.pid, _exit_reason(code), pause,
@@ -292,7 +292,7 @@ class Supervisor:
                 self._wait_serving(worker.index)
             except WorkersFailed as exc:
                 self._failures += 1
-                pause = _BACK_OFF[min(self._failures, len(_BACK_OFF) - 1)]
+                pause = self._back_off()
                 log.error("%s; starting another in %.1f s", exc, pause)
                 continue
             log.info(
@@ -300,6 +300,9 @@ class Supervisor:
                 worker.index, replacement.process.pid, worker.process.pid,
             )  # fmt: skip
             return
+
+    def _back_off(self) -> float:
+        return _BACK_OFF[min(self._failures, len(_BACK_OFF)) - 1]
 
     def _carry(self, worker: _Worker) -> None:
         """Fold a dead worker's last counts into the departed ones: the server's counters never

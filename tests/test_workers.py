@@ -324,3 +324,85 @@ def test_worker_counts_and_options_that_cannot_work_are_refused(
     )
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_workers_serve_tls_on_both_apis(affine_base: Path, tmp_path: Path) -> None:
+    from graphserve.core.tls import ClientTls
+    from tests.certs import make_certs
+
+    certs = make_certs(tmp_path / "certs")
+    config = certs.ssl_config(tmp_path / "ssl.config")
+    server = _workers(
+        ["graph", "--model-base-path", str(affine_base), "--ssl_config_file", str(config)],
+        "affine", tmp_path / "server.log",
+    )  # fmt: skip
+    tls = ClientTls(ca=certs.ca)
+    with server:
+        assert "(TLS)" in server.log_tail(5)
+        for _ in range(6):  # a connection each: both workers
+            with GrpcClient.connect(server.grpc_address, tls=tls) as grpc_client:
+                response = grpc_client.predict(client.predict_request("affine", {"x": X}))
+            np.testing.assert_allclose(client.predict_outputs(response)["scores"], SCORES)
+            with RestClient(f"https://{server.rest_address}", tls=tls) as rest:
+                reply = rest.predict("affine", {"instances": X.tolist()})
+            assert reply.status == 200, reply.body
+            np.testing.assert_allclose(reply.json()["predictions"][0]["scores"], SCORES[0])
+        request = client.predict_request("affine", {"x": X})
+        with pytest.raises(grpc.RpcError) as plaintext, _connect(server.grpc_address) as plain:
+            plain.predict(request)  # TLS only, in every worker
+        assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+CONFIG = """
+model_config_list {{
+{models}
+}}
+"""
+MODEL = 'config {{ name: "{name}" base_path: "{path}" model_platform: "tensorflow" }}'
+
+
+def _config(path: Path, models: dict[str, Path]) -> None:
+    listed = "\n".join(MODEL.format(name=n, path=p) for n, p in models.items())
+    path.write_text(CONFIG.format(models=listed))
+
+
+def test_a_config_file_reloaded_is_applied_by_every_worker(
+    affine_base: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "other"
+    _export(other, 1)
+    (other / "affine").rename(other / "second")
+    config = tmp_path / "models.config"
+    _config(config, {"affine": affine_base})
+    server = _workers(
+        ["graph", "--model-config-file", str(config),
+         "--model-config-file-poll-wait-seconds", "0.3"], "affine", tmp_path / "server.log",
+    )  # fmt: skip
+    with server:
+        _config(config, {"affine": affine_base, "second": other / "second"})
+        request = client.predict_request("second", {"x": X})
+
+        def served_everywhere() -> bool:
+            for _ in range(8):  # a connection each: both workers must serve it
+                with _connect(server.grpc_address) as grpc_client:
+                    try:
+                        grpc_client.predict(request)
+                    except grpc.RpcError:
+                        return False
+            return True
+
+        _wait_for(served_everywhere, "the second model in every worker")
+        _config(config, {"second": other / "second"})
+
+        def removed_everywhere() -> bool:
+            for _ in range(8):
+                with _connect(server.grpc_address) as grpc_client:
+                    try:
+                        grpc_client.predict(client.predict_request("affine", {"x": X}))
+                    except grpc.RpcError as exc:
+                        assert exc.code() == grpc.StatusCode.NOT_FOUND
+                        continue
+                    return False
+            return True
+
+        _wait_for(removed_everywhere, "affine removed from every worker")

@@ -214,6 +214,19 @@ SHARED: dict[str, tuple[Any, Any]] = {
         ],
         "1",
     ),
+    "max_memory": (
+        Annotated[
+            str | None,
+            typer.Option(
+                "--max-memory",
+                help="With --workers: refuse to start when the workers would hold more than "
+                "this (2GiB, 800MB), predicted from the first worker's memory once it serves: "
+                "each worker holds its own copy of every model.",
+                show_default=False,
+            ),
+        ],
+        None,
+    ),
     "grpc_workers": (
         Annotated[
             int | None,
@@ -479,6 +492,7 @@ class ServeFlags:
     rest_max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_concurrent_rpcs: int | None = None
     processes: str = "1"  # --workers
+    max_memory: str | None = None  # --max-memory
     grpc_workers: int | None = None
     grpc_front_end: str = "auto"
     rest_workers: int | None = None
@@ -626,6 +640,8 @@ class ServeFlags:
             processes = worker_count(self.processes)
         except ValueError as exc:
             usage_error(str(exc))
+        if self.max_memory is not None and processes == 1:
+            self.warnings.append("--max-memory bounds the workers of --workers N: ignored")
         config = self.serve_config(what)
         if processes > 1:
             self._supervise(config, processes)
@@ -703,7 +719,13 @@ class ServeFlags:
 
     def _supervise(self, config: ServeConfig, processes: int) -> None:
         """Serve `config` with `processes` workers under a supervisor until SIGINT/SIGTERM."""
-        from graphserve.serving.workers import Supervisor, WorkerSettings, WorkersFailed
+        from graphserve.clikit import option_bytes
+        from graphserve.serving.workers import (
+            Supervisor,
+            TooMuchMemory,
+            WorkerSettings,
+            WorkersFailed,
+        )
 
         if config.on_demand:
             usage_error(
@@ -714,8 +736,9 @@ class ServeFlags:
         if not arguments.get("grpc.so_reuseport", 1):
             usage_error("--workers share the gRPC port (SO_REUSEPORT): drop grpc.so_reuseport=0")
         settings = WorkerSettings(self.log_format, self.verbose)
+        limit = None if self.max_memory is None else option_bytes(self.max_memory, "--max-memory")
         try:
-            supervisor = Supervisor(config, processes, settings)
+            supervisor = Supervisor(config, processes, settings, max_memory=limit)
         except ValueError as exc:
             usage_error(str(exc))
         asked = threading.Event()
@@ -737,6 +760,8 @@ class ServeFlags:
                 return
             stderr.print(f"[red]cannot start the server:[/] {escape(str(exc))}")
             raise typer.Exit(EXIT_FAILED) from None
+        except TooMuchMemory as exc:
+            usage_error(str(exc))
         served, where = supervisor.describe()
         metrics_at = self._metrics_at(supervisor.rest_port)
         stderr.print(f"[green]serving[/] {served}: {where}{metrics_at} (Ctrl-C stops)")

@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
     from graphserve.serving.options import ServeConfig
 
-__all__ = ["SUPERVISOR", "Supervisor", "WorkerSettings", "WorkersFailed", "worker_count"]
+__all__ = [
+    "SUPERVISOR", "Supervisor", "TooMuchMemory", "WorkerSettings", "WorkersFailed", "worker_count",
+]  # fmt: skip
 
 log = logging.getLogger("graphserve.workers")
 
@@ -57,6 +59,20 @@ _GATHER_TIMEOUT = 5.0  # s a scrape waits for a worker's families
 
 class WorkersFailed(RuntimeError):
     """A worker exited before it served: the server does not start (the worker said why)."""
+
+
+class TooMuchMemory(RuntimeError):
+    """The workers asked for would hold more than --max-memory: the server does not start."""
+
+
+def _resident(pid: int) -> int:
+    """A process's resident memory in bytes (0 once it is gone)."""
+    from graphserve.core.processes import proc_status
+
+    try:
+        return proc_status(pid)["VmRSS"] * 1024
+    except (OSError, KeyError):
+        return 0
 
 
 @dataclass(frozen=True)
@@ -173,6 +189,7 @@ class Supervisor:
         count: int,
         settings: WorkerSettings | None = None,
         grace: float = 5.0,
+        max_memory: int | None = None,
     ) -> None:
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
@@ -182,6 +199,7 @@ class Supervisor:
                 "--workers 1 (a deviation of --workers: TF Serving's one process serves both)"
             )
         self.count = count
+        self.max_memory = max_memory  # what all the workers may hold, predicted from the first
         self.grpc_port: int | None = None  # the ports held, once started
         self.rest_port: int | None = None
         self.settings = settings or WorkerSettings()
@@ -214,14 +232,45 @@ class Supervisor:
         self._own = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self._own)
         try:
-            for index in range(1, self.count + 1):
+            first = 1
+            if self.max_memory is not None:  # the first alone: what one holds, measured
+                self._spawn(1)
+                self._wait_serving(1)
+                self._check_memory()
+                first = 2
+            for index in range(first, self.count + 1):
                 self._spawn(index)
-            for index in range(1, self.count + 1):
+            for index in range(first, self.count + 1):
                 self._wait_serving(index)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _check_memory(self) -> None:
+        """Refuse (TooMuchMemory) a worker count whose predicted memory, the first worker's as
+        it serves times the count, and the supervisor's, is past max_memory."""
+        from graphserve.serving.options import format_bytes
+
+        assert self.max_memory is not None
+        each = _resident(self._workers[1].process.pid)
+        predicted = self.count * each + _resident(os.getpid())
+        if predicted <= self.max_memory:
+            return
+        fits = max((self.max_memory - _resident(os.getpid())) // max(each, 1), 0)
+        raise TooMuchMemory(
+            f"{self.count} workers would hold about {format_bytes(predicted)}: worker 1 holds "
+            f"{format_bytes(each)} serving its models (each worker holds its own copy), past "
+            f"--max-memory {format_bytes(self.max_memory)}; give --workers {fits} or fewer, or "
+            "a higher --max-memory"
+            if fits
+            else f"one worker alone holds {format_bytes(each)} serving its models, past "
+            f"--max-memory {format_bytes(self.max_memory)}"
+        )
+
+    def memory(self) -> tuple[int, int]:
+        """The workers' resident bytes together, and the supervisor's."""
+        return sum(_resident(pid) for pid in self.pids), _resident(os.getpid())
 
     def _hold(self, host: str, port: int | None) -> int | None:
         """Bind `port` (0: a free one) with SO_REUSEPORT and keep it bound, not listening: the
@@ -351,9 +400,15 @@ class Supervisor:
         """What the server serves and where, as its first worker said, the workers added."""
         with self._lock:
             workers = sorted(self._workers.values(), key=lambda w: w.index)
+        from graphserve.serving.options import format_bytes
+
         served, where = workers[0].described if workers else ("", "")
         pids = ", ".join(str(w.process.pid) for w in workers)
-        return served, f"{where}, {len(workers)} workers (pids {pids})"
+        held, own = self.memory()
+        return served, (
+            f"{where}, {len(workers)} workers (pids {pids}) holding {format_bytes(held)} "
+            f"resident, each its own copy of the models (the supervisor {format_bytes(own)})"
+        )
 
     @property
     def pids(self) -> list[int]:

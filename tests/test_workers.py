@@ -406,3 +406,33 @@ def test_a_config_file_reloaded_is_applied_by_every_worker(
             return True
 
         _wait_for(removed_everywhere, "affine removed from every worker")
+
+
+def test_a_worker_count_past_max_memory_is_refused_at_start(
+    affine_base: Path, tmp_path: Path
+) -> None:
+    args = ["graph", "--model-base-path", str(affine_base), "--max-memory", "900MB"]
+    server = _workers(args, "affine", tmp_path / "s.log", count=3)
+    with pytest.raises(RuntimeError, match="exited with code 2") as refused:
+        server.start(timeout=120)
+    said = " ".join(str(refused.value).split())
+    assert re.search(r"3 workers would hold about [\d.]+ [GM]B: worker 1 holds [\d.]+ MB", said)
+    assert "past --max-memory 900.00 MB; give --workers 1 or fewer" in said or (
+        "one worker alone holds" in said
+    ), said
+
+
+def test_the_start_line_says_what_the_workers_hold(affine_base: Path, tmp_path: Path) -> None:
+    args = ["graph", "--model-base-path", str(affine_base), "--max-memory", "64GiB"]
+    server = _workers(args, "affine", tmp_path / "s.log")
+    with server:
+        line = " ".join(server.log_tail(3).split())
+        held = re.search(r"2 workers \(pids [\d, ]+\) holding ([\d.]+) (GB|MB) resident", line)
+        assert held is not None, line
+        assert "each its own copy of the models (the supervisor" in line
+        size = float(held.group(1)) * (1e9 if held.group(2) == "GB" else 1e6)
+        pids = server.pids()
+        from graphserve.core.processes import proc_status
+
+        now = sum(proc_status(p)["VmRSS"] * 1024 for p in pids)
+        assert 0.5 * now < size < 2 * now, (size, now)

@@ -82,4 +82,9 @@ def main(fd: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    import typer
+
+    try:
+        main(int(sys.argv[1]))
+    except typer.Exit as exc:  # start_server said why it cannot serve, as a lone server does
+        sys.exit(exc.exit_code)

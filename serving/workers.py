@@ -234,14 +234,11 @@ class Supervisor:
         try:
             first = 1
             if self.max_memory is not None:  # the first alone: what one holds, measured
-                self._spawn(1)
-                self._wait_serving(1)
+                self._wait_serving(self._spawn(1))
                 self._check_memory()
                 first = 2
-            for index in range(first, self.count + 1):
-                self._spawn(index)
-            for index in range(first, self.count + 1):
-                self._wait_serving(index)
+            for worker in [self._spawn(index) for index in range(first, self.count + 1)]:
+                self._wait_serving(worker)
         except BaseException:
             self.stop()
             raise
@@ -306,13 +303,12 @@ class Supervisor:
         ).start()
         return worker
 
-    def _wait_serving(self, index: int) -> None:
-        worker = self._workers[index]
+    def _wait_serving(self, worker: _Worker) -> None:
         while not worker.serving.wait(0.2):
             code = worker.process.poll()
             if code is not None:
                 raise WorkersFailed(
-                    f"worker {index} (pid {worker.process.pid}) exited before it served: "
+                    f"worker {worker.index} (pid {worker.process.pid}) exited before it served: "
                     f"{_exit_reason(code)}"
                 )
 
@@ -338,7 +334,7 @@ class Supervisor:
         while not self._stopping.wait(pause):
             replacement = self._spawn(worker.index)
             try:
-                self._wait_serving(worker.index)
+                self._wait_serving(replacement)
             except WorkersFailed as exc:
                 self._failures += 1
                 pause = self._back_off()

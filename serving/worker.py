@@ -45,6 +45,19 @@ def _key(name: str, version: int, fingerprint: Fingerprint) -> tuple[str, int, s
     return name, version, hashlib.sha256(repr(fingerprint).encode()).hexdigest()[:16]
 
 
+class _Named(logging.Filter):
+    """Names the worker in each of its log lines' logger names (graphserve.manager[worker 2])."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self._suffix = f"[worker {index}]"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.endswith(self._suffix):
+            record.name += self._suffix
+        return True
+
+
 def main(fd: int) -> None:
     from graphserve.core.logs import configure_logging, quiet_tensorflow
     from graphserve.serving.flags import start_server
@@ -64,6 +77,8 @@ def main(fd: int) -> None:
     link = Link(socket.socket(fileno=fd), {"families": families}, on_close=gone, name="supervisor")
     config, index, settings = link.call("hello")
     configure_logging(settings.log_format)
+    for handler in logging.getLogger().handlers:  # each line says which worker wrote it
+        handler.addFilter(_Named(index))
     if settings.verbose:
         logging.getLogger("graphserve").setLevel(logging.DEBUG)
     quiet_tensorflow()

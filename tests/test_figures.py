@@ -80,6 +80,8 @@ ALLOWED: dict[str, dict[str, str]] = {
         "25 ms": "how often the request log writer wakes (requestlog._DRAIN_S): a setting",
         "10 s": "the REST head timeout's default",
         "60 s": "the REST body timeout's default",
+        "0.2 s": "a dead worker's first back-off (serving/workers.py _BACK_OFF): a setting",
+        "30 s": "a dead worker's longest back-off (serving/workers.py _BACK_OFF): a setting",
     },
     "docs/guides/tune.md": {
         "0\u201310 ms": "the range of timeouts the search tries",

@@ -93,13 +93,7 @@ class _Workers(ServerProcess):
 
 @contextmanager
 def _server(kind: str, base: Path, workers: int, log: Path, *extra: str) -> Iterator[_Workers]:
-    args = [
-        *serve_args(kind, base / MODEL, SOURCE),
-        "--model-name",
-        MODEL,
-        "--workers",
-        str(workers),
-    ]
+    args = [*serve_args(kind, base, SOURCE), "--model-name", MODEL, "--workers", str(workers)]
     server = _Workers.on_free_ports([*args, *extra], MODEL, log)
     with server:
         yield server  # type: ignore[misc]

@@ -425,50 +425,6 @@ def families(
     typer.echo(f"results: {json_path} and {md_path} ({results['seconds']:.0f} s)")
 
 
-def workers(
-    out: Annotated[
-        Path, typer.Option("--out", help="Where workers.json and workers.md are written.")
-    ] = Path("tools/bench/results"),
-    quick: Annotated[
-        bool, typer.Option("--quick", help="Seconds instead of minutes: a smoke run, not data.")
-    ] = False,
-    strict: Annotated[
-        bool, typer.Option("--strict", help=f"Exit {EXIT_MISSED} when a goal is missed.")
-    ] = False,
-    work_dir: Annotated[
-        Path | None,
-        typer.Option("--work-dir", help="Export, server logs (default: temporary)."),
-    ] = None,
-) -> None:
-    """`serve --workers 2` against one process: the graph and eager servers of the mlp under
-    wrk (REST, 1 and 16 connections), perf_analyzer (gRPC, concurrency 1 and 16) and 16 gRPC
-    clients each on a connection of its own; a worker SIGKILLed under load; version swaps
-    under load. Goals W1-W7 with pass/miss. Minutes; writes OUT/workers.json and
-    workers.md."""
-    quiet_tensorflow()
-    from tools.bench.workers import WorkersPlan, run_workers, workers_goals
-
-    with tempfile.TemporaryDirectory(prefix="graphserve-workers-") as tmp:
-        where = work_dir or Path(tmp)
-        where.mkdir(parents=True, exist_ok=True)
-        plan = WorkersPlan.quick(where) if quick else WorkersPlan(where)
-        try:
-            results = run_workers(plan, say=progress)
-        except (RuntimeError, OSError, ValueError) as exc:
-            stderr.print(f"[red]benchmark failed:[/] {escape(str(exc))}")
-            raise typer.Exit(EXIT_FAILED) from None
-    from tools.bench.published import write
-
-    results["goals"] = workers_goals(results)
-    paths = write("workers", results, out)
-    for goal in results["goals"]:
-        verdict = "pass" if goal["passed"] else "MISS"
-        typer.echo(f"{goal['key']} {verdict}: {goal['what']} {goal['goal']}: {goal['detail']}")
-    typer.echo(f"results: {', '.join(str(p) for p in paths)} ({results['seconds']:.0f} s)")
-    if strict and not all(g["passed"] for g in results["goals"]):
-        raise typer.Exit(EXIT_MISSED)
-
-
 def tls(
     out: Annotated[
         Path, typer.Option("--out", help="Where tls.json and tls.md are written.")
@@ -765,7 +721,6 @@ app.command("many", epilog=STRICT_EPILOG)(many)
 app.command("peers", epilog=STRICT_EPILOG)(peers)
 app.command("families")(families)
 app.command("tls")(tls)
-app.command("workers", epilog=STRICT_EPILOG)(workers)
 app.command("frontend")(frontend)
 app.command("traffic", epilog=STRICT_EPILOG)(traffic)
 app.command("shapes")(shapes)

@@ -109,18 +109,6 @@ def _tls_md(results: Results) -> str:
     return render_tls(results)
 
 
-def _workers_md(results: Results) -> str:
-    from tools.bench.workers import render_workers
-
-    return render_workers(results)
-
-
-def _workers_goals(results: Results) -> list[dict[str, Any]]:
-    from tools.bench.workers import workers_goals
-
-    return workers_goals(results)
-
-
 def _families_md(results: Results) -> str:
     from tools.bench.families import render_families
 
@@ -234,9 +222,6 @@ PUBLISHED: tuple[Published, ...] = (
                "tools/bench/shapes.py", "tools/bench/mobilenet.py")),
     Published("tls", _bench("tls"), _tls_md,  # no goals: tools/bench/tls.py's NO_GOALS says why
               (*SERVER, *MEASURE, "tools/bench/tls.py")),
-    Published("workers", _bench("workers"), _workers_md,
-              (*SERVER, *EXPORT, *MEASURE, "tools/bench/generator.py", "tools/bench/workers.py"),
-              _workers_goals),
     Published("peers", _bench("peers"), _peers_md,
               (*SERVER, *GENERATOR, *MEASURE, "tools/bench/peers/", "tools/bench/mobilenet.py"),
               _peers_goals, "five peer venvs (~12 GB)", plots=("peers.png",)),
